@@ -1,0 +1,243 @@
+"""What every accelerator template is: parameters as data, and four questions.
+
+A template answers (DESIGN.md): what does this op cost on me (:meth:`Template.cost`), what
+resources do I offer the simulator (:meth:`Template.resources`), how big am I
+(:meth:`Template.area_mm2`), what do I burn when idle (:meth:`Template.static_power_w`).
+Templates know nothing of SimPy or Optuna.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, ClassVar, Mapping
+
+from dse.errors import BadInput
+from workloads.ir import Op, Workload
+
+#: Energy components of a result, J. ``static`` is added by the simulator (static power x time).
+ENERGY_COMPONENTS = ("compute", "onchip_memory", "offchip_memory", "network", "static")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One hardware parameter: name, type, unit, default, allowed range or choices.
+
+    ``low``/``high`` bound numbers (inclusive); ``choices`` lists the allowed values of a
+    categorical; ``log`` says the search samples it on a log scale; ``step`` its int step.
+    """
+
+    name: str
+    type: type
+    unit: str
+    default: Any
+    description: str
+    low: float | None = None
+    high: float | None = None
+    choices: tuple | None = None
+    log: bool = False
+    step: int | None = None
+
+    def allowed(self) -> str:
+        if self.choices is not None:
+            return "one of " + ", ".join(repr(c) for c in self.choices)
+        kind = {int: "an int", float: "a number", bool: "true or false", str: "a string"}[self.type]
+        if self.low is not None and self.high is not None:
+            return f"{kind} in [{self.low:g}, {self.high:g}]" + (f" {self.unit}" if self.unit else "")
+        return kind
+
+    def coerce(self, value: Any, field_name: str | None = None) -> Any:
+        """Return ``value`` converted to this parameter's type, or raise :class:`BadInput`."""
+        where = field_name or self.name
+        v = value
+        try:
+            if self.type is bool:
+                if isinstance(v, str):
+                    low = v.strip().lower()
+                    if low not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+                        raise ValueError
+                    v = low in ("true", "1", "yes", "on")
+                elif not isinstance(v, bool):
+                    raise ValueError
+            elif self.type is int:
+                if isinstance(v, bool):
+                    raise ValueError
+                if isinstance(v, str):
+                    v = float(v.strip())
+                if isinstance(v, float):
+                    if not math.isfinite(v) or v != int(v):
+                        raise ValueError
+                    v = int(v)
+                if not isinstance(v, int):
+                    raise ValueError
+            elif self.type is float:
+                if isinstance(v, bool):
+                    raise ValueError
+                v = float(v.strip()) if isinstance(v, str) else float(v)
+                if not math.isfinite(v):
+                    raise ValueError
+            elif self.type is str:
+                if not isinstance(v, str):
+                    raise ValueError
+        except (TypeError, ValueError):
+            raise BadInput(where, value, f"expected {self.allowed()}") from None
+        if self.choices is not None and v not in self.choices:
+            raise BadInput(where, value, f"expected {self.allowed()}")
+        if self.low is not None and v < self.low or self.high is not None and v > self.high:
+            raise BadInput(where, value, f"expected {self.allowed()}")
+        return v
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "type": self.type.__name__, "unit": self.unit,
+                "default": self.default, "low": self.low, "high": self.high,
+                "choices": list(self.choices) if self.choices else None, "log": self.log,
+                "step": self.step, "description": self.description}
+
+
+class HardwareConfig(Mapping[str, Any]):
+    """Validated, read-only parameter values with attribute access (``hw.rows``)."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: Mapping[str, Any]):
+        object.__setattr__(self, "_values", MappingProxyType(dict(values)))
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("HardwareConfig is read-only")
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self):
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"HardwareConfig({dict(self._values)!r})"
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What a template offers the simulator.
+
+    ``units``: unit name -> how many ops it runs at once (an op holds one slot for its whole
+    duration). ``channels``: shared memory channel or link name -> bandwidth, B/s; concurrent
+    transfers on one channel share its bandwidth equally (fluid model).
+    """
+
+    units: Mapping[str, int]
+    channels: Mapping[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class OpCost:
+    """The cost of one op on one template, standalone (no contention).
+
+    ``latency_s`` includes memory stalls and fixed overheads; ``compute_s`` is the unit busy
+    with no memory stall. ``traffic`` is the bytes the op moves over each shared channel of
+    :class:`Resources` (the simulator makes concurrent ops share them); ``bytes_by_level`` the
+    bytes per memory level, for reporting. ``energy_j`` is dynamic energy by component (keys from
+    ``ENERGY_COMPONENTS`` except ``static``). ``also_holds`` names further units held exclusively
+    for the op's duration. The simulator reproduces ``latency_s`` exactly when nothing contends.
+    """
+
+    unit: str
+    latency_s: float
+    compute_s: float
+    clock_hz: float
+    traffic: Mapping[str, float] = field(default_factory=dict)
+    bytes_by_level: Mapping[str, float] = field(default_factory=dict)
+    energy_j: Mapping[str, float] = field(default_factory=dict)
+    bound: str = "compute"
+    also_holds: tuple[str, ...] = ()
+
+    @property
+    def cycles(self) -> float:
+        """Latency in cycles of the unit's clock, with memory stalls."""
+        return self.latency_s * self.clock_hz
+
+    @property
+    def compute_cycles(self) -> float:
+        """Cycles the unit computes with no memory stall (the SCALE-Sim convention)."""
+        return self.compute_s * self.clock_hz
+
+    @property
+    def total_energy_j(self) -> float:
+        return sum(self.energy_j.values())
+
+
+class Template(ABC):
+    """Base of every accelerator template. Subclasses set ``name``, ``description``,
+    ``PARAMS`` and optionally ``PRESETS``, and implement the four questions."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    PARAMS: ClassVar[tuple[Param, ...]]
+    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
+    DEFAULT_PRESET: ClassVar[str | None] = None
+
+    def __init__(self, preset: str | None = None, **values: Any):
+        params = self.params()
+        preset = preset if preset is not None else self.DEFAULT_PRESET
+        merged: dict[str, Any] = {p.name: p.default for p in self.PARAMS}
+        if preset is not None:
+            if preset not in self.PRESETS:
+                raise BadInput("preset", preset, f"{self.name} presets are "
+                               + (", ".join(sorted(self.PRESETS)) or "(none)"))
+            merged.update(self.PRESETS[preset])
+        for key, value in values.items():
+            if key not in params:
+                raise BadInput(f"hw.{key}", value, f"{self.name} parameters are "
+                               + ", ".join(p.name for p in self.PARAMS))
+            merged[key] = value
+        self.preset = preset
+        self.hw = HardwareConfig({k: params[k].coerce(v, f"hw.{k}") for k, v in merged.items()})
+        problem = self.validate()
+        if problem:
+            raise BadInput(problem[0], problem[1], problem[2])
+
+    @classmethod
+    def params(cls) -> dict[str, Param]:
+        return {p.name: p for p in cls.PARAMS}
+
+    def validate(self) -> tuple[str, Any, str] | None:
+        """Cross-parameter checks: return (field, value, what is allowed) or None."""
+        return None
+
+    @abstractmethod
+    def cost(self, op: Op) -> OpCost:
+        """The cost of ``op`` on this design; raise ``InfeasibleDesign`` if it cannot run."""
+
+    def costs(self, workload: Workload) -> list[OpCost]:
+        """Costs of every op of ``workload`` in ``workload.ops`` order (override to map a whole
+        workload at once, e.g. to partition across channels)."""
+        return [self.cost(op) for op in workload.ops]
+
+    @abstractmethod
+    def resources(self) -> Resources:
+        """Units and shared channels offered to the simulator."""
+
+    @abstractmethod
+    def area_mm2(self) -> float:
+        """Die area, mm^2."""
+
+    @abstractmethod
+    def static_power_w(self) -> float:
+        """Leakage and always-on power, W."""
+
+    def check(self, workload: Workload) -> str | None:
+        """Why ``workload`` cannot run on this design at all (capacity), or None."""
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        return {"template": self.name, "preset": self.preset, "hw": dict(self.hw)}

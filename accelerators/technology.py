@@ -1,0 +1,129 @@
+"""Technology model: energy per operation and per byte, area per unit, leakage; per node.
+
+Reference node 45 nm, 0.9 V. Each constant names its source; [P] published table, [D] datasheet,
+[E] estimate (derived as the docstring says, check before relying on it).
+"""
+
+from __future__ import annotations
+
+import math
+
+from dse.errors import BadInput
+
+REFERENCE_NODE_NM = 45
+
+#: Energy of one multiply-accumulate at 45 nm, pJ. Horowitz, ISSCC 2014 [P]: mult + add.
+#: fp32 3.7 + 0.9; fp16 1.1 + 0.4 (bf16 taken equal to fp16 [E]); int8 0.2 + 0.03;
+#: fp8 [E] between int8 and fp16: 0.4 + 0.1.
+MAC_ENERGY_PJ = {"fp32": 4.6, "fp16": 1.5, "bf16": 1.5, "fp8": 0.5, "int8": 0.23}
+
+#: Energy of one non-MAC vector op (add/compare/exp step) at 45 nm, pJ: the adder of
+#: Horowitz 2014 [P]; int8 taken as an 8-bit add.
+VECTOR_OP_ENERGY_PJ = {"fp32": 0.9, "fp16": 0.4, "bf16": 0.4, "fp8": 0.2, "int8": 0.03}
+
+#: Register-file access energy, pJ/B at 45 nm [E]: about one tenth of an 8 KB SRAM access,
+#: the Eyeriss (Chen et al., ISCA 2016) ratio RF : SRAM of about 1 : 6-10.
+REGISTER_PJ_PER_BYTE = 0.15
+
+#: SRAM read energy at 45 nm [P, Horowitz 2014]: 64-bit read 10 pJ at 8 KB, 20 pJ at 32 KB,
+#: 100 pJ at 1 MB; fitted as E(S) = 1.25 pJ/B x (S / 8 KB)^0.475 (exact at 8 KB and 1 MB,
+#: 2.41 vs 2.5 pJ/B at 32 KB).
+_SRAM_PJ_PER_BYTE_8KB = 1.25
+_SRAM_SIZE_EXPONENT = math.log(10) / math.log(128)
+
+#: Off-chip memory energy per byte, pJ/B (interface + array), not node-scaled.
+#: ddr4 15 pJ/bit, lpddr4 4 pJ/bit [E, O'Connor et al. MICRO 2017 Fig. 1];
+#: hbm2 3.9 pJ/bit [P, O'Connor 2017]; hbm3 3.0 pJ/bit [E, trend]; gddr6 7.5 pJ/bit [E, Micron
+#: TN-ED-04 range]; ddr3 as Horowitz 2014's 1.3-2.6 nJ per 64 bit, 20 pJ/bit [P].
+DRAM_PJ_PER_BYTE = {"ddr3": 160.0, "ddr4": 120.0, "lpddr4": 32.0, "gddr6": 60.0,
+                    "hbm2": 31.2, "hbm2e": 28.0, "hbm3": 24.0, "hbm3e": 22.0}
+
+#: On-chip network energy per byte per mm of wire at 45 nm, pJ/(B mm) [E]: ~0.1 pJ/bit/mm for
+#: repeated global wires (Dally, "GPUs and the future of parallel computing", 2011).
+NOC_PJ_PER_BYTE_MM = 0.8
+
+#: Area at 45 nm, mm^2. One MAC [E, synthesis figures quoted by Eyeriss/Timeloop-Accelergy
+#: examples: ~280 um^2 int8, ~1,600 um^2 fp16/bf16, ~4,000 um^2 fp32].
+MAC_AREA_MM2 = {"fp32": 4.0e-3, "fp16": 1.6e-3, "bf16": 1.6e-3, "fp8": 8.0e-4, "int8": 2.8e-4}
+#: SRAM area per KB at 45 nm incl. periphery [E, CACTI 6.5 ~4.5-5 mm^2 for a 1 MB array].
+SRAM_AREA_MM2_PER_KB = 4.8e-3
+#: Leakage at 45 nm [E]: SRAM ~ 0.9 uW/KB... expressed per mm^2 of logic and per KB of SRAM.
+LOGIC_LEAKAGE_W_PER_MM2 = 0.02
+SRAM_LEAKAGE_W_PER_KB = 1.5e-5
+
+#: Scaling from 45 nm to other nodes: (energy factor, area factor) [E, after the fitted trends of
+#: Stillmaker & Baas, "Scaling equations for the accurate prediction of CMOS device performance
+#: from 180 nm to 7 nm", Integration 2017; 5 nm and 4 nm extrapolated].
+NODE_SCALING = {
+    45: (1.00, 1.000), 32: (0.72, 0.540), 28: (0.62, 0.430), 22: (0.50, 0.300),
+    16: (0.36, 0.170), 14: (0.33, 0.150), 12: (0.30, 0.120), 10: (0.26, 0.085),
+    7: (0.22, 0.055), 5: (0.18, 0.038), 4: (0.16, 0.032),
+}
+NODES_NM = tuple(sorted(NODE_SCALING))
+
+
+def _scaling(node_nm: int) -> tuple[float, float]:
+    try:
+        return NODE_SCALING[int(node_nm)]
+    except KeyError:
+        raise BadInput("node_nm", node_nm, "expected one of " + ", ".join(map(str, NODES_NM))) from None
+
+
+def energy_scale(node_nm: int) -> float:
+    """Dynamic-energy factor of ``node_nm`` relative to 45 nm."""
+    return _scaling(node_nm)[0]
+
+
+def area_scale(node_nm: int) -> float:
+    """Area factor of ``node_nm`` relative to 45 nm."""
+    return _scaling(node_nm)[1]
+
+
+def mac_energy_j(dtype: str, node_nm: int) -> float:
+    """Energy of one MAC, J."""
+    return MAC_ENERGY_PJ[dtype] * 1e-12 * energy_scale(node_nm)
+
+
+def vector_op_energy_j(dtype: str, node_nm: int) -> float:
+    """Energy of one elementwise op, J."""
+    return VECTOR_OP_ENERGY_PJ[dtype] * 1e-12 * energy_scale(node_nm)
+
+
+def sram_energy_j_per_byte(size_bytes: float, node_nm: int) -> float:
+    """Energy to read or write one byte of an SRAM of ``size_bytes``, J/B."""
+    size = max(float(size_bytes), 1024.0)
+    pj = _SRAM_PJ_PER_BYTE_8KB * (size / 8192.0) ** _SRAM_SIZE_EXPONENT
+    return pj * 1e-12 * energy_scale(node_nm)
+
+
+def register_energy_j_per_byte(node_nm: int) -> float:
+    return REGISTER_PJ_PER_BYTE * 1e-12 * energy_scale(node_nm)
+
+
+def dram_energy_j_per_byte(kind: str) -> float:
+    """Off-chip memory energy, J/B."""
+    try:
+        return DRAM_PJ_PER_BYTE[kind] * 1e-12
+    except KeyError:
+        raise BadInput("memory", kind, "expected one of " + ", ".join(DRAM_PJ_PER_BYTE)) from None
+
+
+def noc_energy_j_per_byte(distance_mm: float, node_nm: int) -> float:
+    return NOC_PJ_PER_BYTE_MM * distance_mm * 1e-12 * energy_scale(node_nm)
+
+
+def mac_area_mm2(dtype: str, node_nm: int) -> float:
+    return MAC_AREA_MM2[dtype] * area_scale(node_nm)
+
+
+def sram_area_mm2(size_bytes: float, node_nm: int) -> float:
+    return SRAM_AREA_MM2_PER_KB * (size_bytes / 1024.0) * area_scale(node_nm)
+
+
+def leakage_w(logic_area_mm2: float, sram_bytes: float, node_nm: int) -> float:
+    """Static power of ``logic_area_mm2`` of logic (already at ``node_nm``) plus SRAM, W.
+
+    Leakage per mm^2 is taken as node-independent to first order [E]: density grows as leakage
+    per device falls.
+    """
+    return LOGIC_LEAKAGE_W_PER_MM2 * logic_area_mm2 + SRAM_LEAKAGE_W_PER_KB * sram_bytes / 1024.0

@@ -1,0 +1,191 @@
+"""The workload IR: a networkx ``DiGraph`` of :class:`Op` nodes.
+
+Node key: the op's unique name; node attribute ``op``: the :class:`Op`.
+Edge attribute ``bytes``: the size in bytes of the tensor passed from producer to consumer.
+
+FLOPs follow ``torch.utils.flop_counter``: 2 per multiply-accumulate, and causal attention
+counted in full (the work a causal kernel really does is in ``attrs["causal_flops"]``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Any, Iterator
+
+import networkx as nx
+
+#: Op kinds. Everything the capture cannot classify becomes ``unknown`` (counted, never dropped).
+MATMUL = "matmul"
+CONV = "conv"
+ATTENTION = "attention"
+ELEMENTWISE = "elementwise"
+NORM = "norm"
+SOFTMAX = "softmax"
+REDUCTION = "reduction"
+EMBEDDING = "embedding"
+HASHGRID = "hashgrid"
+DATA_MOVEMENT = "data_movement"
+UNKNOWN = "unknown"
+OP_KINDS = (MATMUL, CONV, ATTENTION, ELEMENTWISE, NORM, SOFTMAX, REDUCTION, EMBEDDING,
+            HASHGRID, DATA_MOVEMENT, UNKNOWN)
+
+#: Bytes per element of each supported dtype.
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
+
+PHASES = ("forward", "prefill", "decode")
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One operator of a workload.
+
+    Bytes are what the op reads and writes if nothing is cached on chip (its compulsory
+    traffic at the op boundary). Weights are parameters; KV cache is the attention cache of an
+    LLM decode step; everything else is activations.
+
+    Kind-specific ``attrs``:
+      * matmul: ``m``, ``n``, ``k``, ``batch`` (C[batch, m, n] = A[batch, m, k] @ B[batch, k, n]);
+        ``weight_operand`` True when B is a parameter.
+      * conv: ``n, c, h, w, k, r, s, p, q, stride, padding, groups`` (input NCHW, k filters of
+        r x s, output p x q); ``gemm_m, gemm_n, gemm_k`` its im2col GEMM per group.
+      * attention: ``batch, heads, kv_heads, q_len, kv_len, head_dim, causal, causal_flops``.
+      * hashgrid: ``points, levels, features, log2_table_size, base_resolution,
+        finest_resolution, dims``.
+      * elementwise/norm/softmax/reduction/embedding/data_movement: ``elements`` (output).
+    """
+
+    name: str
+    kind: str
+    target: str
+    input_shapes: tuple[Shape, ...]
+    output_shapes: tuple[Shape, ...]
+    dtype: str
+    bytes_per_element: int
+    flops: int = 0
+    weight_bytes: int = 0
+    activation_bytes_read: int = 0
+    activation_bytes_written: int = 0
+    kv_bytes_read: int = 0
+    kv_bytes_written: int = 0
+    attrs: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    @property
+    def bytes_read(self) -> int:
+        """All bytes read, B."""
+        return self.weight_bytes + self.activation_bytes_read + self.kv_bytes_read
+
+    @property
+    def bytes_written(self) -> int:
+        """All bytes written, B."""
+        return self.activation_bytes_written + self.kv_bytes_written
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes read plus written, B."""
+        return self.bytes_read + self.bytes_written
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        """FLOPs per byte of compulsory traffic."""
+        return self.flops / self.total_bytes if self.total_bytes else float("inf")
+
+    def with_attrs(self, **attrs: Any) -> "Op":
+        return replace(self, attrs={**self.attrs, **attrs})
+
+
+@dataclass
+class Workload:
+    """A captured model: its op graph plus what it was captured with.
+
+    ``params`` is the number of unique parameters (tied weights counted once), and
+    ``weight_footprint_bytes`` = ``params`` x bytes per element.
+    """
+
+    graph: nx.DiGraph
+    model: str
+    phase: str
+    dtype: str
+    batch: int = 1
+    seq: int = 0
+    context: int = 0
+    arch: dict[str, Any] = field(default_factory=dict)
+    params: int = 0
+    unknown_targets: dict[str, int] = field(default_factory=dict)
+
+    @cached_property
+    def ops(self) -> list[Op]:
+        """Ops in a deterministic topological order."""
+        return [self.graph.nodes[n]["op"] for n in nx.lexicographical_topological_sort(
+            self.graph, key=lambda n: self.graph.nodes[n]["index"])]
+
+    def __iter__(self) -> Iterator[Op]:
+        return iter(self.ops)
+
+    def __len__(self) -> int:
+        return self.graph.number_of_nodes()
+
+    def predecessors(self, name: str) -> list[str]:
+        return list(self.graph.predecessors(name))
+
+    @property
+    def bytes_per_element(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def weight_footprint_bytes(self) -> int:
+        """Bytes of all parameters stored once, B."""
+        return self.params * self.bytes_per_element
+
+    @cached_property
+    def flops(self) -> int:
+        return sum(op.flops for op in self.ops)
+
+    def flops_by_kind(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for op in self.ops:
+            out[op.kind] = out.get(op.kind, 0) + op.flops
+        return out
+
+    def ops_by_kind(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for op in self.ops:
+            out[op.kind] = out.get(op.kind, 0) + 1
+        return out
+
+    def traffic_bytes(self) -> dict[str, int]:
+        """Compulsory traffic summed over ops, B: weights read, activations read+written,
+        KV cache read+written."""
+        return {
+            "weights": sum(op.weight_bytes for op in self.ops),
+            "activations": sum(op.activation_bytes_read + op.activation_bytes_written
+                               for op in self.ops),
+            "kv_cache": sum(op.kv_bytes_read + op.kv_bytes_written for op in self.ops),
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """The dict that ``dse workload --json`` prints."""
+        traffic = self.traffic_bytes()
+        return {
+            "model": self.model,
+            "phase": self.phase,
+            "dtype": self.dtype,
+            "batch": self.batch,
+            "seq": self.seq,
+            "context": self.context,
+            "arch": dict(self.arch),
+            "ops": len(self),
+            "ops_by_kind": self.ops_by_kind(),
+            "params": self.params,
+            "flops": self.flops,
+            "flops_by_kind": self.flops_by_kind(),
+            "bytes": {
+                "weights": self.weight_footprint_bytes,
+                "activations": traffic["activations"],
+                "kv_cache": traffic["kv_cache"],
+                "weights_read": traffic["weights"],
+            },
+            "unknown_ops": dict(self.unknown_targets),
+        }

@@ -1,0 +1,110 @@
+"""The model zoo's registry: each model is a :class:`ModelSpec` (data) whose ``build`` makes a
+plain-torch module from architecture parameters, and whose ``inputs`` makes example inputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from dse.errors import BadInput
+
+#: Model families. ``llm`` models support phases prefill and decode; the rest run ``forward``.
+FAMILIES = ("llm", "encoder", "vision", "neural_field", "micro")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A zoo model.
+
+    ``arch``: architecture parameters and their defaults (the keys a search may change; ints,
+    floats, bools or strings). ``build(arch) -> nn.Module`` gets every key of ``arch``.
+    ``inputs(arch, phase, batch, seq, context) -> (args, kwargs)`` makes example inputs on the
+    current default device (the capture calls it under ``torch.device("meta")``). LLMs take
+    ``forward(input_ids, kv_cache=None)``: in decode, ``kv_cache`` is a list of (k, v) per layer,
+    each [batch, kv_heads, context, head_dim]; the capture treats every tensor under the
+    ``kv_cache`` argument as KV cache. ``arch_choices`` optionally lists allowed values.
+    """
+
+    name: str
+    family: str
+    description: str
+    arch: dict[str, Any]
+    build: Callable[[dict[str, Any]], torch.nn.Module]
+    inputs: Callable[..., tuple[tuple, dict]]
+    phases: tuple[str, ...] = ("forward",)
+    arch_choices: dict[str, tuple] = field(default_factory=dict)
+    published_params: int | None = None
+
+    def resolve_arch(self, overrides: dict[str, Any] | None) -> dict[str, Any]:
+        """Defaults updated by ``overrides``, each coerced to its default's type; unknown keys and
+        non-positive sizes raise :class:`BadInput`."""
+        arch = dict(self.arch)
+        for key, value in (overrides or {}).items():
+            if key not in arch:
+                raise BadInput(f"arch.{key}", value,
+                               f"{self.name} architecture keys are " + ", ".join(arch))
+            arch[key] = _coerce(self, key, value)
+        return arch
+
+
+def _coerce(spec: ModelSpec, key: str, value: Any) -> Any:
+    default = spec.arch[key]
+    field_name = f"arch.{key}"
+    choices = spec.arch_choices.get(key)
+    try:
+        if isinstance(default, bool):
+            if isinstance(value, str):
+                if value.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError
+                value = value.lower() in ("true", "1")
+            elif not isinstance(value, bool):
+                raise ValueError
+        elif isinstance(default, int):
+            if isinstance(value, bool):
+                raise ValueError
+            f = float(value)
+            if f != int(f):
+                raise ValueError
+            value = int(f)
+            if value <= 0:
+                raise BadInput(field_name, value, "expected a positive int")
+        elif isinstance(default, float):
+            value = float(value)
+            if not value > 0:
+                raise BadInput(field_name, value, "expected a positive number")
+        else:
+            value = str(value)
+    except (TypeError, ValueError):
+        raise BadInput(field_name, value, f"expected a {type(default).__name__}") from None
+    if choices is not None and value not in choices:
+        raise BadInput(field_name, value, "expected one of " + ", ".join(map(str, choices)))
+    return value
+
+
+_MODELS: dict[str, ModelSpec] = {}
+
+
+def register(spec: ModelSpec) -> ModelSpec:
+    if spec.family not in FAMILIES:
+        raise ValueError(f"family {spec.family!r} not in {FAMILIES}")
+    _MODELS[spec.name] = spec
+    return spec
+
+
+def model_names() -> list[str]:
+    _load_all()
+    return list(_MODELS)
+
+
+def get_model(name: str) -> ModelSpec:
+    _load_all()
+    if name not in _MODELS:
+        raise BadInput("model", name, "expected one of " + ", ".join(_MODELS))
+    return _MODELS[name]
+
+
+def _load_all() -> None:
+    """Import the zoo's definition modules (each registers its models)."""
+    from workloads.zoo import definitions  # noqa: F401
