@@ -1,0 +1,129 @@
+"""The SimPy event-driven engine.
+
+Each op is a process: it waits for its producers, takes a slot of its unit (and of any unit in
+``OpCost.also_holds``), pays its fixed overhead, then computes for ``compute_s`` while its
+traffic crosses the shared channels; it ends when both are done. Ops on different units overlap;
+concurrent transfers on one channel share its bandwidth (:class:`FluidChannel`). With nothing
+contending, every op takes exactly its ``OpCost.latency_s``.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import simpy
+
+from accelerators.base import ENERGY_COMPONENTS, OpCost, Template
+from dse.errors import InfeasibleDesign
+from simulators.channel import FluidChannel
+from simulators.result import OpRecord, Result
+from workloads.ir import Op, Workload
+
+
+def throughput_of(workload: Workload, latency_s: float) -> tuple[float, str]:
+    """Items per second: tokens for LLM phases, samples otherwise."""
+    if latency_s <= 0:
+        return 0.0, "items/s"
+    if workload.phase == "decode":
+        return workload.batch / latency_s, "tokens/s"
+    if workload.phase == "prefill":
+        return workload.batch * max(workload.seq, 1) / latency_s, "tokens/s"
+    return workload.batch / latency_s, "samples/s"
+
+
+def op_costs(workload: Workload, accelerator: Template) -> list[OpCost]:
+    """Costs of every op, after the design's whole-workload check."""
+    reason = accelerator.check(workload)
+    if reason:
+        raise InfeasibleDesign(reason)
+    return accelerator.costs(workload)
+
+
+def simulate(workload: Workload, accelerator: Template,
+             costs: Sequence[OpCost] | None = None) -> Result:
+    """Simulate ``workload`` on ``accelerator``; raise ``InfeasibleDesign`` if it cannot run."""
+    ops = workload.ops
+    costs = list(costs) if costs is not None else op_costs(workload, accelerator)
+    res = accelerator.resources()
+    env = simpy.Environment()
+    units = {name: simpy.Resource(env, capacity=int(cap)) for name, cap in res.units.items()}
+    channels = {name: FluidChannel(env, bw) for name, bw in res.channels.items()}
+    for cost in costs:
+        for u in (cost.unit, *cost.also_holds):
+            if u not in units:
+                raise InfeasibleDesign(f"{accelerator.name} has no unit {u!r}")
+        for c in cost.traffic:
+            if c not in channels:
+                raise InfeasibleDesign(f"{accelerator.name} has no channel {c!r}")
+
+    done: dict[str, simpy.Event] = {op.name: env.event() for op in ops}
+    records: list[OpRecord | None] = [None] * len(ops)
+    graph = workload.graph
+
+    def run(i: int, op: Op, cost: OpCost):
+        preds = [done[p] for p in graph.predecessors(op.name)]
+        if len(preds) == 1:
+            yield preds[0]
+        elif preds:
+            yield env.all_of(preds)
+        held = []
+        for u in sorted({cost.unit, *cost.also_holds}):
+            req = units[u].request()
+            yield req
+            held.append((units[u], req))
+        start = env.now
+        mem_alone = max((b / res.channels[c] for c, b in cost.traffic.items()), default=0.0)
+        overhead = cost.latency_s - max(cost.compute_s, mem_alone)
+        if overhead > 0:
+            yield env.timeout(overhead)
+        waits = [channels[c].transfer(b) for c, b in cost.traffic.items() if b > 0]
+        if cost.compute_s > 0:
+            waits.append(env.timeout(cost.compute_s))
+        if len(waits) == 1:
+            yield waits[0]
+        elif waits:
+            yield env.all_of(waits)
+        for resource, req in held:
+            resource.release(req)
+        records[i] = OpRecord(
+            name=op.name, kind=op.kind, unit=cost.unit, start_s=start, end_s=env.now,
+            cycles=(env.now - start) * cost.clock_hz, compute_cycles=cost.compute_cycles,
+            flops=op.flops, bytes=op.total_bytes, energy_j=cost.total_energy_j, bound=cost.bound)
+        done[op.name].succeed()
+
+    for i, (op, cost) in enumerate(zip(ops, costs)):
+        env.process(run(i, op, cost))
+    env.run()
+    latency = env.now
+    if any(r is None for r in records):
+        raise InfeasibleDesign("the op graph has a cycle or an op never became ready")
+    return _result(workload, accelerator, costs, records, latency, env)
+
+
+def _result(workload: Workload, accelerator: Template, costs: Sequence[OpCost],
+            records: list, latency: float, env: simpy.Environment) -> Result:
+    energy = {c: 0.0 for c in ENERGY_COMPONENTS}
+    for cost in costs:
+        for comp, e in cost.energy_j.items():
+            energy[comp] = energy.get(comp, 0.0) + e
+    static_w = accelerator.static_power_w()
+    energy["static"] = static_w * latency
+    total = sum(energy.values())
+    busy: dict[str, float] = {}
+    for r in records:
+        busy[r.unit] = busy.get(r.unit, 0.0) + r.duration_s
+    caps = accelerator.resources().units
+    util = {u: (busy.get(u, 0.0) / (latency * caps[u]) if latency > 0 else 0.0) for u in caps}
+    tput, tunit = throughput_of(workload, latency)
+    return Result(model=workload.model, phase=workload.phase, accelerator=accelerator.describe(),
+                  latency_s=latency, energy_j=total, energy_breakdown_j=energy,
+                  area_mm2=accelerator.area_mm2(),
+                  avg_power_w=total / latency if latency > 0 else static_w,
+                  utilisation=util, throughput=tput, throughput_unit=tunit, ops=list(records),
+                  events=_event_count(env))
+
+
+def _event_count(env: simpy.Environment) -> int:
+    """Events the environment scheduled (SimPy numbers each one as it is scheduled)."""
+    counter = getattr(env, "_eid", None)
+    return next(counter) if counter is not None else 0

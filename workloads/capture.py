@@ -1,0 +1,338 @@
+"""Capture any ``nn.Module`` with ``torch.export`` into the workload IR.
+
+The module is exported (non-strict, ATen training IR, which keeps ``linear``, ``conv2d`` and
+``scaled_dot_product_attention`` as single nodes); each ``call_function`` node becomes an
+:class:`~workloads.ir.Op` with FLOPs and bytes from the exported shapes. View ops are free and
+route their input through; everything unclassified becomes an ``unknown`` op.
+
+Bytes are counted in the requested ``dtype`` for floating-point tensors (the module may be built
+in fp32 on the meta device: nothing is allocated) and in their own dtype for integer tensors.
+Tensors reached from the user input named ``kv_cache`` are KV cache: a ``cat`` onto them is an
+in-place cache append (only the new entries are written), and attention reading them reads KV
+cache bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import networkx as nx
+import torch
+
+from dse.errors import BadInput, CaptureError
+from workloads import ir
+from workloads.op_kinds import FLOPS_PER_ELEMENT, classify
+
+KV_INPUT_NAME = "kv_cache"
+
+WEIGHT, ACT, KV = "weight", "activation", "kv"
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    """A tensor flowing through the graph: its producer op (None for graph inputs), role, meta."""
+
+    producer: str | None
+    role: str
+    shape: tuple[int, ...]
+    numel: int
+    itemsize: int
+
+
+def export_module(module: torch.nn.Module, args: tuple, kwargs: dict | None = None):
+    """``torch.export`` the module in eval mode; :class:`CaptureError` on rejection."""
+    module.eval()
+    try:
+        return torch.export.export(module, tuple(args), kwargs or {}, strict=False)
+    except Exception as exc:  # torch raises many types; the user gets one line
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise CaptureError(f"torch.export rejected the module: {type(exc).__name__}: {first}") from None
+
+
+def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
+            model: str | None = None, phase: str = "forward", dtype: str = "bf16",
+            batch: int = 1, seq: int = 0, context: int = 0,
+            arch: dict[str, Any] | None = None) -> ir.Workload:
+    """Export ``module`` on ``args``/``kwargs`` and build its :class:`~workloads.ir.Workload`.
+
+    Works on any module torch.export accepts; pass meta tensors (and build the module under
+    ``torch.device("meta")``) to capture large models without allocating their weights.
+    """
+    if dtype not in ir.DTYPE_BYTES:
+        raise BadInput("dtype", dtype, "expected one of " + ", ".join(ir.DTYPE_BYTES))
+    if phase not in ir.PHASES:
+        raise BadInput("phase", phase, "expected one of " + ", ".join(ir.PHASES))
+    ep = export_module(module, args, kwargs)
+    params = _count_params(module)
+    graph, unknown = _build_graph(ep, dtype)
+    if unknown:
+        warnings.warn("unknown ops (costed by their bytes only): "
+                      + ", ".join(f"{k} x{v}" for k, v in sorted(unknown.items())), stacklevel=2)
+    return ir.Workload(graph=graph, model=model or type(module).__name__, phase=phase,
+                       dtype=dtype, batch=batch, seq=seq, context=context, arch=dict(arch or {}),
+                       params=params, unknown_targets=unknown)
+
+
+def _count_params(module: torch.nn.Module) -> int:
+    """Unique parameters (``parameters()`` counts a tied weight once)."""
+    return sum(p.numel() for p in module.parameters())
+
+
+def _build_graph(ep, dtype: str) -> tuple[nx.DiGraph, dict[str, int]]:
+    elem = ir.DTYPE_BYTES[dtype]
+    sig = ep.graph_signature
+    constant_inputs = set(sig.inputs_to_parameters) | set(sig.inputs_to_buffers) | set(
+        getattr(sig, "inputs_to_lifted_tensor_constants", {}))
+    tensors: dict[str, _Tensor | tuple] = {}
+    graph = nx.DiGraph()
+    unknown: dict[str, int] = {}
+
+    def meta_tensor(val, producer, role) -> _Tensor | None:
+        if not isinstance(val, torch.Tensor):
+            return None
+        shape = tuple(int(s) for s in val.shape)
+        itemsize = elem if val.dtype.is_floating_point else val.element_size()
+        return _Tensor(producer, role, shape, math.prod(shape), itemsize)
+
+    def value(node_arg):
+        """The _Tensor (or tuple of them) an fx argument refers to."""
+        return tensors.get(node_arg.name) if isinstance(node_arg, torch.fx.Node) else None
+
+    for node in ep.graph.nodes:
+        if node.op == "placeholder":
+            if node.name in constant_inputs:
+                role = WEIGHT
+            elif node.name.startswith(KV_INPUT_NAME):
+                role = KV
+            else:
+                role = ACT
+            t = meta_tensor(node.meta.get("val"), None, role)
+            if t is not None:
+                tensors[node.name] = t
+            continue
+        if node.op != "call_function":
+            continue
+        if node.target is operator.getitem:
+            parent = value(node.args[0])
+            if isinstance(parent, tuple) and node.args[1] < len(parent):
+                tensors[node.name] = parent[node.args[1]]
+            continue
+        name = _aten_name(node.target)
+        kind = classify(name)
+        inputs = _tensor_inputs(node, value)
+        val = node.meta.get("val")
+        outs = val if isinstance(val, (tuple, list)) else (val,)
+        if kind == "free" or (name == "contiguous" and all(
+                isinstance(v, torch.Tensor) and v.is_contiguous() for v in outs)):
+            src = inputs[0] if inputs else None
+            if src is not None:
+                first_out = meta_tensor(outs[0], src.producer, src.role)
+                out_ts = tuple(meta_tensor(o, src.producer, src.role) for o in outs)
+                tensors[node.name] = out_ts if isinstance(val, (tuple, list)) else first_out
+            continue
+        if kind is None:
+            kind = ir.UNKNOWN
+            unknown[name] = unknown.get(name, 0) + 1
+        if name == "contiguous":
+            kind = ir.DATA_MOVEMENT
+        out_tensors = [meta_tensor(o, node.name, ACT) for o in outs]
+        out_tensors = [t for t in out_tensors if t is not None]
+        op, out_role = _make_op(node, name, kind, inputs, out_tensors, dtype, elem)
+        out_tensors = [_Tensor(t.producer, out_role, t.shape, t.numel, t.itemsize)
+                       for t in out_tensors]
+        if isinstance(val, (tuple, list)):
+            tensors[node.name] = tuple(out_tensors)
+        elif out_tensors:
+            tensors[node.name] = out_tensors[0]
+        graph.add_node(op.name, op=op, index=graph.number_of_nodes())
+        for t in inputs:
+            if t.producer is not None and t.producer in graph:
+                b = t.numel * t.itemsize
+                if graph.has_edge(t.producer, op.name):
+                    graph.edges[t.producer, op.name]["bytes"] += b
+                else:
+                    graph.add_edge(t.producer, op.name, bytes=b)
+    return graph, unknown
+
+
+def _aten_name(target) -> str:
+    if isinstance(target, torch._ops.OpOverload):
+        ns, _, rest = target.name().partition("::")
+        return rest.split(".")[0] if ns in ("aten", "dse") else target.name()
+    return getattr(target, "__name__", str(target))
+
+
+def _tensor_inputs(node, value) -> list[_Tensor]:
+    out: list[_Tensor] = []
+
+    def visit(a):
+        if isinstance(a, (list, tuple)):
+            for x in a:
+                visit(x)
+        else:
+            t = value(a)
+            if isinstance(t, _Tensor):
+                out.append(t)
+    for a in node.args:
+        visit(a)
+    for a in node.kwargs.values():
+        visit(a)
+    return out
+
+
+def _bytes(t: _Tensor) -> int:
+    return t.numel * t.itemsize
+
+
+def _make_op(node, name: str, kind: str, inputs: list[_Tensor], outputs: list[_Tensor],
+             dtype: str, elem: int) -> tuple[ir.Op, str]:
+    """The Op of one exported node, and the role of its outputs."""
+    weight = act_r = kv_r = act_w = kv_w = 0
+    out_role = ACT
+    attrs: dict[str, Any] = {}
+    out_elems = sum(t.numel for t in outputs)
+    flops = FLOPS_PER_ELEMENT.get(kind, 0) * out_elems
+
+    if name in ("cat", "concat") and any(t.role == KV for t in inputs):
+        # In-place KV-cache append: only the new entries are written.
+        new = [t for t in inputs if t.role != KV]
+        act_r = sum(_bytes(t) for t in new)
+        kv_w = act_r
+        out_role = KV
+        attrs["kv_append"] = True
+        attrs["elements"] = sum(t.numel for t in new)
+    elif kind == ir.EMBEDDING and inputs and inputs[0].role == WEIGHT:
+        weight = sum(_bytes(t) for t in outputs)  # only the gathered rows are read
+        act_r = sum(_bytes(t) for t in inputs[1:])
+        attrs["elements"] = out_elems
+    else:
+        for t in inputs:
+            if t.role == WEIGHT:
+                weight += _bytes(t)
+            elif t.role == KV:
+                kv_r += _bytes(t)
+            else:
+                act_r += _bytes(t)
+        if kind == ir.MATMUL:
+            attrs = _matmul_attrs(name, node, inputs)
+            flops = 2 * attrs["batch"] * attrs["m"] * attrs["n"] * attrs["k"]
+        elif kind == ir.CONV:
+            attrs = _conv_attrs(name, node, inputs, outputs)
+            flops = 2 * attrs["n"] * attrs["k"] * attrs["p"] * attrs["q"] * attrs["gemm_k"]
+        elif kind == ir.ATTENTION:
+            attrs = _attention_attrs(node, inputs)
+            flops = attrs.pop("_flops")
+        elif kind == ir.HASHGRID:
+            attrs = _hashgrid_attrs(node, inputs)
+            flops = attrs["points"] * attrs["levels"] * (2 ** attrs["dims"]) * attrs["features"] * 2
+        else:
+            attrs["elements"] = out_elems
+    act_w = sum(_bytes(t) for t in outputs) if out_role == ACT else 0
+    op = ir.Op(name=node.name, kind=kind, target=name,
+               input_shapes=tuple(t.shape for t in inputs),
+               output_shapes=tuple(t.shape for t in outputs), dtype=dtype,
+               bytes_per_element=elem, flops=int(flops), weight_bytes=int(weight),
+               activation_bytes_read=int(act_r), activation_bytes_written=int(act_w),
+               kv_bytes_read=int(kv_r), kv_bytes_written=int(kv_w), attrs=attrs)
+    return op, out_role
+
+
+def _matmul_attrs(name: str, node, inputs: list[_Tensor]) -> dict[str, Any]:
+    """GEMM dimensions C[batch, m, n] = A[batch, m, k] @ B[batch, k, n]."""
+    if name == "linear":
+        a, w = inputs[0], inputs[1]
+        k = a.shape[-1]
+        n = w.shape[0]
+        return {"m": a.numel // max(k, 1), "n": n, "k": k, "batch": 1,
+                "weight_operand": w.role == WEIGHT}
+    if name in ("addmm", "baddbmm"):
+        a, b = inputs[1], inputs[2]
+    else:
+        a, b = inputs[0], inputs[1]
+    sa, sb = list(a.shape), list(b.shape)
+    if len(sa) == 1:
+        sa = [1] + sa
+    if len(sb) == 1:
+        sb = sb + [1]
+    m, k = sa[-2], sa[-1]
+    n = sb[-1]
+    batch_a, batch_b = sa[:-2], sb[:-2]
+    nd = max(len(batch_a), len(batch_b))
+    batch_a = [1] * (nd - len(batch_a)) + batch_a
+    batch_b = [1] * (nd - len(batch_b)) + batch_b
+    batch = math.prod(max(x, y) for x, y in zip(batch_a, batch_b))
+    if math.prod(batch_b) == 1 and batch > 1:  # broadcast weight: fold batch into m
+        m, batch = m * batch, 1
+    return {"m": m, "n": n, "k": k, "batch": batch, "weight_operand": b.role == WEIGHT}
+
+
+def _conv_attrs(name: str, node, inputs: list[_Tensor], outputs: list[_Tensor]) -> dict[str, Any]:
+    x, w = inputs[0], inputs[1]
+    args = list(node.args) + [None] * 10
+    if name in ("convolution", "_convolution"):
+        stride, padding, groups = args[3], args[4], args[8]
+    else:
+        stride = node.kwargs.get("stride", args[3] if args[3] is not None else 1)
+        padding = node.kwargs.get("padding", args[4] if args[4] is not None else 0)
+        groups = node.kwargs.get("groups", args[6] if args[6] is not None else 1)
+    groups = int(groups or 1)
+    out = outputs[0].shape
+    spatial_out = out[2:] if len(out) > 2 else (1,)
+    spatial_w = w.shape[2:]
+    p = spatial_out[0] if spatial_out else 1
+    q = math.prod(spatial_out[1:]) if len(spatial_out) > 1 else 1
+    r = spatial_w[0] if spatial_w else 1
+    s = math.prod(spatial_w[1:]) if len(spatial_w) > 1 else 1
+    n, c = x.shape[0], x.shape[1]
+    k = w.shape[0]
+    h = x.shape[2] if len(x.shape) > 2 else 1
+    width = math.prod(x.shape[3:]) if len(x.shape) > 3 else 1
+    gemm_k = (c // groups) * r * s
+    return {"n": n, "c": c, "h": h, "w": width, "k": k, "r": r, "s": s, "p": p, "q": q,
+            "stride": _as_list(stride), "padding": _as_list(padding), "groups": groups,
+            "gemm_m": n * p * q, "gemm_n": k // groups, "gemm_k": gemm_k}
+
+
+def _as_list(v) -> list:
+    if isinstance(v, (list, tuple)):
+        return [int(x) if not isinstance(x, str) else x for x in v]
+    return [v]
+
+
+def _attention_attrs(node, inputs: list[_Tensor]) -> dict[str, Any]:
+    q, k, v = inputs[0], inputs[1], inputs[2]
+    causal = bool(node.kwargs.get("is_causal", node.args[5] if len(node.args) > 5 else False))
+    b = math.prod(q.shape[:-3]) if len(q.shape) > 3 else 1
+    heads, sq, d = (q.shape[-3] if len(q.shape) >= 3 else 1), q.shape[-2], q.shape[-1]
+    kv_heads, skv, dv = (k.shape[-3] if len(k.shape) >= 3 else 1), k.shape[-2], v.shape[-1]
+    flops = 2 * b * heads * sq * skv * d + 2 * b * heads * sq * skv * dv
+    if causal:  # torch's is_causal keeps the lower triangle of [sq, skv] (top-left aligned)
+        visible = sum(min(i + 1, skv) for i in range(sq)) if sq <= 4096 else (
+            min(sq, skv) * (min(sq, skv) + 1) // 2 + max(0, sq - skv) * skv)
+        causal_flops = flops * visible // (sq * skv)
+    else:
+        causal_flops = flops
+    return {"batch": b, "heads": heads, "kv_heads": kv_heads, "q_len": sq, "kv_len": skv,
+            "head_dim": d, "value_dim": dv, "causal": causal, "causal_flops": int(causal_flops),
+            "_flops": flops}
+
+
+def _hashgrid_attrs(node, inputs: list[_Tensor]) -> dict[str, Any]:
+    """Hash-grid attrs from ``dse::hash_grid_encode(positions, table, levels, features,
+    log2_table_size, base_resolution, per_level_scale, ...)``."""
+    pos, table = inputs[0], inputs[1]
+    scalars = [a for a in node.args[2:] if not isinstance(a, torch.fx.Node)]
+    levels = int(table.shape[0])
+    features = int(table.shape[-1])
+    log2_t = int(round(math.log2(table.shape[1]))) if table.shape[1] > 0 else 0
+    base = int(scalars[3]) if len(scalars) > 3 else 16
+    scale = float(scalars[4]) if len(scalars) > 4 else 2.0
+    return {"points": math.prod(pos.shape[:-1]), "dims": pos.shape[-1], "levels": levels,
+            "features": features, "log2_table_size": log2_t, "base_resolution": base,
+            "per_level_scale": scale,
+            "finest_resolution": int(base * scale ** (levels - 1)),
+            "table_bytes_per_level": int(table.shape[1] * features * table.itemsize)}
