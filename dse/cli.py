@@ -1,0 +1,243 @@
+"""The ``dse`` command line. Every user error is one line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import click
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from dse.errors import BadInput, DSEError, InfeasibleDesign
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode=None,
+                  help="Design-space exploration of accelerators co-searched with models.")
+study_app = typer.Typer(no_args_is_help=True, help="Run and inspect co-search studies.")
+calibrate_app = typer.Typer(no_args_is_help=True, help="Calibrate templates on real hardware.")
+app.add_typer(study_app, name="study")
+app.add_typer(calibrate_app, name="calibrate")
+
+out = Console()
+DTYPES = ["fp32", "fp16", "bf16", "fp8", "int8"]
+
+
+def parse_pairs(pairs: list[str] | None, flag: str) -> dict[str, str]:
+    """``["k=v", ...]`` -> dict; a pair without ``=`` is a BadInput naming the flag."""
+    result: dict[str, str] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise BadInput(flag, pair, "expected KEY=VALUE")
+        result[key.strip()] = value.strip()
+    return result
+
+
+def _print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, default=_json_default) + "\n")
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "to_dict"):
+        return o.to_dict()
+    if isinstance(o, (set, frozenset, tuple)):
+        return list(o)
+    return str(o)
+
+
+def _si(x: float, unit: str) -> str:
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= factor:
+            return f"{x / factor:.3g} {prefix}{unit}"
+    if x != 0 and abs(x) < 1:
+        for factor, prefix in ((1e-3, "m"), (1e-6, "u"), (1e-9, "n"), (1e-12, "p")):
+            if abs(x) >= factor:
+                return f"{x / factor:.3g} {prefix}{unit}"
+    return f"{x:.3g} {unit}"
+
+
+# ----------------------------------------------------------------------------- models, workload
+@app.command()
+def models(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """The model zoo: each model's architecture parameters and defaults."""
+    from dse import api
+    rows = api.models()
+    if as_json:
+        _print_json(rows)
+        return
+    t = Table(title="Model zoo")
+    for col in ("model", "family", "phases", "architecture parameters (defaults)"):
+        t.add_column(col)
+    for m in rows:
+        t.add_row(m["name"], m["family"], ",".join(m["phases"]),
+                  " ".join(f"{k}={v}" for k, v in m["arch"].items()))
+    out.print(t)
+
+
+def _workload_from_flags(model, phase, batch, seq, context, dtype, arch, hf_config):
+    from dse import api
+    return api.workload(model, phase=phase, batch=batch, seq=seq, context=context, dtype=dtype,
+                        arch=parse_pairs(arch, "--arch"), hf_config=hf_config)
+
+
+PhaseOpt = typer.Option(None, "--phase", help="prefill | decode | forward (default: the model's first).")
+BatchOpt = typer.Option(None, "--batch", help="Batch size (points per batch for neural fields).")
+SeqOpt = typer.Option(None, "--seq", help="Sequence length (prefill, encoders).")
+ContextOpt = typer.Option(None, "--context", help="KV-cache length in tokens (decode).")
+DtypeOpt = typer.Option("bf16", "--dtype", help="fp32 | fp16 | bf16 | fp8 | int8.")
+ArchOpt = typer.Option(None, "--arch", help="Architecture override KEY=VALUE (repeatable).")
+HfOpt = typer.Option(None, "--hf-config", help="A Hugging Face config.json (needs transformers).")
+
+
+@app.command()
+def workload(model: str = typer.Argument(..., help="Zoo model name (see `dse models`)."),
+             phase: Optional[str] = PhaseOpt, batch: Optional[int] = BatchOpt,
+             seq: Optional[int] = SeqOpt, context: Optional[int] = ContextOpt,
+             dtype: str = DtypeOpt, arch: Optional[list[str]] = ArchOpt,
+             hf_config: Optional[Path] = HfOpt,
+             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Capture a model with torch.export and summarise its op graph."""
+    w = _workload_from_flags(model, phase, batch, seq, context, dtype, arch,
+                             str(hf_config) if hf_config else None)
+    s = w.summary()
+    if as_json:
+        _print_json(s)
+        return
+    out.print(f"[bold]{s['model']}[/] {s['phase']} batch={s['batch']} seq={s['seq']} "
+              f"context={s['context']} dtype={s['dtype']}")
+    out.print(f"params {s['params']:,}   ops {s['ops']}   FLOPs {_si(s['flops'], 'FLOP')}   "
+              f"weights {_si(s['bytes']['weights'], 'B')}   activations "
+              f"{_si(s['bytes']['activations'], 'B')}   KV cache {_si(s['bytes']['kv_cache'], 'B')}")
+    t = Table()
+    for col in ("kind", "ops", "FLOPs", "share"):
+        t.add_column(col, justify="right" if col != "kind" else "left")
+    total = max(s["flops"], 1)
+    for kind, n in sorted(s["ops_by_kind"].items(), key=lambda kv: -s["flops_by_kind"].get(kv[0], 0)):
+        f = s["flops_by_kind"].get(kind, 0)
+        t.add_row(kind, str(n), _si(f, "FLOP"), f"{100 * f / total:.1f}%")
+    out.print(t)
+    if s["unknown_ops"]:
+        out.print("[yellow]unknown ops (costed by bytes only):[/] " + ", ".join(
+            f"{k} x{v}" for k, v in s["unknown_ops"].items()))
+
+
+# ----------------------------------------------------------------------------- accelerators
+@app.command()
+def accelerators(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Accelerator templates, their presets and parameters (units, defaults, ranges)."""
+    from dse import api
+    rows = api.accelerators()
+    if as_json:
+        _print_json(rows)
+        return
+    for a in rows:
+        out.print(f"[bold]{a['name']}[/] — {a['description']}")
+        out.print("  presets: " + (", ".join(a["presets"]) or "(none)")
+                  + (f" (default {a['default_preset']})" if a["default_preset"] else ""))
+        t = Table(show_header=True, box=None, padding=(0, 2))
+        for col in ("param", "unit", "default", "allowed", "description"):
+            t.add_column(col)
+        for p in a["params"]:
+            allowed = (", ".join(map(str, p["choices"])) if p["choices"]
+                       else f"[{p['low']:g}, {p['high']:g}]" if p["low"] is not None else "")
+            t.add_row(p["name"], p["unit"], str(p["default"]), allowed, p["description"])
+        out.print(t)
+
+
+# ----------------------------------------------------------------------------- simulate
+@app.command()
+def simulate(model: str = typer.Argument(..., help="Zoo model name."),
+             accelerator: str = typer.Option("npu", "--accelerator", "-a",
+                                             help="TEMPLATE[:PRESET], e.g. gpu:h200."),
+             hw: Optional[list[str]] = typer.Option(None, "--hw", help="Hardware KEY=VALUE (repeatable)."),
+             phase: Optional[str] = PhaseOpt, batch: Optional[int] = BatchOpt,
+             seq: Optional[int] = SeqOpt, context: Optional[int] = ContextOpt,
+             dtype: str = DtypeOpt, arch: Optional[list[str]] = ArchOpt,
+             hf_config: Optional[Path] = HfOpt,
+             as_json: bool = typer.Option(False, "--json", help="Print the Result as JSON."),
+             trace: Optional[Path] = typer.Option(None, "--trace", help="Write a Chrome trace (Perfetto)."),
+             report: Optional[Path] = typer.Option(None, "--report", help="Write a one-design HTML report.")) -> None:
+    """Simulate one design on one model: latency, energy, area, power, timeline."""
+    from dse import api
+    w = _workload_from_flags(model, phase, batch, seq, context, dtype, arch,
+                             str(hf_config) if hf_config else None)
+    design = api.accelerator(accelerator, parse_pairs(hw, "--hw"))
+    r = api.simulate(w, design)
+    if trace:
+        trace.write_text(json.dumps(r.to_chrome_trace()))
+    if report:
+        from dse.report import write_design_report
+        write_design_report(r, report)
+    if as_json:
+        _print_json(r.to_dict())
+        return
+    _print_result(r)
+    if trace:
+        out.print(f"trace: {trace}")
+    if report:
+        out.print(f"report: {report}")
+
+
+def _print_result(r) -> None:
+    out.print(f"[bold]{r.model}[/] {r.phase} on [bold]{r.accelerator['template']}"
+              f"{':' + r.accelerator['preset'] if r.accelerator.get('preset') else ''}[/]")
+    out.print(f"latency {_si(r.latency_s, 's')}   energy {_si(r.energy_j, 'J')}   "
+              f"area {r.area_mm2:,.1f} mm²   avg power {_si(r.avg_power_w, 'W')}   "
+              f"throughput {r.throughput:,.4g} {r.throughput_unit}")
+    out.print("energy: " + "  ".join(f"{k} {_si(v, 'J')}" for k, v in r.energy_breakdown_j.items() if v))
+    out.print("utilisation: " + "  ".join(f"{k} {100 * v:.1f}%" for k, v in r.utilisation.items()))
+    t = Table(title="top ops by time")
+    for col in ("op", "kind", "unit", "time", "bound", "FLOPs", "bytes"):
+        t.add_column(col)
+    for o in sorted(r.ops, key=lambda o: -o.duration_s)[:10]:
+        t.add_row(o.name, o.kind, o.unit, _si(o.duration_s, "s"), o.bound,
+                  _si(o.flops, "FLOP"), _si(o.bytes, "B"))
+    out.print(t)
+
+
+# ----------------------------------------------------------------------------- reproduce
+@app.command()
+def reproduce(name: str = typer.Argument(..., help="pim-gpt | neupims | ngpc | waferllm"),
+              as_json: bool = typer.Option(False, "--json", help='Print {"rows": [...]}.')) -> None:
+    """Reproduce a seed paper's headline numbers: metric, paper, ours, ratio."""
+    from dse.reproduce import run_reproduction
+    rows = run_reproduction(name)
+    if as_json:
+        _print_json({"rows": [r.to_dict() for r in rows]})
+        return
+    t = Table(title=f"reproduction: {name}")
+    for col in ("metric", "paper", "ours", "ratio", "ok"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r.metric, r.paper_text(), f"{r.ours:.4g}", f"{r.ratio:.3f}",
+                  "yes" if r.within() else "NO")
+    out.print(t)
+
+
+# ----------------------------------------------------------------------------- entry point
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI: user errors become one line on stderr and exit code 2."""
+    try:
+        app(args=argv, standalone_mode=False, prog_name="dse")
+    except DSEError as exc:
+        _fail(str(exc))
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        _fail("aborted")
+    except click.ClickException as exc:
+        _fail(exc.format_message().replace("\n", " "))
+    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+        _fail(f"{exc.filename}: {exc.strerror}")
+
+
+def _fail(message: str) -> None:
+    sys.stderr.write(f"error: {message}\n")
+    sys.exit(2)
+
+
+__all__ = ["app", "main", "parse_pairs", "InfeasibleDesign"]

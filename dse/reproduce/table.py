@@ -1,0 +1,42 @@
+"""One row of a reproduction table: a metric, the paper's value, ours, and their ratio."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+#: A reproduction row passes when ``ratio`` is within this factor of 1 (the issues' +-35%).
+TOLERANCE = 0.35
+
+
+@dataclass(frozen=True)
+class Row:
+    """``paper`` is a number or a ``(low, high)`` range. ``ratio`` is ours / paper; for a range,
+    ours relative to the nearest end, 1.0 inside it. ``note`` says where ours comes from."""
+
+    metric: str
+    paper: float | tuple[float, float]
+    ours: float
+    note: str = ""
+
+    @property
+    def ratio(self) -> float:
+        if isinstance(self.paper, (tuple, list)):
+            low, high = self.paper
+            if low <= self.ours <= high:
+                return 1.0
+            return self.ours / (low if self.ours < low else high)
+        return self.ours / self.paper if self.paper else float("inf")
+
+    def within(self, tolerance: float = TOLERANCE) -> bool:
+        return abs(self.ratio - 1.0) <= tolerance
+
+    def paper_text(self) -> str:
+        if isinstance(self.paper, (tuple, list)):
+            return f"{self.paper[0]:g}–{self.paper[1]:g}"
+        return f"{self.paper:g}"
+
+    def to_dict(self) -> dict[str, Any]:
+        paper = list(self.paper) if isinstance(self.paper, (tuple, list)) else self.paper
+        return {"metric": self.metric, "paper": paper, "ours": self.ours, "ratio": self.ratio,
+                "within_35pct": self.within(), "note": self.note}
