@@ -218,6 +218,15 @@ class Template(ABC):
     def cost(self, op: Op) -> OpCost:
         """The cost of ``op`` on this design; raise ``InfeasibleDesign`` if it cannot run."""
 
+    def plan(self, workload: Workload) -> Workload:
+        """The graph this design actually runs for ``workload`` (default: unchanged).
+
+        Override to restructure execution, e.g. split a batch into pipelined sub-batches or
+        replicate a per-batch graph across ray batches. The result must be a valid
+        :class:`Workload` whose ops this template can cost.
+        """
+        return workload
+
     def costs(self, workload: Workload) -> list[OpCost]:
         """Costs of every op of ``workload`` in ``workload.ops`` order (override to map a whole
         workload at once, e.g. to partition across channels)."""

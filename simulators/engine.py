@@ -31,19 +31,21 @@ def throughput_of(workload: Workload, latency_s: float) -> tuple[float, str]:
     return workload.batch / latency_s, "samples/s"
 
 
-def op_costs(workload: Workload, accelerator: Template) -> list[OpCost]:
-    """Costs of every op, after the design's whole-workload check."""
-    reason = accelerator.check(workload)
-    if reason:
-        raise InfeasibleDesign(reason)
-    return accelerator.costs(workload)
-
-
 def simulate(workload: Workload, accelerator: Template,
              costs: Sequence[OpCost] | None = None) -> Result:
-    """Simulate ``workload`` on ``accelerator``; raise ``InfeasibleDesign`` if it cannot run."""
+    """Simulate ``workload`` on ``accelerator``; raise ``InfeasibleDesign`` if it cannot run.
+
+    The design's :meth:`Template.plan` may restructure the graph first; ``costs``, when
+    given, are for the planned graph's ops.
+    """
+    if costs is None:
+        reason = accelerator.check(workload)
+        if reason:
+            raise InfeasibleDesign(reason)
+        workload = accelerator.plan(workload)
+        costs = accelerator.costs(workload)
     ops = workload.ops
-    costs = list(costs) if costs is not None else op_costs(workload, accelerator)
+    costs = list(costs)
     res = accelerator.resources()
     env = simpy.Environment()
     units = {name: simpy.Resource(env, capacity=int(cap)) for name, cap in res.units.items()}

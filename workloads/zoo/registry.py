@@ -39,7 +39,8 @@ class ModelSpec:
 
     def resolve_arch(self, overrides: dict[str, Any] | None) -> dict[str, Any]:
         """Defaults updated by ``overrides``, each coerced to its default's type; unknown keys and
-        non-positive sizes raise :class:`BadInput`."""
+        non-positive numbers raise :class:`BadInput` (a zero listed in ``arch_choices`` is
+        allowed, for keys such as a convolution's padding)."""
         arch = dict(self.arch)
         for key, value in (overrides or {}).items():
             if key not in arch:
@@ -68,15 +69,16 @@ def _coerce(spec: ModelSpec, key: str, value: Any) -> Any:
             if f != int(f):
                 raise ValueError
             value = int(f)
-            if value <= 0:
+            # A value listed in ``arch_choices`` is allowed even when zero (e.g. padding 0).
+            if value <= 0 and not (choices is not None and value in choices):
                 raise BadInput(field_name, value, "expected a positive int")
         elif isinstance(default, float):
             value = float(value)
-            if not value > 0:
+            if not value > 0 and not (choices is not None and value in choices):
                 raise BadInput(field_name, value, "expected a positive number")
         else:
             value = str(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: int(float("inf"))
         raise BadInput(field_name, value, f"expected a {type(default).__name__}") from None
     if choices is not None and value not in choices:
         raise BadInput(field_name, value, "expected one of " + ", ".join(map(str, choices)))
