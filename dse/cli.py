@@ -13,11 +13,11 @@ from rich.console import Console
 from rich.table import Table
 
 from dse.errors import BadInput, DSEError, InfeasibleDesign
+from dse.study.cli import study_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None,
                   help="Design-space exploration of accelerators co-searched with models.")
-study_app = typer.Typer(no_args_is_help=True, help="Run and inspect co-search studies.")
 calibrate_app = typer.Typer(no_args_is_help=True, help="Calibrate templates on real hardware.")
 app.add_typer(study_app, name="study")
 app.add_typer(calibrate_app, name="calibrate")

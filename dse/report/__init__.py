@@ -1,0 +1,1 @@
+"""Self-contained interactive Plotly reports."""

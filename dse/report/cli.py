@@ -1,0 +1,1 @@
+"""``dse report`` command."""

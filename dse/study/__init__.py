@@ -1,0 +1,1 @@
+"""Co-search studies: YAML specs, the Optuna driver, quality proxies."""
