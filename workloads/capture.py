@@ -82,12 +82,15 @@ def _count_params(module: torch.nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
+#: Higher-order ops that wrap a subgraph (``torch.no_grad()``/autocast regions); inlined.
+_WRAPPERS = ("wrap_with_set_grad_enabled", "wrap_with_autocast")
+
+
 def _build_graph(ep, dtype: str) -> tuple[nx.DiGraph, dict[str, int]]:
     elem = ir.DTYPE_BYTES[dtype]
     sig = ep.graph_signature
     constant_inputs = set(sig.inputs_to_parameters) | set(sig.inputs_to_buffers) | set(
         getattr(sig, "inputs_to_lifted_tensor_constants", {}))
-    tensors: dict[str, _Tensor | tuple] = {}
     graph = nx.DiGraph()
     unknown: dict[str, int] = {}
 
@@ -98,64 +101,83 @@ def _build_graph(ep, dtype: str) -> tuple[nx.DiGraph, dict[str, int]]:
         itemsize = elem if val.dtype.is_floating_point else val.element_size()
         return _Tensor(producer, role, shape, math.prod(shape), itemsize)
 
-    def value(node_arg):
-        """The _Tensor (or tuple of them) an fx argument refers to."""
-        return tensors.get(node_arg.name) if isinstance(node_arg, torch.fx.Node) else None
+    def walk(fx_graph, tensors: dict, prefix: str, bound_inputs: list | None):
+        """Add the ops of ``fx_graph``; return what its output node returns."""
+        def value(a):
+            return tensors.get(a.name) if isinstance(a, torch.fx.Node) else None
 
-    for node in ep.graph.nodes:
-        if node.op == "placeholder":
-            if node.name in constant_inputs:
-                role = WEIGHT
-            elif node.name.startswith(KV_INPUT_NAME):
-                role = KV
-            else:
-                role = ACT
-            t = meta_tensor(node.meta.get("val"), None, role)
-            if t is not None:
-                tensors[node.name] = t
-            continue
-        if node.op != "call_function":
-            continue
-        if node.target is operator.getitem:
-            parent = value(node.args[0])
-            if isinstance(parent, tuple) and node.args[1] < len(parent):
-                tensors[node.name] = parent[node.args[1]]
-            continue
-        name = _aten_name(node.target)
-        kind = classify(name)
-        inputs = _tensor_inputs(node, value)
-        val = node.meta.get("val")
-        outs = val if isinstance(val, (tuple, list)) else (val,)
-        if kind == "free" or (name == "contiguous" and all(
-                isinstance(v, torch.Tensor) and v.is_contiguous() for v in outs)):
-            src = inputs[0] if inputs else None
-            if src is not None:
-                first_out = meta_tensor(outs[0], src.producer, src.role)
-                out_ts = tuple(meta_tensor(o, src.producer, src.role) for o in outs)
-                tensors[node.name] = out_ts if isinstance(val, (tuple, list)) else first_out
-            continue
-        if kind is None:
-            kind = ir.UNKNOWN
-            unknown[name] = unknown.get(name, 0) + 1
-        if name == "contiguous":
-            kind = ir.DATA_MOVEMENT
-        out_tensors = [meta_tensor(o, node.name, ACT) for o in outs]
-        out_tensors = [t for t in out_tensors if t is not None]
-        op, out_role = _make_op(node, name, kind, inputs, out_tensors, dtype, elem)
-        out_tensors = [_Tensor(t.producer, out_role, t.shape, t.numel, t.itemsize)
-                       for t in out_tensors]
-        if isinstance(val, (tuple, list)):
-            tensors[node.name] = tuple(out_tensors)
-        elif out_tensors:
-            tensors[node.name] = out_tensors[0]
-        graph.add_node(op.name, op=op, index=graph.number_of_nodes())
-        for t in inputs:
-            if t.producer is not None and t.producer in graph:
-                b = t.numel * t.itemsize
-                if graph.has_edge(t.producer, op.name):
-                    graph.edges[t.producer, op.name]["bytes"] += b
+        placeholders = 0
+        for node in fx_graph.nodes:
+            if node.op == "placeholder":
+                if bound_inputs is not None:  # a wrapped subgraph: operands bound by position
+                    if placeholders < len(bound_inputs) and bound_inputs[placeholders] is not None:
+                        tensors[node.name] = bound_inputs[placeholders]
+                    placeholders += 1
+                    continue
+                if node.name in constant_inputs:
+                    role = WEIGHT
+                elif node.name.startswith(KV_INPUT_NAME):
+                    role = KV
                 else:
-                    graph.add_edge(t.producer, op.name, bytes=b)
+                    role = ACT
+                t = meta_tensor(node.meta.get("val"), None, role)
+                if t is not None:
+                    tensors[node.name] = t
+                continue
+            if node.op == "output":
+                outs = node.args[0]
+                return tuple(value(o) for o in (outs if isinstance(outs, (list, tuple)) else [outs]))
+            if node.op != "call_function":
+                continue
+            if node.target is operator.getitem:
+                parent = value(node.args[0])
+                if isinstance(parent, tuple) and node.args[1] < len(parent):
+                    tensors[node.name] = parent[node.args[1]]
+                continue
+            name = _aten_name(node.target)
+            if name in _WRAPPERS:
+                sub_index = next(i for i, a in enumerate(node.args)
+                                 if isinstance(a, torch.fx.Node) and a.op == "get_attr")
+                sub = getattr(ep.graph_module, node.args[sub_index].target)
+                operands = [value(a) for a in node.args[sub_index + 1:]]
+                tensors[node.name] = walk(sub.graph, {}, f"{prefix}{node.name}.", operands)
+                continue
+            kind = classify(name)
+            inputs = _tensor_inputs(node, value)
+            val = node.meta.get("val")
+            outs = val if isinstance(val, (tuple, list)) else (val,)
+            if kind == "free" or (name == "contiguous" and all(
+                    isinstance(v, torch.Tensor) and v.is_contiguous() for v in outs)):
+                src = inputs[0] if inputs else None
+                if src is not None:
+                    out_ts = tuple(meta_tensor(o, src.producer, src.role) for o in outs)
+                    tensors[node.name] = out_ts if isinstance(val, (tuple, list)) else out_ts[0]
+                continue
+            if kind is None:
+                kind = ir.UNKNOWN
+                unknown[name] = unknown.get(name, 0) + 1
+            if name == "contiguous":
+                kind = ir.DATA_MOVEMENT
+            op_name = prefix + node.name
+            out_tensors = [t for t in (meta_tensor(o, op_name, ACT) for o in outs) if t is not None]
+            op, out_role = _make_op(node, op_name, name, kind, inputs, out_tensors, dtype, elem)
+            out_tensors = [_Tensor(t.producer, out_role, t.shape, t.numel, t.itemsize)
+                           for t in out_tensors]
+            if isinstance(val, (tuple, list)):
+                tensors[node.name] = tuple(out_tensors)
+            elif out_tensors:
+                tensors[node.name] = out_tensors[0]
+            graph.add_node(op.name, op=op, index=graph.number_of_nodes())
+            for t in inputs:
+                if t.producer is not None and t.producer in graph:
+                    b = t.numel * t.itemsize
+                    if graph.has_edge(t.producer, op.name):
+                        graph.edges[t.producer, op.name]["bytes"] += b
+                    else:
+                        graph.add_edge(t.producer, op.name, bytes=b)
+        return ()
+
+    walk(ep.graph, {}, "", None)
     return graph, unknown
 
 
@@ -163,6 +185,8 @@ def _aten_name(target) -> str:
     if isinstance(target, torch._ops.OpOverload):
         ns, _, rest = target.name().partition("::")
         return rest.split(".")[0] if ns in ("aten", "dse") else target.name()
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return target.name()
     return getattr(target, "__name__", str(target))
 
 
@@ -188,7 +212,7 @@ def _bytes(t: _Tensor) -> int:
     return t.numel * t.itemsize
 
 
-def _make_op(node, name: str, kind: str, inputs: list[_Tensor], outputs: list[_Tensor],
+def _make_op(node, op_name: str, name: str, kind: str, inputs: list[_Tensor], outputs: list[_Tensor],
              dtype: str, elem: int) -> tuple[ir.Op, str]:
     """The Op of one exported node, and the role of its outputs."""
     weight = act_r = kv_r = act_w = kv_w = 0
@@ -232,7 +256,7 @@ def _make_op(node, name: str, kind: str, inputs: list[_Tensor], outputs: list[_T
         else:
             attrs["elements"] = out_elems
     act_w = sum(_bytes(t) for t in outputs) if out_role == ACT else 0
-    op = ir.Op(name=node.name, kind=kind, target=name,
+    op = ir.Op(name=op_name, kind=kind, target=name,
                input_shapes=tuple(t.shape for t in inputs),
                output_shapes=tuple(t.shape for t in outputs), dtype=dtype,
                bytes_per_element=elem, flops=int(flops), weight_bytes=int(weight),

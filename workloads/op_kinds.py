@@ -13,7 +13,7 @@ alias detach flatten unflatten split split_with_sizes chunk unbind as_strided dr
 feature_dropout _to_copy to type_as lift_fresh_copy sym_size sym_numel sym_stride
 zeros zeros_like ones ones_like full full_like empty empty_like arange scalar_tensor
 _assert_tensor_metadata _assert_scalar sym_constrain_range_for_size item view_as
-triu tril numpy_T mT mH adjoint matrix_H movedim moveaxis swapaxes swapdims
+triu tril new_ones new_zeros new_full new_empty numpy_T mT mH adjoint matrix_H movedim moveaxis swapaxes swapdims
 """.split())
 
 COPY = frozenset("""
@@ -45,7 +45,7 @@ minimum maximum erf reciprocal bitwise_xor bitwise_and bitwise_or bitwise_not fl
 remainder eq ne lt gt le ge logical_and logical_or logical_not leaky_relu elu mish square
 addcmul addcdiv lerp floor_divide fmod trunc round sign ceil softplus glu sub_ add_ mul_ div_
 relu_ silu_ gelu_ hardtanh_ sigmoid_ tanh_ fill fill_ __and__ __or__ __xor__ bitwise_left_shift
-bitwise_right_shift isnan isinf nan_to_num
+bitwise_right_shift isnan isinf nan_to_num diff
 """.split())
 #: Custom ops of this project, by their qualified name without ``::`` prefix handling.
 HASHGRID = frozenset({"hash_grid_encode"})
