@@ -7,13 +7,17 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-import click
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from dse.errors import BadInput, DSEError, InfeasibleDesign
 from dse.study.cli import study_app
+
+try:  # typer >= 0.20 vendors click as typer._click; older typer uses click itself
+    from typer._click import exceptions as click_exc
+except ImportError:  # pragma: no cover
+    from click import exceptions as click_exc
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None,
@@ -225,11 +229,14 @@ def main(argv: list[str] | None = None) -> None:
         app(args=argv, standalone_mode=False, prog_name="dse")
     except DSEError as exc:
         _fail(str(exc))
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
+    except typer.Abort:
         _fail("aborted")
-    except click.ClickException as exc:
+    except click_exc.NoArgsIsHelpError as exc:
+        sys.stdout.write(exc.format_message() + "\n")
+        sys.exit(0)
+    except click_exc.ClickException as exc:
         _fail(exc.format_message().replace("\n", " "))
     except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
         _fail(f"{exc.filename}: {exc.strerror}")

@@ -184,3 +184,28 @@ def test_hugging_face_configs_match_flop_counter(config):
     assert gemm_flops(w) == expected
     assert w.params == sum(p.numel() for p in model.parameters())
     assert not w.unknown_targets
+
+
+def _small_arch(spec):
+    """Fewer layers for the deep models keeps the test fast; the per-layer ops are the same."""
+    return {k: 2 for k in ("n_layer",) if k in spec.arch}
+
+
+@pytest.mark.parametrize("name", __import__("workloads.zoo", fromlist=["model_names"]).model_names())
+def test_every_zoo_model_matches_flop_counter(name):
+    from workloads.build import build_workload
+    from workloads.zoo import get_model
+    spec = get_model(name)
+    arch = spec.resolve_arch(_small_arch(spec))
+    phases = spec.phases
+    for phase in phases:
+        sizes = {"batch": 2, "seq": 8, "context": 16} if spec.family in ("llm", "encoder") else {
+            "batch": 256 if spec.family == "neural_field" else 1}
+        w = build_workload(name, phase=phase, arch=_small_arch(spec), use_cache=False, **sizes)
+        seq = sizes.get("seq", 1) if phase != "decode" else 1
+        with torch.device("meta"):
+            module = spec.build(arch).eval()
+            args, kwargs = spec.inputs(arch, phase, sizes["batch"], seq, sizes.get("context", 0))
+        assert gemm_flops(w) == counted_flops(module, args, kwargs), (name, phase)
+        assert w.summary()["bytes"]["weights"] == w.params * 2
+        assert not w.unknown_targets, w.unknown_targets

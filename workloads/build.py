@@ -65,13 +65,16 @@ def resolve(model: str, phase: str | None = None, batch: int | None = None,
         raise BadInput("dtype", dtype, "expected one of " + ", ".join(ir.DTYPE_BYTES))
     batch = _positive("batch", batch if batch is not None else DEFAULT_BATCH.get(spec.family, 1))
     seq = _positive("seq", seq if seq is not None else DEFAULT_SEQ.get(spec.family, 1))
-    context = _positive("context", context if context is not None else DEFAULT_CONTEXT)
+    arch_values = spec.resolve_arch(arch)
+    if context is None:  # the default fits models with learned positions (max_seq)
+        context = min(DEFAULT_CONTEXT, int(arch_values.get("max_seq", DEFAULT_CONTEXT + 1)) - 1)
+    context = _positive("context", context)
     if phase != "prefill" and spec.family == "llm":
         seq = 1
     if phase != "decode":
         context = 0
     return {"model": model, "phase": phase, "batch": batch, "seq": seq, "context": context,
-            "dtype": dtype, "arch": spec.resolve_arch(arch)}
+            "dtype": dtype, "arch": arch_values}
 
 
 def _key(args: dict[str, Any]) -> str:

@@ -346,17 +346,15 @@ def _attention_attrs(node, inputs: list[_Tensor]) -> dict[str, Any]:
 
 
 def _hashgrid_attrs(node, inputs: list[_Tensor]) -> dict[str, Any]:
-    """Hash-grid attrs from ``dse::hash_grid_encode(positions, table, levels, features,
-    log2_table_size, base_resolution, per_level_scale, ...)``."""
+    """Attrs of ``dse::hash_grid_encode(positions, table, levels, features, log2_table_size,
+    base_resolution, per_level_scale, dense)``."""
+    from workloads.hashgrid_op import level_resolutions
     pos, table = inputs[0], inputs[1]
-    scalars = [a for a in node.args[2:] if not isinstance(a, torch.fx.Node)]
-    levels = int(table.shape[0])
-    features = int(table.shape[-1])
-    log2_t = int(round(math.log2(table.shape[1]))) if table.shape[1] > 0 else 0
-    base = int(scalars[3]) if len(scalars) > 3 else 16
-    scale = float(scalars[4]) if len(scalars) > 4 else 2.0
-    return {"points": math.prod(pos.shape[:-1]), "dims": pos.shape[-1], "levels": levels,
-            "features": features, "log2_table_size": log2_t, "base_resolution": base,
-            "per_level_scale": scale,
-            "finest_resolution": int(base * scale ** (levels - 1)),
+    levels, features, log2_t, base, scale, dense = node.args[2:8]
+    resolutions = level_resolutions(int(levels), int(base), float(scale))
+    return {"points": math.prod(pos.shape[:-1]), "dims": pos.shape[-1], "levels": int(levels),
+            "features": int(features), "log2_table_size": int(log2_t), "dense": bool(dense),
+            "base_resolution": int(base), "per_level_scale": float(scale),
+            "finest_resolution": resolutions[-1], "resolutions": resolutions,
+            "table_rows_per_level": int(table.shape[1]),
             "table_bytes_per_level": int(table.shape[1] * features * table.itemsize)}

@@ -1,0 +1,97 @@
+"""Single-operator micro workloads: one GEMM, one convolution, one attention.
+
+``batch`` multiplies the leading dimension: ``linear`` takes [batch * m, k]; ``conv2d``
+[batch * n, c, h, w]; ``sdpa`` q [batch * b, h, sq, d] with k, v [batch * b, kv_heads, skv, d].
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dse.errors import BadInput
+from workloads.zoo.definitions.checks import check_count, check_phase, example_floats
+from workloads.zoo.registry import ModelSpec, register
+
+
+class Linear(nn.Module):
+    """y = x W^T (+ b): [m, k] x [k, n]."""
+
+    def __init__(self, arch: dict[str, Any]):
+        super().__init__()
+        self.proj = nn.Linear(arch["k"], arch["n"], bias=arch["bias"])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x)
+
+
+class Conv2d(nn.Module):
+    """One 2-D convolution: k filters of c/groups x r x s over [n, c, h, w]."""
+
+    def __init__(self, arch: dict[str, Any]):
+        super().__init__()
+        c, k, groups = arch["c"], arch["k"], arch["groups"]
+        if c % groups or k % groups:
+            raise BadInput("arch.groups", groups, f"expected a divisor of c={c} and k={k}")
+        p = (arch["h"] + 2 * arch["padding"] - arch["r"]) // arch["stride"] + 1
+        q = (arch["w"] + 2 * arch["padding"] - arch["s"]) // arch["stride"] + 1
+        if p < 1 or q < 1:
+            raise BadInput("arch.r", (arch["r"], arch["s"]),
+                           "the filter is larger than the padded input")
+        self.conv = nn.Conv2d(c, k, (arch["r"], arch["s"]), arch["stride"], arch["padding"],
+                              groups=groups, bias=arch["bias"])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x)
+
+
+class SDPA(nn.Module):
+    """One scaled-dot-product attention; grouped-query when kv_heads < h."""
+
+    def __init__(self, arch: dict[str, Any]):
+        super().__init__()
+        if arch["h"] % arch["kv_heads"]:
+            raise BadInput("arch.kv_heads", arch["kv_heads"],
+                           f"expected a divisor of h={arch['h']}")
+        self.causal = arch["causal"]
+        self.gqa = arch["kv_heads"] != arch["h"]
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal,
+                                              enable_gqa=self.gqa)
+
+
+def _inputs(name: str, shapes):
+    def inputs(arch: dict[str, Any], phase: str, batch: int, seq: int = 0, context: int = 0):
+        """Deterministic float inputs; ``batch`` multiplies the leading dimension."""
+        check_phase(name, phase, ("forward",))
+        check_count("batch", batch)
+        return tuple(example_floats(*shape) for shape in shapes(arch, batch)), {}
+    return inputs
+
+
+# Default sizes of the micro workloads are example sizes [E], meant to be overridden.
+register(ModelSpec(
+    name="linear", family="micro", description="one GEMM: [m, k] x [k, n]",
+    arch={"m": 1024, "k": 1024, "n": 1024, "bias": False},
+    build=Linear, inputs=_inputs("linear", lambda a, b: [(b * a["m"], a["k"])])))
+
+register(ModelSpec(
+    name="conv2d", family="micro", description="one 2-D convolution (NCHW)",
+    arch={"n": 1, "c": 64, "h": 56, "w": 56, "k": 64, "r": 3, "s": 3, "stride": 1,
+          "padding": 1, "groups": 1, "bias": False},
+    # padding may be 0; the rest of the keys must be positive.
+    arch_choices={"padding": tuple(range(0, 33))},
+    build=Conv2d,
+    inputs=_inputs("conv2d", lambda a, b: [(b * a["n"], a["c"], a["h"], a["w"])])))
+
+register(ModelSpec(
+    name="sdpa", family="micro", description="one scaled-dot-product attention",
+    arch={"b": 1, "h": 32, "sq": 1024, "skv": 1024, "d": 128, "causal": True, "kv_heads": 32},
+    build=SDPA,
+    inputs=_inputs("sdpa", lambda a, b: [(b * a["b"], a["h"], a["sq"], a["d"]),
+                                         (b * a["b"], a["kv_heads"], a["skv"], a["d"]),
+                                         (b * a["b"], a["kv_heads"], a["skv"], a["d"])])))
