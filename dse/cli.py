@@ -222,6 +222,20 @@ def reproduce(name: str = typer.Argument(..., help="pim-gpt | neupims | ngpc | w
     out.print(t)
 
 
+# ----------------------------------------------------------------------------- calibrate
+@calibrate_app.command("gpu")
+def calibrate_gpu(out_file: Path = typer.Option(Path("gpu_calibration.json"), "--out",
+                                                help="Calibration file to write."),
+                  quick: bool = typer.Option(False, "--quick", help="A smaller grid (~1 min).")) -> None:
+    """Microbenchmark this machine's CUDA GPU and fit the gpu template to it."""
+    from dse.calibrate import calibrate_gpu as run
+    cal = run(out_file, quick=quick)
+    out.print(f"calibration: {out_file}  (load with --hw calibration={out_file})")
+    held = cal.get("heldout_error", cal.get("heldout"))
+    if held:
+        out.print(f"held-out error: {held}")
+
+
 # ----------------------------------------------------------------------------- entry point
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI: user errors become one line on stderr and exit code 2."""
