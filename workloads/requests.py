@@ -103,7 +103,8 @@ def distribution(name: str) -> LengthDistribution:
     try:
         return DISTRIBUTIONS[name]
     except KeyError:
-        raise BadInput("distribution", name, "expected one of " + ", ".join(DISTRIBUTIONS)) from None
+        raise BadInput("distribution", name,
+                       "expected one of " + ", ".join(DISTRIBUTIONS)) from None
 
 
 def steady_state_batch(dist: LengthDistribution | str, batch: int, seed: int = 0,
@@ -236,8 +237,7 @@ def shard_tensor_parallel(w: ir.Workload, tp: int) -> ir.Workload:
                              activation_bytes_read=op.activation_bytes_read // tp,
                              activation_bytes_written=op.activation_bytes_written // tp,
                              attrs={**a, "elements": a.get("elements", 0) // tp})
-    arch = {**w.arch, "tensor_parallel": tp}
-    return rebuild(w, ops, params=w.params // tp, arch=arch)
+    return rebuild(w, ops, params=w.params // tp)
 
 
 def batched_decode(model: str, requests: Sequence[Request], dtype: str = "bf16",
@@ -279,7 +279,7 @@ def split_batch(w: ir.Workload, groups: Sequence[Sequence[int]]) -> ir.Workload:
         for u, v, data in w.graph.edges(data=True):
             g.add_edge(names[u], names[v], bytes=int(round(data.get("bytes", 0) * f)))
     out = ir.Workload(graph=g, model=w.model, phase=w.phase, dtype=w.dtype, batch=B, seq=w.seq,
-                      context=w.context, arch={**w.arch, "sub_batches": len(groups)},
+                      context=w.context, arch=dict(w.arch),
                       params=w.params, unknown_targets=dict(w.unknown_targets))
     return out
 

@@ -1,0 +1,349 @@
+"""``npu_pim``: NeuPIMs, an NPU beside HBM-PIM for batched LLM decode (Heo et al., ASPLOS 2024).
+
+* GEMMs (QKV, projections, FFN, LM head) and the vector work (norms, activations, softmax, KV
+  appends) run on the NPU (an :class:`accelerators.npu.NPU`; units ``array`` and ``vector``),
+  whose DRAM traffic crosses the PIM's own channels (channel ``dram``: channels x the HBM2
+  channel bandwidth).
+* Attention runs on the PIM: every request's KV cache lives in one channel (32 banks; keys one
+  token per bank, values one head dimension per bank, NeuPIMs' layout), and each channel runs
+  its requests' Q.K^T and P.V GEMVs one after another (:mod:`accelerators.dram_timing`); a
+  PIM attention op lasts as long as its busiest channel. Softmax in between runs on the NPU's
+  vector unit (:meth:`NeuPIMs.plan` splits each attention op in three).
+
+Options the paper compares:
+
+* ``row_buffers`` 1 ("blocked" PIM, as Newton / HBM-PIM): while the PIM computes, the banks
+  cannot serve the NPU. A PIM op then occupies the ``dram`` channel for its whole duration
+  (its cost moves ``latency x bandwidth`` bytes there), so the simulator time-shares the
+  channel between PIM compute and NPU transfers. With 2 (dual row buffers) PIM compute leaves
+  the channel free except for its GWRITE / RDRESULT bytes.
+* ``sub_batch_interleaving``: :meth:`NeuPIMs.plan` splits the batch into two sub-batches of
+  equal size and near-equal PIM work, each spread over all channels, and runs two copies of the
+  step graph; the simulator overlaps one sub-batch's GEMMs on the NPU with the other's
+  attention on the PIM (one op at a time per unit, so the overlap comes from the contention
+  model). Each copy reads the weights again, as two sub-batches do.
+* ``load_balancing``: ``greedy`` assigns requests, longest first, to the channel with the least
+  estimated PIM load (NeuPIMs' algorithm); ``round_robin`` assigns request i to channel i mod C.
+
+Two more options: ``attention_on`` "npu" gives the paper's NPU-only baseline (the same NPU and
+channels, attention on the NPU); ``npu_weight_double_buffering`` (default on) costs
+weight-stationary GEMMs with the next fold's weights shifted in while the current fold streams,
+as NeuPIMs' own NPU model issues them, instead of the ``npu`` template's serial SCALE-Sim folds
+(:func:`double_buffered_cycles`).
+
+Requests with different context lengths come from :func:`workloads.requests.batched_decode`
+(attention attribute ``kv_lens``); a plain decode workload is a batch of equal lengths.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+from typing import Any, Sequence
+
+from accelerators import dram_timing as dt
+from accelerators import technology as tech
+from accelerators.base import OpCost, Param, Resources, Template
+from accelerators.npu import NPU, PRESETS as NPU_PRESETS, PARAMS as NPU_PARAMS
+from accelerators.npu import VECTOR_OPS_PER_ELEMENT
+from accelerators.pim import (PART, attend_gemv, attention_dims, bank_params, bank_problem,
+                              capacity_problem, geometry, logits_gemv, split_attention,
+                              timing_of, timing_params)
+from dse.errors import InfeasibleDesign
+from workloads import ir
+from workloads.ir import DTYPE_BYTES, Op, Workload
+from workloads.requests import KV_LENS, attention_kv_lens, rebuild, split_batch
+
+#: Attention-op attribute set by :meth:`NeuPIMs.plan`: the channel of each batch item.
+KV_CHANNELS = "kv_channels"
+
+#: NPU parameters NeuPIMs takes over; ``dram_bandwidth_Bps`` and ``dram`` follow from the PIM.
+_NPU_KEYS = tuple(p.name for p in NPU_PARAMS if p.name not in ("dram_bandwidth_Bps", "dram"))
+_NPU_DEFAULTS = {k: v for k, v in NPU_PRESETS["neupims-npu"].items() if k in _NPU_KEYS}
+
+#: Area of the in-DRAM PIM logic per MAC relative to a MAC at ``pim_node_nm`` [E, as ``pim``].
+PIM_UNIT_AREA_FACTOR = 2.0
+
+PARAMS = (
+    *(Param(p.name, p.type, p.unit, _NPU_DEFAULTS.get(p.name, p.default), "NPU: " + p.description,
+            p.low, p.high, p.choices, p.log, p.step) for p in NPU_PARAMS if p.name in _NPU_KEYS),
+    *bank_params(channels=32, ranks=2, banks=32, macs=16, page=1024, buffer=1024, dot=2,
+                 capacity_gib=1.0),
+    Param("pim_clock_hz", float, "Hz", 1.0e9, "PIM / HBM clock (timings are in its cycles)",
+          1.0e8, 4.0e9, log=True),
+    *timing_params(dt.HBM2),
+    Param("pim_node_nm", int, "nm", 45, "logic-equivalent node of the in-DRAM MAC units",
+          choices=tech.NODES_NM),
+    Param("npu_weight_double_buffering", bool, "", True, "WS arrays shift the next fold's "
+          "weights in while the current fold streams (a fold takes max(rows streamed, array "
+          "rows) cycles; fill and drain once per op) instead of SCALE-Sim's serial folds"),
+    Param("attention_on", str, "", "pim", "where attention runs: pim, or npu (the NPU-only "
+          "baseline: the same NPU and channels, PIM unused)", choices=("pim", "npu")),
+    Param("row_buffers", int, "", 2, "row buffers per bank: 1 = blocked PIM (NPU memory access "
+          "and PIM compute exclude each other), 2 = NeuPIMs' dual row buffers", choices=(1, 2)),
+    Param("sub_batch_interleaving", bool, "", True, "split the batch into two pipelined "
+          "sub-batches (NPU GEMMs of one overlap PIM attention of the other)"),
+    Param("load_balancing", str, "", "greedy", "request-to-channel assignment",
+          choices=("greedy", "round_robin")),
+)
+
+_BASE = dict(row_buffers=2, sub_batch_interleaving=True, load_balancing="greedy")
+PRESETS: dict[str, dict[str, Any]] = {
+    # NeuPIMs as published: NPU of 8 WS 128x128 arrays at 1 GHz
+    # [R configs/systolic_ws_128x128_dev.json],
+    # HBM2-PIM of 32 channels x 32 banks, 16 multipliers per bank [R configs/memory_configs/
+    # neupims.json], dual row buffers, sub-batch interleaving and greedy channel load balancing
+    # [R configs/system_configs/sub-batch-on.json; P Sec. 5-6].
+    "neupims": dict(_BASE),
+    # The paper's naive NPU+PIM baseline: blocked PIM, no sub-batch interleaving [P Sec. 8].
+    "npu+pim": dict(_BASE, row_buffers=1, sub_batch_interleaving=False),
+    # Ablations: one of the two mechanisms only.
+    "dual-buffers-only": dict(_BASE, sub_batch_interleaving=False),
+    "interleaving-only": dict(_BASE, row_buffers=1),
+    # The paper's NPU-only baseline: the same NPU and memory channels, attention on the NPU.
+    "npu-only": dict(_BASE, attention_on="npu", sub_batch_interleaving=False),
+}
+
+
+class NeuPIMs(Template):
+    """NPU for GEMMs + HBM-PIM for attention GEMVs, sharing the memory channels."""
+
+    name = "npu_pim"
+    description = ("NeuPIMs: NPU (systolic arrays, vector unit) plus HBM-PIM for attention; dual "
+                   "row buffers, sub-batch interleaving, channel load balancing")
+    PARAMS = PARAMS
+    PRESETS = PRESETS
+    DEFAULT_PRESET = "neupims"
+
+    def __init__(self, preset: str | None = None, **values: Any):
+        super().__init__(preset, **values)
+        hw = self.hw
+        self._b = DTYPE_BYTES[hw.dtype]
+        self.timing = timing_of(hw, hw.pim_clock_hz)
+        self.geom = geometry(hw, self._b)
+        self.bandwidth_Bps = hw.channels * self.timing.channel_bandwidth_Bps
+        self.npu = NPU(None, **{k: hw[k] for k in _NPU_KEYS},
+                       dram_bandwidth_Bps=self.bandwidth_Bps, dram="hbm2")
+        self._mac_j = tech.mac_energy_j(hw.dtype, hw.pim_node_nm)
+        self._bus_j = tech.dram_energy_j_per_byte("hbm2")
+        self._act_j = dt.act_energy_j(hw.page_bytes)
+        self._channel_memo: dict[tuple, tuple[list[float], dt.Stream]] = {}
+
+    def validate(self):
+        hw = self.hw
+        return bank_problem(hw) or dt.timing_problem(timing_of(hw, hw.pim_clock_hz))
+
+    # ----------------------------------------------------------------------------- feasibility
+    def check(self, workload: Workload) -> str | None:
+        problem = self.npu.check(workload) or self.geom.problem()
+        if problem:
+            return problem
+        return capacity_problem(workload, self.geom, self.hw.channel_capacity_gib, self._b,
+                                kv_channels=1, packed_kv=False)
+
+    # ----------------------------------------------------------------------------- plan
+    def request_cycles(self, op: Op, kv_len: int) -> float:
+        """PIM cycles of one request's attention (Q.K^T and P.V) on its channel."""
+        _, kv_heads, _, _, _ = attention_dims(op)
+        return (dt.gemv_stream(self.geom, self.timing, logits_gemv(op, kv_len, False), 1).cycles
+                + dt.block_stream(self.geom, self.timing, attend_gemv(op, kv_len, False), kv_heads,
+                                  1).cycles)
+
+    def assign_channels(self, op: Op, kv_lens: Sequence[int],
+                        items: Sequence[int] | None = None,
+                        out: list[int] | None = None) -> list[int]:
+        """Channel of each request (of ``items``, default all; written into ``out``):
+        ``greedy`` puts the longest request (by estimated PIM cycles) on the least-loaded
+        channel, then the next; ``round_robin`` puts the j-th request on channel j mod C."""
+        c = self.hw.channels
+        items = list(range(len(kv_lens))) if items is None else list(items)
+        out = [0] * len(kv_lens) if out is None else out
+        if self.hw.load_balancing == "round_robin":
+            for j, i in enumerate(items):
+                out[i] = j % c
+            return out
+        cost = {s: self.request_cycles(op, s) for s in {kv_lens[i] for i in items}}
+        load = [0.0] * c
+        for i in sorted(items, key=lambda i: (-cost[kv_lens[i]], i)):
+            ch = min(range(c), key=lambda j: (load[j], j))
+            load[ch] += cost[kv_lens[i]]
+            out[i] = ch
+        return out
+
+    def sub_batches(self, op: Op, kv_lens: Sequence[int]) -> list[list[int]]:
+        """Two sub-batches of equal size and, with ``greedy``, near-equal estimated PIM work
+        (each request, longest first, goes to the lighter sub-batch that still has room);
+        ``round_robin`` alternates by index."""
+        n = len(kv_lens)
+        if self.hw.load_balancing == "round_robin":
+            return [list(range(0, n, 2)), list(range(1, n, 2))]
+        cost = {s: self.request_cycles(op, s) for s in set(kv_lens)}
+        room = [(n + 1) // 2, n // 2]
+        groups: list[list[int]] = [[], []]
+        load = [0.0, 0.0]
+        for i in sorted(range(n), key=lambda i: (-cost[kv_lens[i]], i)):
+            g = min((k for k in (0, 1) if len(groups[k]) < room[k]), key=lambda k: (load[k], k))
+            groups[g].append(i)
+            load[g] += cost[kv_lens[i]]
+        return [sorted(g) for g in groups]
+
+    def plan(self, workload: Workload) -> Workload:
+        """Assign requests to channels (with interleaving, first to two sub-batches, each then
+        balanced over all channels) and split attention into Q.K^T, softmax and P.V."""
+        attn = [op for op in workload.ops if op.kind == ir.ATTENTION]
+        if not attn or self.hw.attention_on == "npu":
+            return workload
+        lens = attention_kv_lens(attn[0])
+        groups = None
+        if self.hw.sub_batch_interleaving and len(lens) >= 2:
+            groups = self.sub_batches(attn[0], lens)
+            chans = [0] * len(lens)
+            for g in groups:
+                self.assign_channels(attn[0], lens, g, chans)
+        else:
+            chans = self.assign_channels(attn[0], lens)
+        channels = tuple(chans)
+        ops = {}
+        for op in attn:
+            if attention_kv_lens(op) != lens:
+                raise InfeasibleDesign(f"attention op {op.name} serves other requests than "
+                                       "the first attention op")
+            per_item = tuple(sorted({*op.attrs.get("per_item", ()), KV_CHANNELS, KV_LENS}))
+            ops[op.name] = op.with_attrs(**{KV_CHANNELS: channels, KV_LENS: lens,
+                                            "per_item": per_item})
+        w = rebuild(workload, ops)
+        if groups is not None:
+            w = split_batch(w, groups)
+        return split_attention(w)
+
+    # ----------------------------------------------------------------------------- cost
+    def cost(self, op: Op) -> OpCost:
+        part = op.attrs.get(PART) if op.kind == ir.ATTENTION else None
+        if part in ("logits", "attend"):
+            return self.pim_cost(op, part)
+        if op.kind == ir.ATTENTION and self.hw.attention_on == "pim":
+            raise InfeasibleDesign(f"attention op {op.name} was not planned (call plan first)")
+        c = self.npu.cost(op)
+        if self.hw.npu_weight_double_buffering and self.hw.dataflow == "ws":
+            cycles = double_buffered_cycles(op, self.hw)
+            if cycles is not None:
+                c = with_compute(c, cycles / self.hw.clock_hz, self.bandwidth_Bps)
+        return c
+
+    def channel_cycles(self, op: Op, part: str) -> tuple[list[float], dt.Stream]:
+        """PIM cycles of each channel for ``op``'s ``part`` and the device-total stream
+        (memoised: every layer of a step serves the same requests)."""
+        lens = attention_kv_lens(op)
+        chans = tuple(op.attrs.get(KV_CHANNELS)
+                      or (i % self.hw.channels for i in range(len(lens))))
+        key = (part, lens, chans, attention_dims(op))
+        hit = self._channel_memo.get(key)
+        if hit is not None:
+            return hit
+        _, kv_heads, _, _, _ = attention_dims(op)
+        streams: dict[int, dt.Stream] = {}
+        for s in set(lens):
+            if part == "logits":
+                streams[s] = dt.gemv_stream(self.geom, self.timing, logits_gemv(op, s, False), 1)
+            else:
+                streams[s] = dt.block_stream(self.geom, self.timing, attend_gemv(op, s, False),
+                                             kv_heads, 1)
+        per = [0.0] * self.hw.channels
+        for s, ch in zip(lens, chans):
+            per[ch] += streams[s].cycles
+        total = None
+        for s, n in sorted(Counter(lens).items()):
+            r = dt.repeat_stream(streams[s], n)
+            total = r if total is None else dt.add_streams(total, r)
+        self._channel_memo[key] = (per, total)
+        return per, total
+
+    def pim_cost(self, op: Op, part: str) -> OpCost:
+        per, s = self.channel_cycles(op, part)
+        tck = self.timing.tck_s
+        latency = max(per) * tck
+        bus = s.gwrite_bytes + s.readout_bytes
+        dram_j = (s.bank_activations * self._act_j + dt.in_bank_read_energy_j(s.column_bytes)
+                  + bus * self._bus_j)
+        energy = {"compute": s.macs * self._mac_j, "onchip_memory": 0.0,
+                  "offchip_memory": dram_j}
+        busiest_tiles = latency * (s.tile_cycles / s.cycles) if s.cycles else 0.0
+        if self.hw.row_buffers == 1:   # blocked: the banks serve nobody else meanwhile
+            return OpCost(unit="pim", latency_s=latency, compute_s=0.0, clock_hz=1 / tck,
+                          traffic={"dram": latency * self.bandwidth_Bps},
+                          bytes_by_level={"dram": s.column_bytes, "bus": bus}, energy_j=energy,
+                          bound="memory")
+        return OpCost(unit="pim", latency_s=latency, compute_s=busiest_tiles, clock_hz=1 / tck,
+                      traffic={"dram": bus}, bytes_by_level={"dram": s.column_bytes, "bus": bus},
+                      energy_j=energy, bound="compute")
+
+    # ----------------------------------------------------------------------------- the rest
+    def resources(self) -> Resources:
+        return Resources(units={"array": 1, "vector": 1, "pim": 1},
+                         channels={"dram": self.bandwidth_Bps})
+
+    def pim_logic_area_mm2(self) -> float:
+        hw = self.hw
+        macs = hw.channels * hw.banks_per_channel * hw.macs_per_bank
+        return macs * tech.mac_area_mm2(hw.dtype, hw.pim_node_nm) * PIM_UNIT_AREA_FACTOR
+
+    def area_mm2(self) -> float:
+        """NPU die plus the in-DRAM PIM logic, mm^2 (DRAM dies not counted)."""
+        return self.npu.area_mm2() + self.pim_logic_area_mm2()
+
+    def static_power_w(self) -> float:
+        """NPU leakage, HBM background power per channel, leakage of the PIM logic, W."""
+        hw = self.hw
+        return (self.npu.static_power_w() + hw.channels * dt.BACKGROUND_W_PER_CHANNEL["hbm2"]
+                + tech.leakage_w(self.pim_logic_area_mm2(), 0, hw.pim_node_nm))
+
+
+def double_buffered_cycles(op: Op, hw) -> int | None:
+    """Array cycles of a GEMM-like op on weight-stationary arrays whose PEs double-buffer the
+    stationary operand: each fold streams ``T`` rows while the next fold's weights shift in
+    (``rows`` cycles), so a fold takes ``max(T, rows)``; the pipeline fills and drains once
+    (``rows + cols - 2``). NeuPIMs' NPU model issues GEMM tiles back to back this way
+    [R casys-kaist/NeuPIMs src/SystolicWS.cc: successive GEMM instructions start ``size``
+    cycles apart, a weight preload ``core_height`` apart]; the TPU double-buffers its weights
+    the same way [P Jouppi et al., ISCA 2017]. Attention (Q.K^T and P.V per head) is costed
+    the same way; other ops return None (the npu cost stands)."""
+    a = op.attrs
+    R, C, arrays = hw.rows, hw.cols, hw.arrays
+
+    def gemm(m: int, n: int, k: int, groups: int) -> int:
+        if min(m, n, k, groups) <= 0:
+            return 0
+        folds = groups * dt.ceil_div(k, R) * dt.ceil_div(n, C)
+        return dt.ceil_div(folds, arrays) * max(m, R)
+
+    try:
+        if op.kind == ir.MATMUL and all(x in a for x in ("m", "n", "k")):
+            m, n, k, batch = int(a["m"]), int(a["n"]), int(a["k"]), int(a.get("batch", 1) or 1)
+            if a.get("weight_operand") and batch > 1:
+                m, batch = m * batch, 1
+            return gemm(m, n, k, batch) + R + C - 2
+        if op.kind == ir.ATTENTION:
+            heads, kv_heads, q, d, dv = attention_dims(op)
+            g = int(a.get("batch", 1) or 1) * heads
+            skv = int(a["kv_len"])
+            vector = dt.ceil_div(g * q * skv * VECTOR_OPS_PER_ELEMENT[ir.SOFTMAX],
+                                 hw.vector_lanes)
+            return max(gemm(q, skv, d, g) + gemm(q, dv, skv, g) + R + C - 2, vector)
+    except (KeyError, TypeError, ValueError):
+        return None
+    return None
+
+
+def with_compute(c: OpCost, compute_s: float, bandwidth_Bps: float) -> OpCost:
+    """``c`` (an npu cost: ``fill + max(compute, other transfers) + drain``, see
+    :mod:`accelerators.npu`) with its compute time replaced by ``compute_s``."""
+    if compute_s >= c.compute_s:
+        return c
+    transfer_s = sum(c.traffic.values()) / bandwidth_Bps
+    if c.bound == "memory":        # latency = all transfers; a faster array changes nothing
+        return replace(c, compute_s=compute_s)
+    fill_drain_s = c.latency_s - c.compute_s
+    overlap_s = max(transfer_s - fill_drain_s, 0.0)
+    latency = fill_drain_s + max(compute_s, overlap_s)
+    return replace(c, latency_s=latency, compute_s=compute_s,
+                   bound="memory" if overlap_s > compute_s else "compute")

@@ -1,0 +1,496 @@
+"""``pim``: DRAM processing-in-memory in the style of PIM-GPT / SK hynix GDDR6-AiM.
+
+Every bank of every channel has ``macs_per_bank`` multipliers and an adder tree next to its row
+buffer; a host ASIC holds the vectors, runs everything that is not a GEMV (softmax, norms,
+activations, residual adds, embedding lookups, KV-cache appends) and issues the PIM commands.
+
+* Weight matmuls run as PIM GEMVs (:func:`accelerators.dram_timing.gemv_stream`): the matrix
+  is partitioned over every bank of every channel (rows over banks, columns over channels when
+  rows are few), the input vector is broadcast into each channel's global buffer (GWRITE),
+  rows open four banks per tFAW window, all-bank DOTs compute, results are read out.
+* Attention is split by :meth:`PIM.plan` into Q.K^T on the PIM (the key cache is a matrix of
+  context x (kv_heads x head_dim), one output per head and token), softmax on the ASIC, and
+  P.V on the PIM (one GEMV per head, heads side by side on disjoint channels).
+* One GEMV runs at a time (unit ``pim``: all channels work on it); the ASIC is unit ``asic``;
+  the channels' data buses are one shared channel ``bus`` (GWRITE, RDRESULT, KV appends,
+  embedding rows).
+
+Energy per command from published DRAM figures (:mod:`accelerators.dram_timing`): row
+activation 909 pJ per KiB of row and in-bank reads 1.51 pJ/bit (O'Connor et al. MICRO 2017,
+HBM2; used for GDDR6 too [E]); bus transfers at the technology table's per-byte DRAM energy;
+MACs and the ASIC at the technology table's 45 nm figures scaled to their nodes. Area counts
+the ASIC and the in-DRAM MAC logic, not the DRAM dies.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import replace
+from typing import Any
+
+import networkx as nx
+
+from accelerators import dram_timing as dt
+from accelerators import technology as tech
+from accelerators.base import OpCost, Param, Resources, Template
+from accelerators.npu import VECTOR_LANE_AREA_PER_MAC, VECTOR_OPS_PER_ELEMENT
+from dse.errors import BadInput
+from workloads import ir
+from workloads.ir import DTYPE_BYTES, Op, Workload
+from workloads.requests import attention_kv_lens
+
+#: Attention-op attribute set by :func:`split_attention`: "logits" (Q.K^T) or "attend" (P.V).
+PART = "part"
+
+#: Die-area overhead of the host ASIC on its lanes and SRAM for control, the PIM command
+#: scheduler and the DRAM PHYs [E, as the npu template's 1.5 after Jouppi et al. ISCA 2017].
+ASIC_AREA_OVERHEAD = 1.5
+
+#: Area of one in-DRAM MAC relative to the same MAC in logic at ``pim_node_nm`` [E]: DRAM
+#: periphery transistors are slower and larger; the AiM processing unit with its adder tree and
+#: registers per bank is taken as twice the bare MACs.
+PIM_UNIT_AREA_FACTOR = 2.0
+
+#: GiB, bytes.
+GIB = 1 << 30
+
+_TIMING_HELP = {
+    "cl_cycles": "read latency CL", "cwl_cycles": "write latency CWL",
+    "trcd_cycles": "ACT to column command tRCD", "trp_cycles": "precharge tRP",
+    "tras_cycles": "ACT to PRE minimum tRAS", "tccd_s_cycles": "column to column, other bank "
+    "group tCCD_S", "tccd_l_cycles": "column to column, same bank group tCCD_L",
+    "trrd_s_cycles": "ACT to ACT, other bank group tRRD_S", "trrd_l_cycles": "ACT to ACT, same "
+    "bank group tRRD_L", "tfaw_cycles": "four-activate window tFAW", "twr_cycles": "write "
+    "recovery tWR", "trfc_cycles": "refresh cycle tRFC", "trefi_cycles": "refresh interval tREFI",
+}
+
+
+def timing_params(base: dt.DramTiming) -> tuple[Param, ...]:
+    """The DRAM timing parameters (cycles of the PIM clock) with ``base``'s values as defaults."""
+    defaults = dt.timing_defaults(base)
+    out = []
+    for name, help_ in _TIMING_HELP.items():
+        high = 100000 if name == "trefi_cycles" else 4096
+        out.append(Param(name, int, "cycles", defaults[name], help_, 1, high))
+    out.append(Param("burst_bytes", int, "B", base.burst_bytes, "bytes per data-bus burst of a "
+                     "channel", 4, 1024, log=True))
+    out.append(Param("burst_cycles", int, "cycles", base.burst_cycles, "cycles per burst", 1, 64))
+    return tuple(out)
+
+
+def bank_params(channels: int, ranks: int, banks: int, macs: int, page: int, buffer: int,
+                dot: int, capacity_gib: float) -> tuple[Param, ...]:
+    """The bank-array parameters shared by ``pim`` and ``npu_pim``."""
+    return (
+        Param("channels", int, "", channels, "PIM channels (each with its own bus and global "
+              "buffer)", 1, 512, log=True),
+        Param("ranks", int, "", ranks, "ranks per channel (each has its own tFAW window)", 1, 8),
+        Param("banks_per_channel", int, "", banks, "banks per channel, all ranks", 1, 256,
+              log=True),
+        Param("macs_per_bank", int, "MACs", macs, "multipliers per bank (elements per DOT)",
+              1, 256, log=True),
+        Param("page_bytes", int, "B", page, "row (page) size of a bank", 64, 65536, log=True),
+        Param("buffer_bytes", int, "B", buffer, "global buffer per channel (input vector of a "
+              "pass)", 16, 1 << 20, log=True),
+        Param("dot_cycles", int, "cycles", dot, "cycles between all-bank DOT commands", 1, 64),
+        Param("channel_capacity_gib", float, "GiB", capacity_gib, "DRAM capacity per channel",
+              1.0 / 64, 64.0, log=True),
+    )
+
+
+def geometry(hw: Any, element_bytes: int) -> dt.PimGeometry:
+    return dt.PimGeometry(channels=hw.channels, ranks=hw.ranks, banks=hw.banks_per_channel,
+                          macs_per_bank=hw.macs_per_bank, page_bytes=hw.page_bytes,
+                          buffer_bytes=hw.buffer_bytes, dot_cycles=hw.dot_cycles,
+                          element_bytes=element_bytes)
+
+
+def timing_of(hw: Any, clock_hz: float) -> dt.DramTiming:
+    """The DRAM timing of a design's parameters (timing cycles, burst) at ``clock_hz``."""
+    return replace(dt.timing_from(dt.GDDR6, clock_hz, dict(hw)), burst_bytes=hw.burst_bytes,
+                   burst_cycles=hw.burst_cycles)
+
+
+def bank_problem(hw: Any) -> tuple[str, Any, str] | None:
+    """Cross-parameter problems of the bank array, as (field, value, allowed)."""
+    if hw.banks_per_channel % hw.ranks:
+        return ("hw.banks_per_channel", hw.banks_per_channel,
+                f"expected a multiple of ranks = {hw.ranks}")
+    return None
+
+
+# ---------------------------------------------------------------------------------- plan
+def split_attention(w: Workload) -> Workload:
+    """``w`` with every attention op replaced by three: ``<name>.qk`` (Q.K^T, ``part``
+    "logits"), ``<name>.softmax`` (a softmax op) and ``<name>.sv`` (P.V, ``part`` "attend"),
+    in a chain. KV traffic and FLOPs split between the two products by head sizes."""
+    if not any(op.kind == ir.ATTENTION and PART not in op.attrs for op in w.ops):
+        return w
+    g = nx.DiGraph()
+    first: dict[str, str] = {}
+    last: dict[str, str] = {}
+    index = 0
+    for op in w.ops:
+        parts = _attention_parts(op) if op.kind == ir.ATTENTION and PART not in op.attrs else [op]
+        prev = None
+        for p in parts:
+            g.add_node(p.name, op=p, index=index)
+            index += 1
+            if prev is not None:
+                g.add_edge(prev.name, p.name, bytes=prev.activation_bytes_written)
+            prev = p
+        first[op.name], last[op.name] = parts[0].name, parts[-1].name
+    for u, v, data in w.graph.edges(data=True):
+        g.add_edge(last[u], first[v], **data)
+    return Workload(graph=g, model=w.model, phase=w.phase, dtype=w.dtype, batch=w.batch,
+                    seq=w.seq, context=w.context, arch=dict(w.arch), params=w.params,
+                    unknown_targets=dict(w.unknown_targets))
+
+
+def _attention_parts(op: Op) -> list[Op]:
+    a = op.attrs
+    heads, q = int(a["heads"]), int(a["q_len"])
+    d, dv = int(a["head_dim"]), int(a.get("value_dim", a["head_dim"]) or a["head_dim"])
+    b = op.bytes_per_element
+    lens = attention_kv_lens(op)
+    frac = 1.0
+    if a.get("causal") and a.get("causal_flops") is not None and op.flops:
+        frac = min(1.0, a["causal_flops"] / op.flops)
+    scores = int(round(heads * q * sum(lens) * frac))
+    kd = d / (d + dv)
+    flops = op.flops * frac
+    qk = Op(name=f"{op.name}.qk", kind=ir.ATTENTION, target=op.target,
+            input_shapes=op.input_shapes, output_shapes=(), dtype=op.dtype, bytes_per_element=b,
+            flops=int(round(flops * kd)), activation_bytes_read=op.activation_bytes_read,
+            activation_bytes_written=scores * b, kv_bytes_read=int(round(op.kv_bytes_read * kd)),
+            attrs={**a, PART: "logits"})
+    sm = Op(name=f"{op.name}.softmax", kind=ir.SOFTMAX, target="softmax", input_shapes=(),
+            output_shapes=(), dtype=op.dtype, bytes_per_element=b, flops=5 * scores,
+            activation_bytes_read=scores * b, activation_bytes_written=scores * b,
+            attrs={"elements": scores})
+    sv = Op(name=f"{op.name}.sv", kind=ir.ATTENTION, target=op.target, input_shapes=(),
+            output_shapes=op.output_shapes, dtype=op.dtype, bytes_per_element=b,
+            flops=int(round(flops * (1 - kd))), activation_bytes_read=scores * b,
+            activation_bytes_written=op.activation_bytes_written,
+            kv_bytes_read=op.kv_bytes_read - qk.kv_bytes_read, attrs={**a, PART: "attend"})
+    return [qk, sm, sv]
+
+
+def attention_dims(op: Op) -> tuple[int, int, int, int, int]:
+    """``(heads, kv_heads, q_len, head_dim, value_dim)`` of an attention op."""
+    a = op.attrs
+    try:
+        heads = int(a["heads"])
+        kv_heads = int(a.get("kv_heads", heads) or heads)
+        d = int(a["head_dim"])
+        return heads, kv_heads, int(a["q_len"]), d, int(a.get("value_dim", d) or d)
+    except (KeyError, TypeError, ValueError):
+        raise BadInput(f"op {op.name}.attrs", dict(a), "an attention op needs heads, q_len, "
+                       "kv_len, head_dim") from None
+
+
+def logits_gemv(op: Op, kv_len: int, packed: bool = True) -> dt.Gemv:
+    """Q.K^T of one request: the key cache (kv_len x kv_heads*head_dim) times the queries; one
+    output per token and head (reduction ``segment`` = head_dim); query heads sharing a KV
+    head are extra input vectors. ``packed``: key rows laid densely over pages (PIM-GPT's
+    locality-maximising mapping) or one token per page start (NeuPIMs' KV layout)."""
+    heads, kv_heads, q, d, _ = attention_dims(op)
+    return dt.Gemv(rows=kv_len, cols=kv_heads * d, vectors=q * max(1, heads // kv_heads),
+                   segment=d, packed=packed)
+
+
+def attend_gemv(op: Op, kv_len: int, packed: bool = True) -> dt.Gemv:
+    """P.V of one request and one KV head: V^T (value_dim x kv_len) times the probabilities;
+    ``packed`` as in :func:`logits_gemv` (NeuPIMs starts every value row on a new page)."""
+    heads, kv_heads, q, _, dv = attention_dims(op)
+    return dt.Gemv(rows=dv, cols=kv_len, vectors=q * max(1, heads // kv_heads), packed=packed)
+
+
+def weight_gemv(op: Op) -> tuple[dt.Gemv, int]:
+    """``(GEMV, repeats)`` of a weight matmul or convolution (im2col)."""
+    a = op.attrs
+    try:
+        if op.kind == ir.CONV:
+            return dt.Gemv(rows=int(a["gemm_n"]), cols=int(a["gemm_k"]),
+                           vectors=int(a["gemm_m"])), int(a.get("groups", 1) or 1)
+        m, n, k = int(a["m"]), int(a["n"]), int(a["k"])
+        return dt.Gemv(rows=n, cols=k, vectors=m * int(a.get("batch", 1) or 1)), 1
+    except (KeyError, TypeError, ValueError):
+        raise BadInput(f"op {op.name}.attrs", dict(a), f"a {op.kind} op needs "
+                       + ("gemm_m, gemm_n, gemm_k" if op.kind == ir.CONV else "m, n, k")) from None
+
+
+# ---------------------------------------------------------------------------------- template
+_PIM_GPT = dict(channels=16, ranks=1, banks_per_channel=16, macs_per_bank=16, page_bytes=2048,
+                buffer_bytes=2048, dot_cycles=1, channel_capacity_gib=0.5)
+
+PARAMS = (
+    *bank_params(**{k: _PIM_GPT[k2] for k, k2 in (
+        ("channels", "channels"), ("ranks", "ranks"), ("banks", "banks_per_channel"),
+        ("macs", "macs_per_bank"), ("page", "page_bytes"), ("buffer", "buffer_bytes"),
+        ("dot", "dot_cycles"), ("capacity_gib", "channel_capacity_gib"))}),
+    Param("clock_hz", float, "Hz", 1.0e9, "PIM clock: MACs and DRAM commands (timings are in "
+          "its cycles)", 1.0e8, 4.0e9, log=True),
+    *timing_params(dt.GDDR6),
+    Param("memory", str, "", "gddr6", "DRAM kind: bus energy per byte and background power",
+          choices=tuple(dt.BACKGROUND_W_PER_CHANNEL)),
+    Param("dtype", str, "", "bf16", "element type stored and multiplied",
+          choices=tuple(DTYPE_BYTES)),
+    Param("pim_node_nm", int, "nm", 45, "logic-equivalent node of the in-DRAM MAC units",
+          choices=tech.NODES_NM),
+    Param("asic_lanes", int, "lanes", 256, "host-ASIC vector lanes (elements per cycle)",
+          1, 65536, log=True),
+    Param("asic_clock_hz", float, "Hz", 1.0e9, "host-ASIC clock", 1.0e8, 4.0e9, log=True),
+    Param("asic_sram_kb", int, "KiB", 256, "host-ASIC vector buffer", 1, 1 << 17, log=True),
+    Param("asic_node_nm", int, "nm", 28, "host-ASIC process node", choices=tech.NODES_NM),
+)
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # PIM-GPT in the GDDR6-AiM style: 8 GDDR6 chips x 2 channels, 16 banks per channel, 16 bf16
+    # multipliers per bank at 1 GHz, 2 KB rows, 2 KB global buffer per channel, 8 Gb per chip
+    # [P SK hynix AiM, ISSCC 2022 / JSSC 2023: 1 GHz PUs, 1 TFLOPS per 8 Gb chip; P PIM-GPT
+    # arXiv 2310.09385: MACs in GDDR6 banks, ASIC for the rest; channel count E, REFERENCES.md].
+    # Timing: GDDR6 at 16 Gb/s/pin in 1 ns cycles [R DRAMsim3 GDDR6_8Gb_x16.ini]. ASIC lanes,
+    # buffer and node are estimates [E].
+    "pim-gpt": dict(**_PIM_GPT, clock_hz=1.0e9, **dt.timing_defaults(dt.GDDR6),
+                    burst_bytes=dt.GDDR6.burst_bytes, burst_cycles=dt.GDDR6.burst_cycles,
+                    memory="gddr6", dtype="bf16", pim_node_nm=45, asic_lanes=256,
+                    asic_clock_hz=1.0e9, asic_sram_kb=256, asic_node_nm=28),
+    # NeuPIMs' HBM2-PIM used on its own: 32 channels x 32 banks (2 ranks x 16), 16 multipliers
+    # per bank, 1 KB rows and buffer, one all-bank DOT per tCCD_L = 2 cycles, 1 GB per channel,
+    # HBM2 timing [R casys-kaist/NeuPIMs configs/memory_configs/neupims.json; DRAMsim3
+    # HBM2_8Gb_x128.ini]; host ASIC as above [E].
+    "hbm2-pim": dict(channels=32, ranks=2, banks_per_channel=32, macs_per_bank=16,
+                     page_bytes=1024, buffer_bytes=1024, dot_cycles=2, channel_capacity_gib=1.0,
+                     clock_hz=1.0e9, **dt.timing_defaults(dt.HBM2),
+                     burst_bytes=dt.HBM2.burst_bytes, burst_cycles=dt.HBM2.burst_cycles,
+                     memory="hbm2", dtype="bf16", pim_node_nm=45, asic_lanes=256,
+                     asic_clock_hz=1.0e9, asic_sram_kb=256, asic_node_nm=28),
+}
+
+_VECTOR_KINDS = (ir.ELEMENTWISE, ir.NORM, ir.SOFTMAX, ir.REDUCTION, ir.EMBEDDING,
+                 ir.DATA_MOVEMENT, ir.HASHGRID, ir.UNKNOWN)
+
+
+class PIM(Template):
+    """DRAM-PIM (channels x banks x MACs per bank) with a host ASIC for non-GEMV ops."""
+
+    name = "pim"
+    description = ("DRAM processing-in-memory (PIM-GPT / GDDR6-AiM style): GEMVs as PIM "
+                   "command streams under DRAM timing, a host ASIC for the rest")
+    PARAMS = PARAMS
+    PRESETS = PRESETS
+    DEFAULT_PRESET = "pim-gpt"
+
+    def __init__(self, preset: str | None = None, **values: Any):
+        super().__init__(preset, **values)
+        hw = self.hw
+        self._b = DTYPE_BYTES[hw.dtype]
+        self.timing = timing_of(hw, hw.clock_hz)
+        self.geom = geometry(hw, self._b)
+        self.bus_Bps = hw.channels * self.timing.channel_bandwidth_Bps
+        self._mac_j = tech.mac_energy_j(hw.dtype, hw.pim_node_nm)
+        self._vec_j = tech.vector_op_energy_j(hw.dtype, hw.asic_node_nm)
+        self._sram_j = tech.sram_energy_j_per_byte(hw.asic_sram_kb * 1024, hw.asic_node_nm)
+        self._bus_j = tech.dram_energy_j_per_byte(hw.memory)
+        self._act_j = dt.act_energy_j(hw.page_bytes)
+
+    def validate(self):
+        return bank_problem(self.hw) or dt.timing_problem(timing_of(self.hw, self.hw.clock_hz))
+
+    # ----------------------------------------------------------------------------- feasibility
+    @property
+    def capacity_bytes(self) -> int:
+        return int(self.hw.channels * self.hw.channel_capacity_gib * GIB)
+
+    def check(self, workload: Workload) -> str | None:
+        problem = self.geom.problem()
+        if problem:
+            return problem
+        return capacity_problem(workload, self.geom, self.hw.channel_capacity_gib, self._b,
+                                kv_channels=None)
+
+    # ----------------------------------------------------------------------------- plan/cost
+    def plan(self, workload: Workload) -> Workload:
+        return split_attention(workload)
+
+    def cost(self, op: Op) -> OpCost:
+        if (op.kind in (ir.MATMUL, ir.CONV) and op.attrs.get("weight_operand", op.kind == ir.CONV)):
+            gemv, repeats = weight_gemv(op)
+            s = dt.repeat_stream(dt.gemv_stream(self.geom, self.timing, gemv), repeats)
+            return self.pim_cost(s, host_adds=_partials(s, gemv, repeats, self._b))
+        if op.kind == ir.ATTENTION:
+            part = op.attrs.get(PART)
+            if part in ("logits", "attend"):
+                return self.pim_cost(self.attention_stream(op, part))
+            return self._unsplit_attention(op)
+        if op.kind == ir.MATMUL:   # both operands activations: the ASIC multiplies
+            return self.asic_cost(op, lane_ops=op.flops / 2)
+        return self.asic_cost(op)
+
+    def attention_stream(self, op: Op, part: str) -> dt.Stream:
+        """The PIM commands of one attention part for every request, one request after
+        another, each over all channels."""
+        _, kv_heads, _, _, _ = attention_dims(op)
+        total = None
+        for kv_len, count in sorted(Counter(attention_kv_lens(op)).items()):
+            if part == "logits":
+                s = dt.gemv_stream(self.geom, self.timing, logits_gemv(op, kv_len))
+            else:
+                s = dt.block_stream(self.geom, self.timing, attend_gemv(op, kv_len), kv_heads)
+            s = dt.repeat_stream(s, count)
+            total = s if total is None else dt.add_streams(total, s)
+        if total is None:
+            raise BadInput(f"op {op.name}.attrs", dict(op.attrs), "an attention op with requests")
+        return total
+
+    def _unsplit_attention(self, op: Op) -> OpCost:
+        """An attention op not split by :meth:`plan`: Q.K^T, softmax on the ASIC and P.V in
+        sequence, holding the ASIC too."""
+        qk, sm, sv = _attention_parts(op)
+        a = self.pim_cost(self.attention_stream(op, "logits"))
+        s = self.asic_cost(sm)
+        c = self.pim_cost(self.attention_stream(op, "attend"))
+        energy = {k: a.energy_j.get(k, 0) + s.energy_j.get(k, 0) + c.energy_j.get(k, 0)
+                  for k in set(a.energy_j) | set(s.energy_j) | set(c.energy_j)}
+        return OpCost(unit="pim", latency_s=a.latency_s + s.latency_s + c.latency_s,
+                      compute_s=a.compute_s + c.compute_s, clock_hz=self.hw.clock_hz,
+                      traffic={"bus": a.traffic["bus"] + c.traffic["bus"]},
+                      bytes_by_level={k: a.bytes_by_level.get(k, 0) + c.bytes_by_level.get(k, 0)
+                                      for k in a.bytes_by_level},
+                      energy_j=energy, bound="memory", also_holds=("asic",))
+
+    def pim_cost(self, s: dt.Stream, host_adds: float = 0.0) -> OpCost:
+        """OpCost of a PIM command stream: unit ``pim``; the tiles are compute, GWRITE and
+        RDRESULT bytes cross the shared bus."""
+        tck = self.timing.tck_s
+        latency = s.cycles * tck
+        bus = s.gwrite_bytes + s.readout_bytes
+        dram_j = (s.bank_activations * self._act_j + dt.in_bank_read_energy_j(s.column_bytes)
+                  + bus * self._bus_j)
+        return OpCost(unit="pim", latency_s=latency, compute_s=s.tile_cycles * tck,
+                      clock_hz=self.hw.clock_hz, traffic={"bus": bus},
+                      bytes_by_level={"dram": s.column_bytes, "bus": bus},
+                      energy_j={"compute": s.macs * self._mac_j + host_adds * self._vec_j,
+                                "onchip_memory": (bus + host_adds * self._b) * self._sram_j,
+                                "offchip_memory": dram_j},
+                      bound="compute" if s.tile_cycles >= s.cycles / 2 else "memory")
+
+    def asic_cost(self, op: Op, lane_ops: float | None = None) -> OpCost:
+        """An op on the host ASIC: lane operations over ``asic_lanes``; vectors live in its
+        buffer; weights (norm parameters, embedding rows), KV appends and activations that do
+        not fit the buffer cross the bus."""
+        hw, b = self.hw, self._b
+        scale = b / op.bytes_per_element if op.bytes_per_element else 1.0
+        act = (op.activation_bytes_read + op.activation_bytes_written) * scale
+        dram = (op.weight_bytes + op.kv_bytes_read + op.kv_bytes_written) * scale
+        if act > hw.asic_sram_kb * 1024:
+            dram += act
+        if lane_ops is None:
+            lane_ops = _lane_ops(op, b)
+        compute_s = math.ceil(lane_ops / hw.asic_lanes) / hw.asic_clock_hz
+        mem_s = dram / self.bus_Bps
+        return OpCost(unit="asic", latency_s=max(compute_s, mem_s), compute_s=compute_s,
+                      clock_hz=hw.asic_clock_hz, traffic={"bus": dram} if dram else {},
+                      bytes_by_level={"sram": act, "bus": dram},
+                      energy_j={"compute": lane_ops * self._vec_j,
+                                "onchip_memory": act * self._sram_j,
+                                "offchip_memory": dram * self._bus_j},
+                      bound="memory" if mem_s > compute_s else "compute")
+
+    # ----------------------------------------------------------------------------- the rest
+    def resources(self) -> Resources:
+        return Resources(units={"pim": 1, "asic": 1}, channels={"bus": self.bus_Bps})
+
+    def pim_logic_area_mm2(self) -> float:
+        hw = self.hw
+        macs = hw.channels * hw.banks_per_channel * hw.macs_per_bank
+        return macs * tech.mac_area_mm2(hw.dtype, hw.pim_node_nm) * PIM_UNIT_AREA_FACTOR
+
+    def asic_area_mm2(self) -> float:
+        hw = self.hw
+        lanes = hw.asic_lanes * VECTOR_LANE_AREA_PER_MAC * tech.mac_area_mm2(hw.dtype,
+                                                                            hw.asic_node_nm)
+        return ASIC_AREA_OVERHEAD * (lanes + tech.sram_area_mm2(hw.asic_sram_kb * 1024,
+                                                                 hw.asic_node_nm))
+
+    def area_mm2(self) -> float:
+        """Host ASIC plus the in-DRAM MAC logic, mm^2 (DRAM dies not counted)."""
+        return self.asic_area_mm2() + self.pim_logic_area_mm2()
+
+    def static_power_w(self) -> float:
+        """DRAM background power of every channel, plus the leakage of the ASIC and the
+        in-DRAM MAC logic, W."""
+        hw = self.hw
+        sram = hw.asic_sram_kb * 1024
+        asic_logic = self.asic_area_mm2() - tech.sram_area_mm2(sram, hw.asic_node_nm)
+        return (hw.channels * dt.BACKGROUND_W_PER_CHANNEL[hw.memory]
+                + tech.leakage_w(asic_logic + self.pim_logic_area_mm2(), sram, hw.asic_node_nm))
+
+
+def _lane_ops(op: Op, b: int) -> float:
+    """Vector-lane operations of a non-GEMV op (the npu template's per-kind counts)."""
+    elements = op.attrs.get("elements")
+    if not isinstance(elements, (int, float)) or elements <= 0:
+        outs = [math.prod(s) for s in op.output_shapes if s is not None]
+        elements = sum(outs) if outs and sum(outs) > 0 else max(op.bytes_read, op.bytes_written,
+                                                              1) / max(op.bytes_per_element, 1)
+    if op.kind == ir.REDUCTION:
+        elements = max(elements, op.bytes_read / max(op.bytes_per_element, 1))
+    return elements * VECTOR_OPS_PER_ELEMENT.get(op.kind, 1)
+
+
+def _partials(s: dt.Stream, gemv: dt.Gemv, repeats: int, element_bytes: int) -> float:
+    """Additions the host makes to combine partial sums read out of the banks."""
+    outputs = gemv.rows * max(gemv.vectors, 1) * repeats
+    return max(0.0, s.readout_bytes / element_bytes - outputs)
+
+
+# ---------------------------------------------------------------------------------- capacity
+def capacity_problem(workload: Workload, g: dt.PimGeometry, channel_capacity_gib: float,
+                     element_bytes: int, kv_channels: int | None,
+                     weight_fraction: float = 1.0, packed_kv: bool = True) -> str | None:
+    """Why the model's weights and KV cache do not fit the DRAM, or None.
+
+    Checks the device total (weights at ``element_bytes`` each + every attention op's KV cache)
+    and the busiest bank under the PIM partition (pages rounded up, uneven splits included):
+    weights of every weight matmul, and the KV cache either over all channels
+    (``kv_channels`` None) or, per request, within ``kv_channels`` channel(s); ``packed_kv``
+    as in :func:`logits_gemv`.
+    """
+    capacity = g.channels * channel_capacity_gib * GIB
+    bank_cap = channel_capacity_gib * GIB / g.banks
+    scale = lambda op: element_bytes / op.bytes_per_element if op.bytes_per_element else 1.0
+    weights = workload.params * element_bytes * weight_fraction
+    kv = 0.0
+    bank = 0.0
+    for op in workload.ops:
+        if op.kind in (ir.MATMUL, ir.CONV) and op.attrs.get("weight_operand",
+                                                             op.kind == ir.CONV):
+            gemv, repeats = weight_gemv(op)
+            bank += repeats * dt.bank_footprint_bytes(g, dt.Gemv(gemv.rows, gemv.cols))
+        elif op.kind == ir.ATTENTION:
+            kv += op.kv_bytes_read * scale(op)     # the cache, the new token included
+            part = op.attrs.get(PART)
+            _, kv_heads, _, d, dv = attention_dims(op)
+            for kv_len, count in Counter(attention_kv_lens(op)).items():
+                fp = 0
+                if part != "attend":
+                    fp += dt.bank_footprint_bytes(
+                        g, dt.Gemv(kv_len, kv_heads * d, segment=d, packed=packed_kv),
+                        kv_channels)
+                if part != "logits":
+                    fp += kv_heads * dt.bank_footprint_bytes(
+                        g, dt.Gemv(dv, kv_len, packed=packed_kv), kv_channels)
+                bank += fp * (count if kv_channels is None else count * kv_channels / g.channels)
+    need = weights + kv
+    if need > capacity:
+        return (f"model needs {need / GIB:.2f} GiB (weights {weights / GIB:.2f} + KV cache "
+                f"{kv / GIB:.2f}) but the DRAM holds {capacity / GIB:.2f} GiB "
+                f"({g.channels} channels x {channel_capacity_gib:g} GiB)")
+    if bank > bank_cap:
+        return (f"the busiest bank must hold {bank / 2**20:.1f} MiB under the PIM partition "
+                f"over {g.channels} channels x {g.banks} banks but a bank holds "
+                f"{bank_cap / 2**20:.1f} MiB")
+    return None

@@ -1,0 +1,247 @@
+"""The ``npu_pim`` (NeuPIMs) template and the batched-decode request tools."""
+
+import json
+
+import numpy as np
+import pytest
+
+from accelerators import dram_timing as dt
+from accelerators.npu import NPU
+from accelerators.npu_pim import KV_CHANNELS, NeuPIMs, double_buffered_cycles
+from dse.errors import BadInput, InfeasibleDesign
+from dse.reproduce.table import Row
+from simulators.engine import simulate
+from workloads import ir
+from workloads.requests import (ALPACA, SHAREGPT, Request, attention_kv_lens, batched_decode,
+                                requests_from, shard_tensor_parallel, split_batch,
+                                steady_state_batch, with_kv_lengths)
+
+
+def arch(d=1024, layers=2):
+    return dict(n_layer=layers, d_model=d, n_head=d // 128, d_ff=4 * d, vocab_size=1000,
+                max_seq=4096)
+
+
+def step(kv_contexts, d=1024, layers=2):
+    reqs = [Request(c, 50, 0) for c in kv_contexts]
+    return batched_decode("gpt2", reqs, arch=arch(d, layers))
+
+
+@pytest.fixture(scope="module")
+def balanced():
+    """256 requests of ~600 tokens on a d=1024 model: NPU and PIM work are comparable."""
+    return step([600 - 10 * (i % 7) for i in range(256)])
+
+
+# ----------------------------------------------------------------------------- requests
+def test_distributions_have_the_published_means():
+    rng = np.random.default_rng(1)
+    for dist in (SHAREGPT, ALPACA):
+        ins, outs = dist.sample(200_000, rng)
+        assert ins.mean() == pytest.approx(dist.mean_input, rel=0.05)
+        assert outs.mean() == pytest.approx(dist.mean_output, rel=0.05)
+        assert ins.min() >= 1 and outs.min() >= 1 and (ins + outs).max() <= dist.max_len
+
+
+def test_steady_state_batch_is_deterministic_and_length_biased():
+    a = steady_state_batch("sharegpt", 128, seed=3)
+    assert a == steady_state_batch("sharegpt", 128, seed=3)
+    assert a != steady_state_batch("sharegpt", 128, seed=4)
+    assert all(0 <= r.generated < r.output_len for r in a)
+    big = steady_state_batch("sharegpt", 4000, seed=0)
+    # a slot is held longer by a long request: the mean output length exceeds the dataset's
+    assert np.mean([r.output_len for r in big]) > 1.3 * SHAREGPT.mean_output
+    with pytest.raises(BadInput):
+        steady_state_batch("nope", 4)
+    with pytest.raises(BadInput):
+        steady_state_batch("alpaca", 0)
+
+
+def test_request_lists():
+    reqs = requests_from([(10, 5), (3, 4, 2)])
+    assert [r.context for r in reqs] == [10, 5]
+    with pytest.raises(BadInput):
+        requests_from([(0, 5)])
+    with pytest.raises(BadInput):
+        Request(4, 4, 4)
+
+
+def test_per_request_kv_lengths_and_sub_batches_conserve_work(balanced):
+    w = balanced
+    att = [op for op in w.ops if op.kind == ir.ATTENTION]
+    lens = attention_kv_lens(att[0])
+    assert len(lens) == 256 and lens[0] == 601
+    b = att[0].bytes_per_element
+    assert att[0].kv_bytes_read == sum(lens) * 1024 * 2 * b
+    halves = split_batch(w, [list(range(0, 256, 2)), list(range(1, 256, 2))])
+    assert len(halves) == 2 * len(w)
+    for kind in (ir.ATTENTION, ir.MATMUL):
+        flops = sum(op.flops for op in w.ops if op.kind == kind)
+        assert sum(op.flops for op in halves.ops if op.kind == kind) == pytest.approx(
+            flops, rel=1e-3)
+    weights = sum(op.weight_bytes for op in w.ops if op.kind == ir.MATMUL)
+    assert sum(op.weight_bytes for op in halves.ops if op.kind == ir.MATMUL) == 2 * weights
+    with pytest.raises(BadInput):
+        split_batch(w, [[0, 1]])
+    with pytest.raises(BadInput):
+        with_kv_lengths(w, [5])
+
+
+def test_tensor_parallel_shard_divides_weights_heads_and_kv(balanced):
+    w = balanced
+    s = shard_tensor_parallel(w, 4)
+    mm = lambda x: sum(op.weight_bytes for op in x.ops if op.kind == ir.MATMUL)
+    kv = lambda x: sum(op.kv_bytes_read for op in x.ops if op.kind == ir.ATTENTION)
+    assert mm(s) == pytest.approx(mm(w) / 4, rel=1e-3)
+    assert kv(s) == pytest.approx(kv(w) / 4, rel=1e-3)
+    assert {op.attrs["heads"] for op in s.ops if op.kind == ir.ATTENTION} == {2}
+    norms = lambda x: sum(op.flops for op in x.ops if op.kind == ir.NORM)
+    assert norms(s) == norms(w)                                     # replicated
+    with pytest.raises(BadInput):
+        shard_tensor_parallel(w, 3)
+
+
+# ----------------------------------------------------------------------------- NeuPIMs
+def test_attention_runs_on_the_pim_gemms_on_the_npu(balanced):
+    r = simulate(balanced, NeuPIMs("neupims"))
+    by_kind = {}
+    for o in r.ops:
+        by_kind.setdefault(o.kind, set()).add(o.unit)
+    assert by_kind["attention"] == {"pim"} and by_kind["matmul"] == {"array"}
+    assert by_kind["softmax"] == {"vector"}
+    assert r.throughput > 0 and r.throughput_unit == "tokens/s"
+
+
+def test_pim_attention_latency_is_the_busiest_channel(balanced):
+    d = NeuPIMs("npu+pim")
+    planned = d.plan(balanced)
+    qk = next(op for op in planned.ops if op.attrs.get("part") == "logits")
+    per, total = d.channel_cycles(qk, "logits")
+    lens = attention_kv_lens(qk)
+    chans = qk.attrs[KV_CHANNELS]
+    for c in range(d.hw.channels):
+        expect = sum(dt.gemv_stream(d.geom, d.timing, dt.Gemv(s, 1024, segment=128), 1).cycles
+                     for s, ch in zip(lens, chans) if ch == c)
+        assert per[c] == pytest.approx(expect)
+    assert d.cost(qk).latency_s == pytest.approx(max(per) * 1e-9)
+
+
+def test_dual_row_buffers_beat_blocked_mode(balanced):
+    dual = simulate(balanced, NeuPIMs("neupims")).throughput
+    blocked = simulate(balanced, NeuPIMs("interleaving-only")).throughput
+    assert dual > 1.1 * blocked
+    # without interleaving nothing runs beside the PIM, so the row buffers change nothing
+    a = simulate(balanced, NeuPIMs("npu+pim")).throughput
+    b = simulate(balanced, NeuPIMs("dual-buffers-only")).throughput
+    assert a == pytest.approx(b, rel=1e-6)
+
+
+def test_blocked_pim_occupies_the_memory_channels(balanced):
+    d = NeuPIMs("npu+pim")
+    qk = next(op for op in d.plan(balanced).ops if op.attrs.get("part") == "logits")
+    c = d.cost(qk)
+    assert c.traffic["dram"] == pytest.approx(c.latency_s * d.bandwidth_Bps)
+    free = NeuPIMs("dual-buffers-only").cost(qk)
+    assert free.traffic["dram"] < 0.1 * c.traffic["dram"]     # only GWRITE + RDRESULT
+    assert free.latency_s == pytest.approx(c.latency_s)
+
+
+def test_sub_batch_interleaving_helps_when_npu_and_pim_work_compare(balanced):
+    on = simulate(balanced, NeuPIMs("neupims")).throughput
+    off = simulate(balanced, NeuPIMs("dual-buffers-only")).throughput
+    assert on > 1.1 * off
+    r = simulate(balanced, NeuPIMs("neupims"))
+    # busy fractions adding up to more than 1: the NPU and the PIM work at the same time
+    assert r.utilisation["array"] + r.utilisation["pim"] > 1.1
+
+
+def test_greedy_load_balancing_helps_on_skewed_lengths():
+    # long requests at indices 0, 32 and 1, 33: round robin puts two on channels 0 and 1
+    ctx = [1900 if i in (0, 1, 32, 33) else 60 for i in range(64)]
+    w = step(ctx)
+    attention = lambda lb: simulate(w, NeuPIMs("npu+pim", load_balancing=lb)) \
+        .breakdown_by_kind()["attention"]["time_s"]
+    assert attention("greedy") < 0.7 * attention("round_robin")
+    d = NeuPIMs("npu+pim")
+    qk = next(op for op in d.plan(w).ops if op.attrs.get("part") == "logits")
+    chans = qk.attrs[KV_CHANNELS]
+    assert len({chans[i] for i in (0, 1, 32, 33)}) == 4
+
+
+def test_npu_only_preset_uses_no_pim(balanced):
+    r = simulate(balanced, NeuPIMs("npu-only"))
+    assert {o.unit for o in r.ops} <= {"array", "vector"}
+    assert r.throughput < simulate(balanced, NeuPIMs("neupims")).throughput
+
+
+def test_double_buffered_weights_by_hand(balanced):
+    d = NeuPIMs()
+    op = next(op for op in balanced.ops if op.kind == ir.MATMUL and op.attrs["n"] == 1024
+              and op.attrs["k"] == 1024)
+    # 8 x 8 folds of 128 x 128 over 8 arrays, each max(256 rows, 128) cycles, fill + drain once
+    assert double_buffered_cycles(op, d.hw) == 8 * 256 + 128 + 128 - 2
+    fast = d.cost(op)
+    slow = NeuPIMs(npu_weight_double_buffering=False).cost(op)
+    assert fast.compute_s < slow.compute_s and fast.latency_s <= slow.latency_s
+    assert slow.latency_s == pytest.approx(NPU("neupims-npu").cost(op).latency_s)
+
+
+def test_over_capacity_is_infeasible_with_a_reason(balanced):
+    with pytest.raises(InfeasibleDesign, match="GiB"):
+        simulate(balanced, NeuPIMs(channels=2, channel_capacity_gib=1 / 64))
+
+
+def test_parameters_are_checked():
+    with pytest.raises(BadInput):
+        NeuPIMs(row_buffers=3)
+    with pytest.raises(BadInput):
+        NeuPIMs(load_balancing="random")
+    with pytest.raises(BadInput, match="ranks"):
+        NeuPIMs(ranks=3)
+    d = NeuPIMs()
+    assert d.bandwidth_Bps == pytest.approx(32 * 32e9)            # 32 HBM2 channels
+    assert d.npu.hw.dram_bandwidth_Bps == pytest.approx(d.bandwidth_Bps)
+    assert d.area_mm2() > d.npu.area_mm2() and d.static_power_w() > 0
+
+
+# ----------------------------------------------------------------------------- reproduction
+def test_reproduction_json_schema(monkeypatch, capsys):
+    from dse import cli
+    from dse.reproduce import neupims
+    small = lambda model, batch, tp, pp, seed=0: step([200 + i for i in range(batch)], 512, 1)
+    monkeypatch.setattr(neupims, "workload", small)
+    monkeypatch.setattr(neupims, "MODELS", (("gpt3-7b", 4, 1),))
+    monkeypatch.setattr(neupims, "TREND_BATCHES", (16, 32))
+    monkeypatch.setattr(neupims, "BATCH", 16)
+    cli.main(["reproduce", "neupims", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert [set(r) >= {"metric", "paper", "ours", "ratio"} for r in data["rows"]] == [True] * 4
+    for r in data["rows"]:
+        assert r["ratio"] == pytest.approx(r["ours"] / r["paper"])
+
+
+def test_spearman():
+    from dse.reproduce.neupims import spearman
+    assert spearman([1, 2, 3, 4], [0.7, 0.8, 1.0, 1.5]) == 1.0
+    assert spearman([1, 2, 3, 4], [0.8, 0.7, 1.0, 1.5]) == pytest.approx(0.8)
+
+
+#: Rows of `dse reproduce neupims` known to fall outside +-35% of the paper (see
+#: docs/validation/pim.md for why).
+NEUPIMS_KNOWN_MISSES = {
+    "gpt3-13b: NeuPIMs throughput over GPU-only (A100 40GB)",
+    "gpt3-30b: NeuPIMs throughput over GPU-only (A100 40GB)",
+    "gpt3-30b: NeuPIMs throughput over NPU-only",
+    "gpt3-30b: NeuPIMs throughput over naive NPU+PIM",
+}
+
+
+@pytest.mark.slow
+def test_neupims_reproduction_tolerance():
+    from dse.reproduce import neupims
+    rows = neupims.rows()
+    assert len(rows) == 10 and all(isinstance(r, Row) for r in rows)
+    for r in rows:
+        assert r.within() != (r.metric in NEUPIMS_KNOWN_MISSES), (r.metric, r.ours, r.ratio)
+    # orderings the paper reports: NeuPIMs beats every baseline on 7B at batch 256
+    assert all(r.ours > 1 for r in rows if r.metric.startswith("gpt3-7b: NeuPIMs"))
