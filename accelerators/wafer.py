@@ -1,0 +1,532 @@
+"""``wafer``: a wafer-scale core mesh (Cerebras WSE-2 class) under the PLMR model of WaferLLM.
+
+A ``mesh_width`` x ``mesh_height`` mesh of cores, each with ``sram_per_core_kb`` of SRAM and a
+router with four links of ``link_bytes_per_cycle`` per direction. Messages pay ``alpha_cycles``
+per hop and ``beta_cycles`` per software routing stage; a core has ``routing_paths_per_core``
+routing paths, and a pattern that needs more relays through software stages (or, with
+``relay`` off, cannot be built). See :mod:`accelerators.mesh_algorithms` for the closed forms.
+
+An LLM runs on a rectangular *region* of the mesh, one region for prefill and one for decode
+(WaferLLM's wafer-scale parallelism [P]): every layer is spread over the whole region and the
+layers run one after another, so the region is one simulator unit (``"region"``) and ops
+serialise on it. Per op, O(1) in the number of cores:
+
+* decode (activations split along one axis and replicated down the other): matmuls are
+  MeshGEMV (local GEMV, then an all-reduce along the reduction axis with ``allreduce``:
+  ``ktree`` / ``ring`` / ``pipeline``); attention keeps the KV cache tokens-along-Y and
+  features-along-X (the shift-based KV cache keeps it balanced: appending a token is one
+  neighbour shift per core); norms and softmax all-reduce their statistics;
+* prefill (tokens along Y, features along X): matmuls and the two products of attention use
+  ``gemm_algorithm`` (``meshgemm`` / ``cannon`` / ``summa`` / ``allgather``);
+* ``forward`` (non-LLM models) maps like prefill, except single-row matmuls (MeshGEMV).
+
+Non-uniform layouts of a rectangular region alternate between the two axes from one GEMV to
+the next, so each decode op is costed in both orientations and the slower one is kept.
+
+Feasibility (:meth:`Wafer.check`): the region must hold weights + KV cache + the largest
+activation working set + the per-core reserve in its aggregate SRAM (the reason names the
+shortfall per core); every pattern must fit the routing paths (or relay); the peak power (the
+mesh's leakage plus the larger region at full rate) must stay under ``tdp_w``.
+
+Off-wafer I/O (the ``"io"`` channel): in LLM phases each step streams its token ids in and the
+final op's output (the logits) out; in ``forward`` phase inputs and outputs are taken as resident
+on the wafer, as a GPU's are in HBM.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from accelerators import mesh_algorithms as mesh
+from accelerators import technology as tech
+from accelerators.base import OpCost, Param, Resources, Template
+from dse.errors import InfeasibleDesign
+from workloads import ir
+from workloads.ir import DTYPE_BYTES, Op
+
+#: Bytes per 32-bit datapath word [P WaferLLM sec. 2: WSE-2 fetches two 32-bit operands and
+#: writes one back per cycle, and a link carries one 32-bit message per cycle].
+WORD_BYTES = 4
+
+#: SRAM bytes touched per MAC or element op, in elements [E from the WSE-2 datapath above: a
+#: vector MAC reads the streamed operand and the accumulator and writes the accumulator back;
+#: the broadcast scalar sits in a register].
+SRAM_ELEMS_PER_MAC = 3
+
+#: Routing paths per core kept for host I/O (the memcpy streams) [E], not available to kernels.
+RESERVED_ROUTING_PATHS = 2
+
+#: Off-wafer I/O energy, pJ/B [E]: about 5 pJ/bit for a long-reach 100 GbE SerDes and MAC.
+IO_PJ_PER_BYTE = 40.0
+
+#: Element passes per element for the non-matmul kinds [E, the usual kernels]: norm 2 (sum of
+#: squares, then scale), softmax 3 (max, exp-and-sum, scale), others 1.
+PASSES = {ir.NORM: 2, ir.SOFTMAX: 3}
+
+#: WSE-2 tile area apportioned to logic, mm^2 per core [E derived]: the 46,225 mm^2 wafer
+#: [P WaferLLM] over the 757 x 996 compiled fabric [P/R], less 48 KB of 7 nm SRAM per core
+#: (technology.sram_area_mm2); spare cores, I/O and wafer edge are amortised into it.
+WSE2_CORE_LOGIC_AREA_MM2 = round(
+    46225.0 / (757 * 996) - tech.sram_area_mm2(48 * 1024, 7), 6)
+
+_PHASE_REGION = {"decode": "decode", "prefill": "prefill", "forward": "prefill"}
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One op mapped onto a region: its mesh cost and its element-op count over the region."""
+
+    cost: mesh.MeshCost
+    vector_elems: float = 0.0  # element operations summed over the region (energy)
+    act_elems_per_core: float = 0.0  # activation working set per core
+
+
+class Wafer(Template):
+    """Wafer-scale mesh under PLMR (WaferLLM, OSDI 2025); see the module docstring."""
+
+    name = "wafer"
+    description = ("wafer-scale core mesh (Cerebras WSE-2 class) under the PLMR model: "
+                   "MeshGEMM / MeshGEMV / K-tree all-reduce, SRAM capacity, routing limits")
+
+    PARAMS = (
+        Param("mesh_width", int, "cores", 757, "cores along X (WSE-2 fabric 757 [P/R])",
+              1, 4096, step=1),
+        Param("mesh_height", int, "cores", 996, "cores along Y (WSE-2 fabric 996 [P/R])",
+              1, 4096, step=1),
+        Param("sram_per_core_kb", float, "KB", 48.0, "SRAM per core (WSE-2 48 KB [P])",
+              1.0, 65536.0, log=True),
+        Param("reserved_sram_per_core_kb", float, "KB", 6.0,
+              "SRAM per core taken by code, runtime and routing tables [E]", 0.0, 1024.0),
+        Param("clock_hz", float, "Hz", 1.1e9, "core clock (WSE-2 up to 1.1 GHz [P])",
+              1e8, 5e9, log=True),
+        Param("macs_per_core_per_cycle", float, "MAC/cycle", 1.0,
+              "32-bit MAC lanes per core per cycle (WSE-2: 1 [P]); 16-bit types pack 2 per "
+              "lane, 8-bit 4", 0.125, 64.0, log=True),
+        Param("link_bytes_per_cycle", float, "B/cycle", 4.0,
+              "link bandwidth per direction (WSE-2: one 32-bit word per cycle [P])",
+              0.5, 256.0, log=True),
+        Param("alpha_cycles", float, "cycles/hop", 1.0,
+              "PLMR alpha: latency per hop (WSE-2 router: one cycle per hop [E])", 0.0, 100.0),
+        Param("beta_cycles", float, "cycles/stage", 20.0,
+              "PLMR beta: cost of one software routing stage, a core receiving and re-sending a "
+              "message (WSE-2: a few tens of cycles [E])", 0.0, 10000.0),
+        Param("routing_paths_per_core", int, "paths", 24,
+              "routing paths (colours) per core (WSE-2: 24 routable colours, < 32 by the 5-bit "
+              "header [P, E])", 1, 4096, step=1),
+        Param("relay", bool, "", True,
+              "patterns needing more routing paths than a core has relay through software "
+              "stages (else the design is infeasible)"),
+        Param("io_bandwidth_Bps", float, "B/s", 150e9,
+              "off-wafer I/O bandwidth (CS-2: 12 x 100 GbE = 150 GB/s [D])", 1e8, 1e14,
+              log=True),
+        Param("prefill_region_width", int, "cores", 750, "prefill region width", 1, 4096,
+              step=1),
+        Param("prefill_region_height", int, "cores", 750, "prefill region height", 1, 4096,
+              step=1),
+        Param("decode_region_width", int, "cores", 750,
+              "decode region width (WaferLLM's largest grid 750 x 750 [P])", 1, 4096, step=1),
+        Param("decode_region_height", int, "cores", 750, "decode region height", 1, 4096,
+              step=1),
+        Param("gemm_algorithm", str, "", "meshgemm", "prefill GEMM algorithm",
+              choices=mesh.GEMM_ALGORITHMS),
+        Param("allreduce", str, "", "ktree", "all-reduce of MeshGEMV, norms and attention",
+              choices=mesh.ALLREDUCE_ALGORITHMS),
+        Param("ktree_k", int, "levels", 2, "levels of the K-tree all-reduce (WaferLLM: 2 [P])",
+              1, 8, step=1),
+        Param("dtype", str, "", "fp16", "data type stored and computed on the wafer",
+              choices=tuple(DTYPE_BYTES)),
+        Param("node_nm", int, "nm", 7, "process node (WSE-2: TSMC 7 nm [D])",
+              choices=tech.NODES_NM),
+        Param("core_logic_area_mm2", float, "mm^2", WSE2_CORE_LOGIC_AREA_MM2,
+              "area per core apart from its SRAM, incl. router and amortised spares [E]",
+              1e-4, 10.0, log=True),
+        Param("tdp_w", float, "W", 15000.0,
+              "power budget of the wafer (WSE-2 ~15 kW: 37x an A100's 400 W [P])",
+              1.0, 1e6, log=True),
+    )
+
+    PRESETS = {
+        "wse2": {},
+        # A 32 x 32 mesh (1,024 cores) with WSE-2 cores, for tests and quick studies.
+        "wse-1k": {"mesh_width": 32, "mesh_height": 32, "prefill_region_width": 32,
+                   "prefill_region_height": 32, "decode_region_width": 32,
+                   "decode_region_height": 32, "tdp_w": 100.0},
+    }
+    DEFAULT_PRESET = "wse2"
+
+    # --- configuration ----------------------------------------------------------------------
+
+    def validate(self) -> tuple[str, Any, str] | None:
+        hw = self.hw
+        for phase in ("prefill", "decode"):
+            for axis, mesh_axis in (("width", "mesh_width"), ("height", "mesh_height")):
+                key = f"{phase}_region_{axis}"
+                if hw[key] > hw[mesh_axis]:
+                    return (f"hw.{key}", hw[key], f"expected at most {mesh_axis}={hw[mesh_axis]}")
+        if hw.reserved_sram_per_core_kb >= hw.sram_per_core_kb:
+            return ("hw.reserved_sram_per_core_kb", hw.reserved_sram_per_core_kb,
+                    f"expected less than sram_per_core_kb={hw.sram_per_core_kb:g}")
+        if hw.routing_paths_per_core <= RESERVED_ROUTING_PATHS:
+            return ("hw.routing_paths_per_core", hw.routing_paths_per_core,
+                    f"expected more than the {RESERVED_ROUTING_PATHS} kept for host I/O")
+        return None
+
+    @property
+    def bytes_per_elem(self) -> int:
+        return DTYPE_BYTES[self.hw.dtype]
+
+    @property
+    def cores(self) -> int:
+        return self.hw.mesh_width * self.hw.mesh_height
+
+    def region(self, phase: str) -> tuple[int, int]:
+        """(width, height) of the region that runs ``phase`` (forward uses prefill's)."""
+        which = _PHASE_REGION.get(phase, "prefill")
+        return self.hw[f"{which}_region_width"], self.hw[f"{which}_region_height"]
+
+    @cached_property
+    def fabric(self) -> mesh.Fabric:
+        """The PLMR parameters at this design's data type."""
+        hw, b = self.hw, self.bytes_per_elem
+        pack = max(WORD_BYTES // b, 1) if b <= WORD_BYTES else WORD_BYTES / b
+        return mesh.Fabric(alpha_cycles=hw.alpha_cycles, beta_cycles=hw.beta_cycles,
+                           link_elems_per_cycle=hw.link_bytes_per_cycle / b,
+                           macs_per_cycle=hw.macs_per_core_per_cycle * pack,
+                           routing_paths=hw.routing_paths_per_core - RESERVED_ROUTING_PATHS,
+                           relay=hw.relay)
+
+    # --- costs -----------------------------------------------------------------------------
+
+    def cost(self, op: Op) -> OpCost:
+        """Cost of ``op`` alone: decode mapping for one-token ops (matmul with one row,
+        attention with one query), else prefill's. :meth:`costs` uses the workload's phase."""
+        one_token = (op.kind == ir.MATMUL and op.attrs.get("m", 0) * op.attrs.get("batch", 1) == 1
+                     or op.kind == ir.ATTENTION and op.attrs.get("q_len", 0) == 1)
+        return self.op_cost(op, "decode" if one_token else "prefill")
+
+    def costs(self, workload: ir.Workload) -> list[OpCost]:
+        io_ops = self._io_bytes(workload)
+        return [self.op_cost(op, workload.phase, io_ops.get(op.name, 0.0))
+                for op in workload.ops]
+
+    def op_cost(self, op: Op, phase: str, io_bytes: float = 0.0) -> OpCost:
+        """Cost of ``op`` in ``phase`` on that phase's region, plus ``io_bytes`` off-wafer."""
+        plan = self.plan_op(op, phase)
+        return self._finish(plan, io_bytes)
+
+    def plan_op(self, op: Op, phase: str) -> _Plan:
+        """The op mapped onto its phase's region (decode ops: the slower orientation)."""
+        width, height = self.region(phase)
+        if phase == "decode" or phase == "forward" and _rows(op) == 1 and op.kind == ir.MATMUL:
+            a = self._decode_plan(op, width, height)
+            if width == height:
+                return a
+            b = self._decode_plan(op, height, width)
+            return a if a.cost.cycles >= b.cost.cycles else b
+        return self._prefill_plan(op, width, height)
+
+    def _decode_plan(self, op: Op, w: int, h: int) -> _Plan:
+        """Decode: the activation vector split along X (``w``), replicated along Y (``h``)."""
+        f, hw = self.fabric, self.hw
+        kind, a = op.kind, op.attrs
+        if kind in (ir.MATMUL, ir.CONV):
+            rows, k, n, batch = _gemm_shape(op)
+            c = mesh.gemv(f, rows * batch, k, n, w, h, hw.allreduce, hw.ktree_k)
+            return _Plan(c, act_elems_per_core=c.buffer_elems)
+        if kind == ir.ATTENTION:
+            return self._decode_attention(op, w, h)
+        elems = _elements(op)
+        per_core = math.ceil(elems / w)
+        if kind in (ir.NORM, ir.SOFTMAX, ir.REDUCTION):
+            rows = max(elems // max(_last_dim(op), 1), 1)
+            local = _local(f, per_core * PASSES.get(kind, 1))
+            reduces = 2 if kind == ir.SOFTMAX else 1
+            stats = 2 if kind == ir.NORM and "layer" in op.target else 1
+            ar = mesh.allreduce(f, hw.allreduce, w, rows * stats, hw.ktree_k, lines=h)
+            c = local.then(ar.times(reduces))
+            return _Plan(c, vector_elems=elems * PASSES.get(kind, 1) * h,
+                         act_elems_per_core=2 * per_core)
+        if kind == ir.DATA_MOVEMENT and (a.get("kv_append") or op.kv_bytes_written):
+            # shift-based KV cache: the new entry enters row 0 and every core passes its oldest
+            # entry one row down, so the cache stays balanced over the region.
+            c = mesh.neighbour_shift(f, per_core, 1, lines=w, cores_per_line=h)
+            return _Plan(c, act_elems_per_core=per_core)
+        if kind == ir.EMBEDDING:
+            c = mesh.broadcast(f, h, per_core, lines=w)
+            return _Plan(c, act_elems_per_core=per_core)
+        if kind in (ir.HASHGRID, ir.UNKNOWN):
+            return self._scatter_plan(op, w, h)
+        c = _local(f, per_core)  # elementwise and local data movement
+        return _Plan(c, vector_elems=elems * h, act_elems_per_core=2 * per_core)
+
+    def _decode_attention(self, op: Op, w: int, h: int) -> _Plan:
+        """One-query attention over a KV cache of ``kv_len`` tokens (tokens along Y, kv features
+        along X): partial scores, all-reduce within each head's columns, softmax statistics
+        all-reduced along Y, then P.V and the output all-reduced along Y."""
+        f, hw = self.fabric, self.hw
+        a = op.attrs
+        b, q = a.get("batch", 1), a.get("q_len", 1)
+        heads, kv_heads = a.get("heads", 1), a.get("kv_heads", a.get("heads", 1))
+        d, dv, ctx = a.get("head_dim", 1), a.get("value_dim", a.get("head_dim", 1)), a["kv_len"]
+        group = max(heads // max(kv_heads, 1), 1)
+        ty = math.ceil(ctx / h)  # cached tokens per core
+        fx, fxv = math.ceil(kv_heads * d / w), math.ceil(kv_heads * dv / w)
+        heads_here = math.ceil(kv_heads / w)  # kv heads with features on one core
+        span = max(w // max(kv_heads, 1), 1)  # cores sharing one kv head's features
+        rows = b * q * group
+        scores = rows * ty * heads_here
+        qk = _local(f, rows * ty * fx, macs=float(b) * q * heads * ctx * d)
+        ar_x = mesh.allreduce(f, hw.allreduce, span, scores, hw.ktree_k, lines=h * (w // span))
+        soft = _local(f, scores * PASSES[ir.SOFTMAX])
+        stats = mesh.allreduce(f, hw.allreduce, h, rows * heads_here, hw.ktree_k, lines=w)
+        pv = _local(f, rows * ty * fxv, macs=float(b) * q * heads * ctx * dv)
+        ar_y = mesh.allreduce(f, hw.allreduce, h, rows * fxv, hw.ktree_k, lines=w)
+        c = qk.then(ar_x).then(soft).then(stats.times(2)).then(pv).then(ar_y)
+        act = scores + rows * (fx + fxv)
+        return _Plan(c, vector_elems=float(b) * q * heads * ctx * PASSES[ir.SOFTMAX],
+                     act_elems_per_core=act)
+
+    def _prefill_plan(self, op: Op, w: int, h: int) -> _Plan:
+        """Prefill / forward: tokens along Y, features along X, GEMMs with ``gemm_algorithm``."""
+        f, hw = self.fabric, self.hw
+        kind = op.kind
+        if kind in (ir.MATMUL, ir.CONV):
+            m, k, n, batch = _gemm_shape(op)
+            c = mesh.batched_gemm(f, hw.gemm_algorithm, m, k, n, w, h, batch)
+            return _Plan(c, act_elems_per_core=c.buffer_elems)
+        if kind == ir.ATTENTION:
+            return self._prefill_attention(op, w, h)
+        elems = _elements(op)
+        cores = w * h
+        per_core = math.ceil(elems / cores)
+        if kind in (ir.NORM, ir.SOFTMAX, ir.REDUCTION):
+            last = max(_last_dim(op), 1)
+            rows_here = math.ceil(max(elems // last, 1) / h)
+            per_core = rows_here * math.ceil(last / w)
+            local = _local(f, per_core * PASSES.get(kind, 1))
+            reduces = 2 if kind == ir.SOFTMAX else 1
+            stats = 2 if kind == ir.NORM and "layer" in op.target else 1
+            ar = mesh.allreduce(f, hw.allreduce, w, rows_here * stats, hw.ktree_k, lines=h)
+            return _Plan(local.then(ar.times(reduces)), vector_elems=elems * PASSES.get(kind, 1),
+                         act_elems_per_core=2 * per_core)
+        if kind == ir.EMBEDDING:
+            # each token's row travels from the core row that stores it to the token's row
+            last = max(_last_dim(op), 1)
+            column = max(elems // last, 1) * math.ceil(last / w)
+            c = mesh.broadcast(f, h, column, lines=w)
+            return _Plan(c, act_elems_per_core=per_core)
+        if kind in (ir.HASHGRID, ir.UNKNOWN):
+            return self._scatter_plan(op, w, h)
+        c = _local(f, per_core)
+        return _Plan(c, vector_elems=elems, act_elems_per_core=2 * per_core)
+
+    def _prefill_attention(self, op: Op, w: int, h: int) -> _Plan:
+        """Causal self-attention as two batched GEMMs (Q K^T, then P V) over batch x heads (the
+        region cut into per-head sub-grids when that is faster), with the softmax statistics of
+        each query row all-reduced along X."""
+        f, hw = self.fabric, self.hw
+        a = op.attrs
+        b, heads = a.get("batch", 1), a.get("heads", 1)
+        q, kv, d = a.get("q_len", 1), a.get("kv_len", 1), a.get("head_dim", 1)
+        dv = a.get("value_dim", d)
+        frac = (a.get("causal_flops", op.flops) / op.flops) if op.flops else 1.0
+        bh = b * heads
+        qk = mesh.batched_gemm(f, hw.gemm_algorithm, q, d, kv, w, h, bh, frac)
+        tile = bh * math.ceil(q / h) * math.ceil(kv / w)
+        soft = _local(f, tile * frac * PASSES[ir.SOFTMAX])
+        stats = mesh.allreduce(f, hw.allreduce, w, bh * math.ceil(q / h), hw.ktree_k, lines=h)
+        pv = mesh.batched_gemm(f, hw.gemm_algorithm, q, kv, dv, w, h, bh, frac)
+        c = qk.then(soft).then(stats.times(2)).then(pv)
+        return _Plan(c, vector_elems=float(bh) * q * kv * frac * PASSES[ir.SOFTMAX],
+                     act_elems_per_core=tile + max(qk.buffer_elems, pv.buffer_elems))
+
+    def _scatter_plan(self, op: Op, w: int, h: int) -> _Plan:
+        """Hash-grid lookups and unknown ops: their bytes move between random cores, limited by
+        the region's link capacity, after one worst-case PLMR latency."""
+        f = self.fabric
+        elems = op.total_bytes / max(op.bytes_per_element, 1)
+        mean_hops = (w + h) / 3.0
+        links = 2 * (w * (h - 1) + h * (w - 1)) or 1
+        cycles = (mesh.worst_case_latency_cycles(f, w, h, 1)
+                  + elems * mean_hops / (links * f.link_elems_per_cycle))
+        return _Plan(mesh.MeshCost(cycles=cycles, hops=w + h, stages=1, paths=2,
+                                   elem_hops=elems * mean_hops),
+                     act_elems_per_core=math.ceil(elems / (w * h)))
+
+    def _finish(self, plan: _Plan, io_bytes: float) -> OpCost:
+        hw, b, c = self.hw, self.bytes_per_elem, plan.cost
+        node, dtype = hw.node_nm, hw.dtype
+        wafer_s = c.cycles / hw.clock_hz
+        io_s = io_bytes / hw.io_bandwidth_Bps
+        sram_bytes = SRAM_ELEMS_PER_MAC * b * (c.macs + plan.vector_elems)
+        noc_bytes = c.elem_hops * b
+        energy = {
+            "compute": c.macs * tech.mac_energy_j(dtype, node)
+            + plan.vector_elems * tech.vector_op_energy_j(dtype, node),
+            "onchip_memory": sram_bytes * tech.sram_energy_j_per_byte(self._sram_bytes, node),
+            "network": noc_bytes * tech.noc_energy_j_per_byte(self.core_pitch_mm, node)
+            + io_bytes * IO_PJ_PER_BYTE * 1e-12,
+        }
+        comm = c.cycles - c.compute_cycles
+        bound = "io" if io_s > wafer_s else ("network" if comm > c.compute_cycles else "compute")
+        return OpCost(unit="region", latency_s=wafer_s + io_s, compute_s=wafer_s,
+                      clock_hz=hw.clock_hz, traffic={"io": io_bytes} if io_bytes else {},
+                      bytes_by_level={"sram": sram_bytes, "noc": noc_bytes, "io": io_bytes},
+                      energy_j=energy, bound=bound)
+
+    def _io_bytes(self, workload: ir.Workload) -> dict[str, float]:
+        """Off-wafer bytes per op: in LLM phases, token ids in (embeddings) and the outputs of
+        the graph's sinks (the logits) out; none in ``forward`` phase."""
+        if workload.phase not in ("prefill", "decode"):
+            return {}
+        g, b = workload.graph, self.bytes_per_elem
+        out: dict[str, float] = {}
+        for op in workload.ops:
+            nbytes = 0.0
+            if op.kind == ir.EMBEDDING:
+                nbytes += op.activation_bytes_read  # the token ids
+            if g.out_degree(op.name) == 0:
+                nbytes += op.activation_bytes_written / max(op.bytes_per_element, 1) * b
+            if nbytes:
+                out[op.name] = nbytes
+        return out
+
+    # --- resources, area, power -------------------------------------------------------------
+
+    def resources(self) -> Resources:
+        return Resources(units={"region": 1}, channels={"io": self.hw.io_bandwidth_Bps})
+
+    @property
+    def _sram_bytes(self) -> float:
+        return self.hw.sram_per_core_kb * 1024.0
+
+    @property
+    def tile_area_mm2(self) -> float:
+        """Area of one core with its SRAM and router, mm^2."""
+        return self.hw.core_logic_area_mm2 + tech.sram_area_mm2(self._sram_bytes, self.hw.node_nm)
+
+    @property
+    def core_pitch_mm(self) -> float:
+        """Distance between neighbouring cores (one hop), mm."""
+        return math.sqrt(self.tile_area_mm2)
+
+    def area_mm2(self) -> float:
+        return self.cores * self.tile_area_mm2
+
+    def static_power_w(self) -> float:
+        return tech.leakage_w(self.cores * self.hw.core_logic_area_mm2,
+                              self.cores * self._sram_bytes, self.hw.node_nm)
+
+    def peak_power_w(self) -> float:
+        """Static power of the whole mesh plus every core of the larger region computing at full
+        rate (each MAC touching SRAM) with its four links busy, W. Cores outside the regions
+        idle (clock-gated), paying leakage only."""
+        hw, f, b = self.hw, self.fabric, self.bytes_per_elem
+        busy = max(hw.prefill_region_width * hw.prefill_region_height,
+                   hw.decode_region_width * hw.decode_region_height)
+        per_cycle_j = (f.macs_per_cycle * (tech.mac_energy_j(hw.dtype, hw.node_nm)
+                                           + SRAM_ELEMS_PER_MAC * b * tech.sram_energy_j_per_byte(
+                                               self._sram_bytes, hw.node_nm))
+                       + 4 * hw.link_bytes_per_cycle * tech.noc_energy_j_per_byte(
+                           self.core_pitch_mm, hw.node_nm))
+        return self.static_power_w() + busy * hw.clock_hz * per_cycle_j
+
+    # --- feasibility ------------------------------------------------------------------------
+
+    def memory_per_core(self, workload: ir.Workload) -> dict[str, float]:
+        """Bytes per core the workload needs on its phase's region: weights (tiles rounded up),
+        KV cache (balanced by the shift-based cache), the largest activation working set, and
+        the reserve. O(ops)."""
+        width, height = self.region(workload.phase)
+        cores, b = width * height, self.bytes_per_elem
+        weight_elems, tiled = 0.0, 0.0
+        kv_elems, act_elems = 0.0, 0.0
+        for op in workload.ops:
+            a = op.attrs
+            if op.kind == ir.MATMUL and a.get("weight_operand"):
+                k, n, batch = a.get("k", 1), a.get("n", 1), a.get("batch", 1)
+                weight_elems += math.ceil(k / height) * math.ceil(n / width) * batch
+                tiled += float(k) * n * batch
+            elif op.kind == ir.CONV and op.weight_bytes:
+                k, n, groups = a.get("gemm_k", 1), a.get("gemm_n", 1), a.get("groups", 1)
+                weight_elems += math.ceil(k / height) * math.ceil(n / width) * groups
+                tiled += float(k) * n * groups
+            if op.kind == ir.ATTENTION:
+                kvh = a.get("kv_heads", a.get("heads", 1))
+                dims = a.get("head_dim", 1) + a.get("value_dim", a.get("head_dim", 1))
+                kv_elems += a.get("batch", 1) * math.ceil(a.get("kv_len", 1) / height) \
+                    * math.ceil(kvh * dims / width)
+            plan = self.plan_op(op, workload.phase)
+            act_elems = max(act_elems, plan.act_elems_per_core)
+        params = workload.params or sum(op.weight_bytes for op in workload.ops) / max(
+            DTYPE_BYTES.get(workload.dtype, 2), 1)
+        weight_elems += max(params - tiled, 0.0) / cores  # embeddings, norms: spread evenly
+        return {"weights": weight_elems * b, "kv_cache": kv_elems * b,
+                "activations": act_elems * b,
+                "reserved": self.hw.reserved_sram_per_core_kb * 1024.0}
+
+    def check(self, workload: ir.Workload) -> str | None:
+        """Why ``workload`` cannot run on this design: SRAM capacity of its region, routing
+        paths (with relays off), or peak power over ``tdp_w``; None when it can."""
+        width, height = self.region(workload.phase)
+        try:
+            need = self.memory_per_core(workload)
+        except InfeasibleDesign as exc:
+            return exc.reason
+        total = sum(need.values())
+        if total > self._sram_bytes:
+            parts = ", ".join(f"{k} {v / 1024:.1f} KB" for k, v in need.items())
+            return (f"{workload.model} {workload.phase} needs {total / 1024:.1f} KB per core on "
+                    f"the {width} x {height} {_PHASE_REGION.get(workload.phase, 'prefill')} "
+                    f"region ({parts}) but a core has {self.hw.sram_per_core_kb:g} KB; "
+                    f"use a larger region or more SRAM per core")
+        peak = self.peak_power_w()
+        if peak > self.hw.tdp_w:
+            return (f"peak power {peak / 1e3:.2f} kW (leakage of the {self.hw.mesh_width} x "
+                    f"{self.hw.mesh_height} mesh, its larger region busy) exceeds tdp_w "
+                    f"{self.hw.tdp_w / 1e3:.2f} kW")
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        d = super().describe()
+        d["derived"] = {"cores": self.cores, "sram_total_bytes": self.cores * self._sram_bytes,
+                        "area_mm2": self.area_mm2(), "static_power_w": self.static_power_w(),
+                        "peak_power_w": self.peak_power_w()}
+        return d
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+def _local(f: mesh.Fabric, per_core: float, macs: float = 0.0) -> mesh.MeshCost:
+    """Local work on every core: ``per_core`` MACs or element ops; ``macs`` over the region."""
+    cycles = mesh.compute_cycles(f, per_core)
+    return mesh.MeshCost(cycles=cycles, compute_cycles=cycles, macs=macs)
+
+
+def _rows(op: Op) -> int:
+    a = op.attrs
+    return a.get("m", 0) * a.get("batch", 1) if op.kind == ir.MATMUL else 0
+
+
+def _gemm_shape(op: Op) -> tuple[int, int, int, int]:
+    """(m, k, n, batch) of a matmul, or of a convolution's im2col GEMM (batch = groups)."""
+    a = op.attrs
+    if op.kind == ir.CONV:
+        return a.get("gemm_m", 1), a.get("gemm_k", 1), a.get("gemm_n", 1), a.get("groups", 1)
+    return a.get("m", 1), a.get("k", 1), a.get("n", 1), a.get("batch", 1)
+
+
+def _elements(op: Op) -> int:
+    """Output elements of a non-GEMM op (``attrs['elements']``, else from its shapes)."""
+    if "elements" in op.attrs:
+        return max(int(op.attrs["elements"]), 1)
+    shapes = op.output_shapes or op.input_shapes
+    return max(sum(math.prod(s) for s in shapes), 1) if shapes else 1
+
+
+def _last_dim(op: Op) -> int:
+    shapes = op.output_shapes or op.input_shapes
+    return shapes[0][-1] if shapes and shapes[0] else 1
