@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dse.errors import BadInput, DSEError, InfeasibleDesign
+from dse.report.cli import report_command
 from dse.study.cli import study_app
 
 try:  # typer >= 0.20 vendors click as typer._click; older typer uses click itself
@@ -25,6 +26,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 calibrate_app = typer.Typer(no_args_is_help=True, help="Calibrate templates on real hardware.")
 app.add_typer(study_app, name="study")
 app.add_typer(calibrate_app, name="calibrate")
+app.command("report", help="Write a study's interactive HTML report.")(report_command)
 
 out = Console()
 DTYPES = ["fp32", "fp16", "bf16", "fp8", "int8"]

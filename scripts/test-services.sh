@@ -4,7 +4,7 @@
 # install; writes the server's URL to /tmp/dse-test-services.env. Safe to run twice.
 set -u
 need=""
-command -v chromium >/dev/null 2>&1 || need="$need chromium"
+command -v chromium >/dev/null 2>&1 || need="$need chromium fonts-dejavu-core"
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need="$need postgresql"
 if [ -n "$need" ]; then
   if [ "$(id -u)" -ne 0 ]; then

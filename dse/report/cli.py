@@ -1,1 +1,37 @@
-"""``dse report`` command."""
+"""``dse report``: write a study's interactive report (one self-contained HTML file).
+
+The lead registers it on the main app: ``app.command("report")(report_command)``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from dse.errors import BadInput
+
+
+def report_command(
+        directory: Optional[Path] = typer.Argument(
+            None, metavar="DIR", help="A study output directory (holds study.db)."),
+        storage: Optional[str] = typer.Option(
+            None, "--storage", help="An Optuna storage URL instead of DIR, e.g. sqlite:///study.db."),
+        study: Optional[str] = typer.Option(
+            None, "--study", help="Study name (needed when the storage holds several)."),
+        out: Optional[Path] = typer.Option(
+            None, "--out", "-o", help="Output HTML file (default: DIR/report.html, or "
+                                      "./report.html with --storage)."),
+        max_details: int = typer.Option(
+            30, "--max-details", min=0, help="Pareto designs re-simulated for the detail view."),
+) -> None:
+    """Write a study's interactive report: Pareto front, design details, parallel coordinates,
+    parameter importances, history and the Pareto table, in one HTML file that opens offline."""
+    from dse.report import write_study_report
+    if (directory is None) == (storage is None):
+        raise BadInput("DIR", directory, "give a study output directory or --storage URL (one of them)")
+    source = storage if storage is not None else directory
+    target = out or (directory / "report.html" if directory is not None else Path("report.html"))
+    path = write_study_report(source, target, study_name=study, max_details=max_details)
+    typer.echo(f"report: {path} ({path.stat().st_size / 1e6:.1f} MB)")

@@ -1,0 +1,131 @@
+"""Re-simulate a stored design to get its per-op records (breakdowns, timeline, roofline).
+
+A trial stores only scalar metrics; the detail view needs every op, so the report simulates the
+Pareto designs again from the trial's ``design`` user attr (see :mod:`dse.report.study_data`).
+The simulator is deterministic, so this reproduces the trial's numbers when the simulator
+version matches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from dse.errors import BadInput, DSEError
+
+#: Keys of a workload spec passed on to ``api.workload`` [R dse/api.py].
+WORKLOAD_KEYS = ("model", "phase", "batch", "seq", "context", "dtype", "arch", "hf_config")
+
+
+@dataclass
+class Resimulated:
+    """The design (a Template, or None if it could not be built) and one entry per workload:
+    (label, Result or None, error text or None)."""
+
+    template: Any
+    runs: list[tuple[str, Any, str | None]] = field(default_factory=list)
+    error: str | None = None
+
+
+def workload_label(spec: dict[str, Any]) -> str:
+    """``"gpt2 decode · batch 8 · context 1024 · bf16"`` from a workload spec."""
+    parts = [str(spec.get("model", "?")) + (f" {spec['phase']}" if spec.get("phase") else "")]
+    for key in ("batch", "seq", "context"):
+        if spec.get(key) is not None:
+            parts.append(f"{key} {spec[key]}")
+    if spec.get("dtype"):
+        parts.append(str(spec["dtype"]))
+    if spec.get("arch"):
+        parts.append(" ".join(f"{k}={v}" for k, v in sorted(spec["arch"].items())))
+    return " · ".join(parts)
+
+
+def resimulate_trial(row: Any, spec: dict[str, Any] | None = None) -> Resimulated:
+    """Re-simulate a study trial (a :class:`~dse.report.study_data.TrialRow`) from its
+    ``design`` user attr: in ``dse.study``'s form (with ``spec``, the study user attr
+    ``dse_spec``, for the workloads) or the self-contained form."""
+    d = row.design
+    if d is None:
+        return Resimulated(None, error="the trial stores no design (user attr 'design') to re-simulate")
+    if "designs" in d:
+        if not isinstance(spec, dict) or not spec.get("workloads"):
+            return Resimulated(None, error="the study stores no spec (user attr 'dse_spec') "
+                                           "naming its workloads")
+        return resimulate_study_design(d, spec)
+    return resimulate(d)
+
+
+def resimulate_study_design(design: dict[str, Any], spec: dict[str, Any]) -> Resimulated:
+    """A design as ``dse.study`` stores it (``designs``, ``arch``, ``assign``, ``design``) on
+    the workloads of its study spec; heterogeneous designs rebuilt with their op assignment."""
+    from accelerators.registry import get_template
+    from dse import api
+    from simulators.engine import simulate
+    built = {}
+    try:
+        for name, info in (design.get("designs") or {}).items():
+            built[name] = get_template(info["template"])(info.get("preset"), **dict(info.get("hw") or {}))
+    except (DSEError, KeyError, TypeError) as exc:
+        return Resimulated(None, error=f"cannot rebuild the design: {exc}")
+    if not built:
+        return Resimulated(None, error="the trial's design lists no accelerator")
+    hetero = spec.get("sub_accelerators") is not None
+    if hetero:
+        from dse.study.heterogeneous import Heterogeneous, segment_ops
+        combined = Heterogeneous(built)
+    else:
+        combined = built.get(design.get("design")) or next(iter(built.values()))
+    out = Resimulated(combined)
+    for w in spec["workloads"]:
+        label = w.get("name") or w.get("model")
+        text = f"{label}: {workload_label(w)}" + (f" · ×{w['weight']:g} per step"
+                                                  if w.get("weight", 1) != 1 else "")
+        try:
+            wl = api.workload(w["model"], phase=w.get("phase"), batch=w.get("batch"),
+                              seq=w.get("seq"), context=w.get("context"),
+                              dtype=w.get("dtype", "bf16"),
+                              arch=(design.get("arch") or {}).get(label) or None)
+            target = combined
+            if hetero:
+                segs = (design.get("assign") or {}).get(label) or []
+                groups = segment_ops(wl, len(segs))
+                target = combined.with_assignment(
+                    {op: sub for names, sub in zip(groups, segs) for op in names})
+            out.runs.append((text, simulate(wl, target), None))
+        except DSEError as exc:
+            out.runs.append((text, None, str(exc)))
+    return out
+
+
+def resimulate(design: dict[str, Any],
+               workload_fn: Callable[..., Any] | None = None) -> Resimulated:
+    """Build the design and simulate each of its workloads; errors are kept, never raised."""
+    from dse import api
+    from simulators.engine import simulate
+    workload_fn = workload_fn or api.workload
+    spec = design.get("accelerator")
+    if not isinstance(spec, str):
+        return Resimulated(None, error="the trial's design names no accelerator")
+    try:
+        template = api.accelerator(spec, dict(design.get("hw") or {}))
+    except DSEError as exc:
+        return Resimulated(None, error=str(exc))
+    out = Resimulated(template)
+    workloads = design.get("workloads") or []
+    if not workloads:
+        out.error = "the trial's design lists no workloads"
+    for w in workloads:
+        if not isinstance(w, dict):
+            out.runs.append((str(w), None, "a workload spec must be a mapping"))
+            continue
+        label = workload_label(w)
+        kwargs = {k: w[k] for k in WORKLOAD_KEYS if k in w and w[k] is not None}
+        try:
+            if "model" not in kwargs:
+                raise BadInput("design.workloads.model", None, "expected a zoo model name")
+            model = kwargs.pop("model")
+            result = simulate(workload_fn(model, **kwargs), template)
+            out.runs.append((label, result, None))
+        except DSEError as exc:
+            out.runs.append((label, None, str(exc)))
+    return out
