@@ -127,3 +127,7 @@ def leakage_w(logic_area_mm2: float, sram_bytes: float, node_nm: int) -> float:
     per device falls.
     """
     return LOGIC_LEAKAGE_W_PER_MM2 * logic_area_mm2 + SRAM_LEAKAGE_W_PER_KB * sram_bytes / 1024.0
+
+#: 32-bit integer operation energy at 45 nm, pJ [P Horowitz, ISSCC 2014: 32-bit add 0.1 pJ,
+#: 32-bit multiply 3.1 pJ]; an XOR or AND taken as an add [E]. Used for hash-grid indexing.
+INT32_OP_ENERGY_PJ = {"add": 0.1, "mult": 3.1}

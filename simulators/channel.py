@@ -7,6 +7,8 @@ B bytes takes B / bandwidth. Events: one timer per change of the active set.
 
 from __future__ import annotations
 
+import math
+
 import simpy
 
 
@@ -56,7 +58,9 @@ class FluidChannel:
         if not self._active:
             return
         rate = self.bandwidth_Bps / len(self._active)
-        delay = max(min(a[0] for a in self._active) / rate, 0.0)
+        # At least two float steps of the clock, so a sliver of bytes whose transfer time is
+        # below the clock's resolution still advances time (and then finishes).
+        delay = max(min(a[0] for a in self._active) / rate, 2.0 * math.ulp(self.env.now))
         generation = self._generation
         self.env.timeout(delay).callbacks.append(lambda _e: self._on_timer(generation))
 
@@ -66,7 +70,7 @@ class FluidChannel:
         self._advance()
         still = []
         for a in self._active:
-            if a[0] <= 1e-9 * a[1] + 1e-9:
+            if a[0] <= 1e-9 * a[1] + 1e-9 or a[0] <= 0.0:
                 a[2].succeed()
             else:
                 still.append(a)

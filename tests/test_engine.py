@@ -73,3 +73,14 @@ def test_deterministic():
     t = Toy({"x": ("a", 1e-3, 1e6), "y": ("b", 2e-3, 2e6), "z": ("a", 0, 1e6)})
     a, b = simulate(w, t), simulate(w, t)
     assert a.to_dict() == b.to_dict()
+
+
+def test_channel_finishes_slivers_below_the_clock_resolution():
+    """A transfer whose last bytes take less time than the clock can resolve still ends."""
+    import simpy
+    from simulators.channel import FluidChannel
+    env = simpy.Environment(initial_time=1.65)
+    ch = FluidChannel(env, 936e9)
+    a, b = ch.transfer(32768.0), ch.transfer(32768.0 + 5.5e-5)
+    env.run(until=env.all_of([a, b]))
+    assert env.now == pytest.approx(1.65 + 65536 / 936e9, rel=1e-9)

@@ -24,8 +24,8 @@ once per simulated batch instead of once per real batch.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
 
 import networkx as nx
 
@@ -33,8 +33,8 @@ from dse.errors import BadInput
 from workloads import ir
 from workloads.ir import Op, Workload
 
-#: Named frame sizes, pixels (width, height) [D: ITU-R BT.709 1080p, BT.2020 UHD-1 "4K"
-#: 3840 x 2160 and UHD-2 "8K" 7680 x 4320].
+#: Named frame sizes, pixels (width, height) [D: ITU-R BT.709 720p and 1080p, VESA QHD 1440p,
+#: ITU-R BT.2020 UHD-1 "4K" 3840 x 2160 and UHD-2 "8K" 7680 x 4320].
 RESOLUTIONS = {"720p": (1280, 720), "1080p": (1920, 1080), "1440p": (2560, 1440),
                "4k": (3840, 2160), "8k": (7680, 4320)}
 
@@ -96,9 +96,10 @@ class AppRender:
     """How one app renders: its queries per pixel, compaction rhythm, the network's input and
     output records on the GPU, and its remaining kernels (unfused, as instant-NGP runs them).
 
-    ``fused_*``: the compulsory traffic of the same work done by one fused "pre" kernel (writes
-    the network inputs) and one fused "post" kernel (reads the network outputs, writes the
-    displayed pixels), as in the paper's Vulkan implementation [P NGPC sec. on kernel fusion]."""
+    Fused, the same work is one "pre" kernel (writes the network inputs) and one "post" kernel
+    (reads the network outputs at their real width plus ``fused_post_query_read`` more bytes
+    per query, writes the displayed pixels), as in the paper's Vulkan implementation [P NGPC:
+    fused pre- and post-processing kernels]."""
 
     app: str
     queries_per_pixel: float
@@ -109,9 +110,11 @@ class AppRender:
     fused_post_query_read: int
     description: str = ""
 
-    def iterations(self) -> float:
-        """Compaction rounds per ray: ceil(queries / steps between compactions), >= 1."""
-        return max(1.0, math.ceil(self.queries_per_pixel / self.steps_per_iteration))
+    def iterations(self, queries_per_ray: float | None = None) -> float:
+        """Compaction rounds per ray: ceil(queries per ray / steps between compactions), >= 1
+        (``queries_per_ray`` defaults to the app's queries per pixel)."""
+        q = self.queries_per_pixel if queries_per_ray is None else queries_per_ray
+        return max(1.0, math.ceil(q / self.steps_per_iteration - 1e-9))
 
 
 # Record sizes of instant-NGP's renderers (B) [R NVlabs/instant-ngp]:
@@ -158,7 +161,7 @@ _PRESENT = KernelSpec("present", "post", ray_read=ACCUM_PIXEL_BYTES,
 #: RTX 3090 baseline of this model renders NeRF at 4K at 60 / 55.50 = 1.081 FPS, the paper's
 #: "gap of 55.50x" to 4K at 60 FPS (its slowest app); `python -m dse.reproduce.ngpc
 #: --calibrate` recomputes it. The testbed caps a ray at NERF_STEPS() = 1024 [R].
-NERF_QUERIES_PER_PIXEL = 60.0
+NERF_QUERIES_PER_PIXEL = 41.0
 #: Queries per pixel of NSDF [E]: sphere tracing converges in ~10 steps on a hit pixel and
 #: leaves the bounding box in a few on a miss (~6 on average over a frame), plus 6
 #: finite-difference normal queries per hit pixel [R testbed_sdf.cu
@@ -187,7 +190,7 @@ APPS: dict[str, AppRender] = {
                        iter_read=NERF_PAYLOAD + ACCUM_PIXEL_BYTES + 4,
                        iter_write=NERF_PAYLOAD + ACCUM_PIXEL_BYTES + 4, iter_flops=4),
             _PRESENT),
-        fused_post_query_read=PADDED_OUTPUT + 4,  # outputs + the sample's dt
+        fused_post_query_read=4,  # the sample's dt
         description="ray marching with an occupancy grid, front-to-back compositing"),
     "nsdf": AppRender(
         app="nsdf", queries_per_pixel=NSDF_QUERIES_PER_PIXEL,
@@ -203,7 +206,7 @@ APPS: dict[str, AppRender] = {
             KernelSpec("sdf_shade", "post", ray_read=SDF_RAY + 3 * 4,
                        ray_write=ACCUM_PIXEL_BYTES, ray_flops=SDF_SHADE_FLOPS),
             _PRESENT),
-        fused_post_query_read=PADDED_OUTPUT,
+        fused_post_query_read=0,
         description="sphere tracing with compaction every 4 steps, finite-difference normals"),
     "gia": AppRender(
         app="gia", queries_per_pixel=1.0, steps_per_iteration=1.0,
@@ -213,7 +216,7 @@ APPS: dict[str, AppRender] = {
             KernelSpec("image_shade", "post", query_read=PADDED_OUTPUT,
                        ray_write=ACCUM_PIXEL_BYTES, query_flops=10),
             _PRESENT),
-        fused_post_query_read=PADDED_OUTPUT,
+        fused_post_query_read=0,
         description="one network query per pixel of the viewport [R testbed_image.cu]"),
     "nvr": AppRender(
         app="nvr", queries_per_pixel=NVR_QUERIES_PER_PIXEL,
@@ -226,7 +229,7 @@ APPS: dict[str, AppRender] = {
                        query_write=VOL_RAY, query_flops=VOLUME_STEP_FLOPS),
             KernelSpec("volume_write", "post", ray_write=ACCUM_PIXEL_BYTES, ray_flops=4),
             _PRESENT),
-        fused_post_query_read=VOLUME_OUTPUT,
+        fused_post_query_read=0,
         description="delta tracking through the neural volume [R testbed_volume.cu]"),
 }
 
@@ -352,14 +355,15 @@ def scale_points(op: Op, old_points: int, new_points: float, name: str) -> Op:
 
 # ------------------------------------------------------------------------ GPU kernels
 def remaining_ops(render: AppRender, rays: float, queries: float, dtype: str, prefix: str,
-                  fused: bool) -> tuple[list[Op], list[Op]]:
+                  fused: bool, output_bytes: float | None = None) -> tuple[list[Op], list[Op]]:
     """The (pre, post) GPU ops of ``rays`` rays making ``queries`` queries.
 
     Unfused: one op per kernel of ``render.kernels``. Fused: one "pre" op (writes the network
-    inputs) and one "post" op (reads the network outputs, writes the displayed pixels), each
-    carrying the unfused ops it replaces in ``attrs["fused_from"]`` so that a cost model can
-    relate the two."""
-    iterations = render.iterations()
+    inputs) and one "post" op (reads the network outputs — ``output_bytes`` per query, the
+    field's real output width; the padded record when None — and writes the displayed pixels),
+    each carrying the unfused ops it replaces in ``attrs["fused_from"]`` so that a cost model
+    can relate the two."""
+    iterations = render.iterations(queries / rays if rays > 0 else None)
     unfused = {"pre": [], "post": []}
     for spec in render.kernels:
         unfused[spec.stage].append(spec.op(rays, queries, iterations, dtype,
@@ -379,7 +383,8 @@ def remaining_ops(render: AppRender, rays: float, queries: float, dtype: str, pr
               input_shapes=((max(int(queries), 1),),), output_shapes=((max(int(rays), 1),),),
               dtype=dtype, bytes_per_element=elem,
               flops=sum(o.flops for o in unfused["post"]),
-              activation_bytes_read=int(round(queries * render.fused_post_query_read)),
+              activation_bytes_read=int(round(queries * (render.fused_post_query_read + (
+                  render.output_bytes if output_bytes is None else output_bytes)))),
               activation_bytes_written=int(round(rays * DISPLAY_PIXEL_BYTES)),
               attrs={"elements": max(int(round(rays)), 1), "device": "gpu", "stage": "post",
                      "kernel": "post_fused", "rays": rays, "queries": queries,
@@ -404,8 +409,9 @@ def attach_frame(workload: Workload, spec: FrameSpec) -> Workload:
 
 def frame_of(workload: Workload) -> FrameSpec:
     """The frame a workload stands for: the attached :class:`FrameSpec`, else one "frame" of
-    the captured batch (``batch`` queries of the app, one ray per query / queries per pixel,
-    a single ray batch). :class:`BadInput` when the model is no neural-field app."""
+    the captured batch (``batch`` queries of the app: ``batch / queries_per_pixel`` rays in one
+    row, in up to :data:`DEFAULT_SIM_BATCHES` ray batches). :class:`BadInput` when the model is
+    no neural-field app."""
     spec = workload.graph.graph.get(FRAME_KEY)
     if isinstance(spec, FrameSpec):
         return spec
@@ -413,7 +419,8 @@ def frame_of(workload: Workload) -> FrameSpec:
     points = field_points(workload)
     rays = max(int(round(points / render.queries_per_pixel)), 1)
     return FrameSpec(app=workload.model, width=rays, height=1, spp=1,
-                     queries_per_pixel=points / rays, sim_batches=1)
+                     queries_per_pixel=points / rays,
+                     sim_batches=min(DEFAULT_SIM_BATCHES, rays))
 
 
 def is_frame(workload: Workload) -> bool:
@@ -421,11 +428,14 @@ def is_frame(workload: Workload) -> bool:
     return workload.graph.graph.get("frame_pipeline") is not None
 
 
-def pipeline(field_workload: Workload, spec: FrameSpec, fused: bool) -> Workload:
+def pipeline(field_workload: Workload, spec: FrameSpec, fused: bool, batch: int = 1) -> Workload:
     """The frame as ``spec.sim_batches`` ray batches. Batch ``b``:
     pre ops (GPU, a chain) -> the field graph for the batch's queries -> post ops (GPU, a chain).
     Batches are independent, so a design with separate units overlaps batch ``b``'s GPU work
-    with batch ``b + 1``'s field work (the engine decides; nothing is assumed here)."""
+    with batch ``b + 1``'s field work (the engine decides; nothing is assumed here).
+
+    ``batch`` is the workload's item count for throughput: 1 (a frame: the simulator's
+    throughput is then frames per second) or the captured points."""
     render = app_render(spec.app)
     src = field_workload.graph
     old_points = field_points(field_workload)
@@ -434,6 +444,7 @@ def pipeline(field_workload: Workload, spec: FrameSpec, fused: bool) -> Workload
     field_ops = field_workload.ops
     sources = [op.name for op in field_ops if src.in_degree(op.name) == 0]
     sinks = [op.name for op in field_ops if src.out_degree(op.name) == 0]
+    out_bytes = sum(src.nodes[t]["op"].activation_bytes_written for t in sinks) / old_points
     g = nx.DiGraph()
     index = 0
 
@@ -444,7 +455,8 @@ def pipeline(field_workload: Workload, spec: FrameSpec, fused: bool) -> Workload
 
     for b in range(k):
         prefix = f"b{b}."
-        pre, post = remaining_ops(render, rays_b, queries_b, field_workload.dtype, prefix, fused)
+        pre, post = remaining_ops(render, rays_b, queries_b, field_workload.dtype, prefix, fused,
+                                  output_bytes=out_bytes)
         for op in pre:
             add(op)
         for a, c in zip(pre, pre[1:]):
@@ -459,12 +471,14 @@ def pipeline(field_workload: Workload, spec: FrameSpec, fused: bool) -> Workload
         for op in post:
             add(op)
         for t in sinks:
-            g.add_edge(prefix + t, post[0].name, bytes=int(queries_b * render.output_bytes))
+            g.add_edge(prefix + t, post[0].name,
+                       bytes=int(round(src.nodes[t]["op"].activation_bytes_written
+                                       * queries_b / old_points)))
         for a, c in zip(post, post[1:]):
             g.add_edge(a.name, c.name, bytes=a.bytes_written)
     g.graph["frame_pipeline"] = spec
     g.graph[FRAME_KEY] = spec
     return Workload(graph=g, model=field_workload.model, phase=field_workload.phase,
-                    dtype=field_workload.dtype, batch=max(int(spec.rays), 1),
+                    dtype=field_workload.dtype, batch=max(int(batch), 1),
                     arch=dict(field_workload.arch), params=field_workload.params,
                     unknown_targets=dict(field_workload.unknown_targets))
