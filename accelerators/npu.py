@@ -1,0 +1,408 @@
+"""``npu``: a systolic-array accelerator (TPU / SCALE-Sim style) with a vector unit and DRAM.
+
+One or more identical ``rows x cols`` systolic arrays (dataflow WS, OS or IS) run GEMMs and
+im2col convolutions; a ``vector_lanes``-wide vector unit runs everything else. Three
+scratchpads (ifmap, filter, ofmap) are double-buffered: half of each is computed on while the
+other half is filled from / drained to DRAM.
+
+Per op (closed form, O(1); :mod:`accelerators.systolic` holds the formulas):
+
+* ``compute_s``: array cycles with no memory stall, SCALE-Sim 3.0.0's convention exactly
+  (validated per layer in ``docs/validation/npu.md``), over ``clock_hz``.
+* DRAM bytes: the op's compulsory bytes plus the re-fetches of the cheapest of three SRAM loop
+  orders (``systolic.gemm_dram_passes``).
+* ``latency_s``: a load / compute / store pipeline: the first tile's inputs load, then compute
+  and the remaining transfers overlap, then the last output tile drains:
+  ``fill + max(compute, rest of the transfers) + drain`` (= the DRAM time when memory-bound).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from accelerators import systolic, technology as tech
+from accelerators.base import OpCost, Param, Resources, Template
+from dse.errors import BadInput, InfeasibleDesign
+from workloads import ir
+from workloads.ir import DTYPE_BYTES, Op
+
+#: Bytes of one partial sum held in the ofmap scratchpad / accumulators: 32-bit accumulation
+#: for every input type [P Jouppi et al., ISCA 2017: TPU v1 keeps 4 MiB of 32-bit accumulators
+#: behind its 8-bit MACs; fp16/bf16 arrays accumulate in fp32].
+ACC_BYTES = 4
+
+
+def _register_bytes_per_mac(b: int) -> int:
+    """Register-file bytes touched per MAC inside a PE [E]: the moving operand is read and
+    written to the next PE's pipeline register (2 x b), the stationary one read (b), and the
+    partial sum read and written (2 x ACC_BYTES)."""
+    return 3 * b + 2 * ACC_BYTES
+
+
+#: Vector-unit lane operations per element, by op kind [E, counted from the usual kernels]:
+#: elementwise 1; norm 3 (pass 1: sum and sum of squares, 2 ops; pass 2: one fused
+#: multiply-add x * (rstd * gamma) + (beta - mean * rstd * gamma)); softmax 4 (max; exp(x - max)
+#: on a pipelined special-function lane with the subtract fused; sum; multiply by 1/sum);
+#: reduction 1 per *input* element; embedding / data movement 1 (a lane moves one element).
+VECTOR_OPS_PER_ELEMENT = {
+    ir.ELEMENTWISE: 1, ir.NORM: 3, ir.SOFTMAX: 4, ir.REDUCTION: 1, ir.EMBEDDING: 1,
+    ir.DATA_MOVEMENT: 1, ir.UNKNOWN: 1,
+}
+
+#: Area of one vector lane relative to one MAC of the same dtype [E]: a lane is a MAC plus a
+#: share of a special-function unit (exp, reciprocal, rsqrt) and its operand registers.
+VECTOR_LANE_AREA_PER_MAC = 1.5
+
+#: Die-area overhead on MACs + SRAM + vector unit for control, DMA, on-chip interconnect and
+#: the DRAM / host interfaces [E]: in TPU v1 "the datapath is nearly two-thirds of the die"
+#: [P Jouppi et al., ISCA 2017, Sec. 2], the rest is control, I/O and misc; factor 1.5 = 1/(2/3).
+AREA_OVERHEAD = 1.5
+
+_ARRAY_KINDS = (ir.MATMUL, ir.CONV, ir.ATTENTION)
+
+PARAMS = (
+    Param("rows", int, "PEs", 128, "rows of each systolic array (the reduction side in WS)",
+          4, 1024, log=True),
+    Param("cols", int, "PEs", 128, "columns of each systolic array", 4, 1024, log=True),
+    Param("dataflow", str, "", "ws", "what stays in the PEs: ws weights, os outputs, is inputs",
+          choices=systolic.DATAFLOWS),
+    Param("arrays", int, "", 1, "identical systolic arrays sharing one op's tiles", 1, 64,
+          log=True),
+    Param("clock_hz", float, "Hz", 1.0e9, "array and vector clock", 1.0e8, 3.0e9, log=True),
+    Param("dtype", str, "", "bf16", "datapath and storage element type",
+          choices=tuple(DTYPE_BYTES)),
+    Param("ifmap_sram_kb", int, "KiB", 8192, "input-activation scratchpad (double-buffered)",
+          1, 131072, log=True),
+    Param("filter_sram_kb", int, "KiB", 4096, "weight scratchpad (double-buffered)",
+          1, 131072, log=True),
+    Param("ofmap_sram_kb", int, "KiB", 4096, "output / accumulator scratchpad, 32-bit partial "
+          "sums (double-buffered)", 1, 131072, log=True),
+    Param("dram_bandwidth_Bps", float, "B/s", 6.0e11, "off-chip memory bandwidth", 1.0e9, 1.0e13,
+          log=True),
+    Param("dram", str, "", "hbm2", "off-chip memory kind (energy per byte)",
+          choices=tuple(tech.DRAM_PJ_PER_BYTE)),
+    Param("vector_lanes", int, "lanes", 1024, "vector-unit elements per cycle (softmax, norm, "
+          "elementwise, reductions, data movement)", 1, 65536, log=True),
+    Param("node_nm", int, "nm", 7, "process node", choices=tech.NODES_NM),
+)
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # One TensorCore of a TPU v4-class chip [E, after Jouppi et al., ISCA 2023: 4 MXUs of 128x128
+    # bf16 per TensorCore at 1050 MHz, 1.2 TB/s HBM2 shared by 2 TensorCores, 7 nm]; the scratchpad
+    # split (8 + 4 + 4 MiB) and the 1024 vector lanes are estimates.
+    "datacenter-bf16": dict(rows=128, cols=128, dataflow="ws", arrays=4, clock_hz=1.05e9,
+                            dtype="bf16", ifmap_sram_kb=8192, filter_sram_kb=4096,
+                            ofmap_sram_kb=4096, dram_bandwidth_Bps=6.0e11, dram="hbm2",
+                            vector_lanes=1024, node_nm=7),
+    # TPU v1 [P Jouppi et al., ISCA 2017]: 256x256 int8 MACs, weight-stationary, 700 MHz, 28 nm,
+    # 24 MiB Unified Buffer (activations) -> ifmap, 4 MiB of 32-bit accumulators -> ofmap,
+    # weight FIFO of four 64 KiB tiles -> filter, 8 GiB DDR3 at 34 GB/s, 256-wide activation
+    # pipeline -> vector lanes.
+    "tpu-v1-like": dict(rows=256, cols=256, dataflow="ws", arrays=1, clock_hz=7.0e8,
+                        dtype="int8", ifmap_sram_kb=24576, filter_sram_kb=256,
+                        ofmap_sram_kb=4096, dram_bandwidth_Bps=3.4e10, dram="ddr3",
+                        vector_lanes=256, node_nm=28),
+    # SCALE-Sim's example configuration [R scalesim-project/scale-sim-v3 configs/scale.cfg:
+    # 32x32, 64 KB per scratchpad, os]; clock, int8, LPDDR4 12.8 GB/s and 28 nm are estimates
+    # for an edge part [E].
+    "edge-32x32": dict(rows=32, cols=32, dataflow="os", arrays=1, clock_hz=5.0e8, dtype="int8",
+                       ifmap_sram_kb=64, filter_sram_kb=64, ofmap_sram_kb=64,
+                       dram_bandwidth_Bps=1.28e10, dram="lpddr4", vector_lanes=32, node_nm=28),
+    # NeuPIMs' NPU [R casys-kaist/NeuPIMs configs/systolic_ws_128x128_dev.json; P ASPLOS 2024
+    # Sec. 8.1]: 8 WS arrays of 128x128 at 1 GHz, 8 vector units x 128 lanes, 2-byte data,
+    # spad 1024 KB (split evenly between ifmap and filter [E]) and accum spad 1024 KB.
+    # DRAM: HBM2, 32 channels x 128 bit x 2 Gb/s = 1.024 TB/s [E from R memory_configs/neupims.json
+    # and the HBM2_8Gb_x128 device]; node 22 nm [E].
+    "neupims-npu": dict(rows=128, cols=128, dataflow="ws", arrays=8, clock_hz=1.0e9,
+                        dtype="bf16", ifmap_sram_kb=512, filter_sram_kb=512, ofmap_sram_kb=1024,
+                        dram_bandwidth_Bps=1.024e12, dram="hbm2", vector_lanes=1024,
+                        node_nm=22),
+}
+
+
+class NPU(Template):
+    """Systolic-array NPU: arrays x rows x cols MACs, a vector unit, 3 scratchpads, DRAM."""
+
+    name = "npu"
+    description = ("systolic array(s) (WS/OS/IS) with double-buffered scratchpads, a vector unit "
+                   "and DRAM; SCALE-Sim-exact compute cycles, closed-form tiling traffic")
+    PARAMS = PARAMS
+    PRESETS = PRESETS
+    DEFAULT_PRESET = "datacenter-bf16"
+
+    def __init__(self, preset: str | None = None, **values: Any):
+        super().__init__(preset, **values)
+        hw = self.hw
+        self._b = DTYPE_BYTES[hw.dtype]
+        self._sram_bytes = {"ifmap": hw.ifmap_sram_kb * 1024, "filter": hw.filter_sram_kb * 1024,
+                            "ofmap": hw.ofmap_sram_kb * 1024}
+        node = hw.node_nm
+        self._sram_j = {k: tech.sram_energy_j_per_byte(v, node) for k, v in self._sram_bytes.items()}
+        self._reg_j = tech.register_energy_j_per_byte(node)
+        self._mac_j = tech.mac_energy_j(hw.dtype, node)
+        self._vec_j = tech.vector_op_energy_j(hw.dtype, node)
+        self._dram_j = tech.dram_energy_j_per_byte(hw.dram)
+        # plain attributes: read on every cost() call
+        self._rows, self._cols, self._arrays, self._df = hw.rows, hw.cols, hw.arrays, hw.dataflow
+        self._clock, self._bw, self._lanes = hw.clock_hz, hw.dram_bandwidth_Bps, hw.vector_lanes
+        self._caps = {p: v / 2 for p, v in self._sram_bytes.items()}   # double buffering
+        self._problem = self._scratchpad_problem()
+        self._cache: dict[tuple, OpCost] = {}
+
+    # ----------------------------------------------------------------------------- feasibility
+    def _scratchpad_problem(self) -> str | None:
+        """The first scratchpad that cannot hold one minimal tile: one array edge of operands
+        (max(rows, cols) elements per array) in each of its two halves."""
+        hw, b = self.hw, self._b
+        edge = max(hw.rows, hw.cols) * hw.arrays
+        needs = {"ifmap": 2 * edge * b, "filter": 2 * edge * b, "ofmap": 2 * edge * ACC_BYTES}
+        for pad, need in needs.items():
+            have = self._sram_bytes[pad]
+            if have < need:
+                return (f"{pad}_sram_kb = {have // 1024} KiB cannot hold one minimal tile: "
+                        f"{need} B needed (2 halves x {max(hw.rows, hw.cols)} x {hw.arrays} "
+                        f"array(s) x {b if pad != 'ofmap' else ACC_BYTES} B), {have} B available")
+        return None
+
+    def check(self, workload: ir.Workload) -> str | None:
+        if self._problem and any(op.kind in _ARRAY_KINDS for op in workload.ops):
+            return self._problem
+        return None
+
+    # ----------------------------------------------------------------------------- cost
+    def cost(self, op: Op) -> OpCost:
+        key = (op.kind, op.bytes_per_element, op.flops, op.weight_bytes, op.activation_bytes_read,
+               op.activation_bytes_written, op.kv_bytes_read, op.kv_bytes_written,
+               op.input_shapes, op.output_shapes, repr(op.attrs))
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        if op.kind in (ir.MATMUL, ir.CONV):
+            out = self._gemm_op_cost(op)
+        elif op.kind == ir.ATTENTION:
+            out = self._attention_cost(op)
+        else:
+            out = self._vector_cost(op)
+        self._cache[key] = out
+        return out
+
+    def _scale(self, op: Op) -> float:
+        """Factor from the op's captured element size to this design's dtype."""
+        return self._b / op.bytes_per_element if op.bytes_per_element else 1.0
+
+    # GEMM / conv ------------------------------------------------------------------------------
+    def _gemm_shape(self, op: Op) -> tuple[int, int, int, int, float]:
+        """``(gemms, m, n, k, a_bytes_per_gemm)`` of a matmul or conv op."""
+        a, b = op.attrs, self._b
+        try:
+            if op.kind == ir.CONV:
+                groups = int(a.get("groups", 1) or 1)
+                m, n, kk = int(a["gemm_m"]), int(a["gemm_n"]), int(a["gemm_k"])
+                a_bytes = float(m * kk * b)
+                if all(x in a for x in ("n", "c", "h", "w")):   # the input tensor, not im2col
+                    a_bytes = min(a_bytes, a["n"] * (a["c"] // groups) * a["h"] * a["w"] * b)
+                return groups, m, n, kk, a_bytes
+            if all(x in a for x in ("m", "n", "k")):
+                batch = int(a.get("batch", 1) or 1)
+                m, n, kk = int(a["m"]), int(a["n"]), int(a["k"])
+            else:   # fall back on the shapes: (..., m, k) @ (..., k, n)
+                sa, sb = op.input_shapes[0], op.input_shapes[1]
+                m, kk, n = sa[-2] if len(sa) > 1 else 1, sa[-1], sb[-1]
+                batch = math.prod(sa[:-2]) if len(sa) > 2 else 1
+            if a.get("weight_operand", False) and batch > 1:   # shared B: stack the rows
+                m, batch = m * batch, 1
+            return batch, m, n, kk, float(m * kk * b)
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise BadInput(f"op {op.name}.attrs", dict(a), f"a {op.kind} op needs "
+                           + ("gemm_m, gemm_n, gemm_k" if op.kind == ir.CONV else "m, n, k")
+                           + " (or operand shapes)") from None
+
+    def _gemm_op_cost(self, op: Op) -> OpCost:
+        gemms, m, n, k, a_bytes = self._gemm_shape(op)
+        return self._gemm_cost(op, gemms, m, n, k, a_bytes)
+
+    def _gemm_parts(self, gemms: int, m: int, n: int, k: int, a_bytes: float):
+        """Cycles, DRAM re-fetch bytes, SRAM energy, fill/drain bytes of ``gemms`` GEMMs."""
+        b, rows, cols, arrays, df = self._b, self._rows, self._cols, self._arrays, self._df
+        if self._problem:
+            raise InfeasibleDesign(self._problem)
+        cycles = systolic.gemm_compute_cycles(df, rows, cols, m, n, k, gemms, arrays)
+        caps = self._caps
+        tiling = systolic.gemm_dram_passes(
+            m, n, k, a_bytes / m, k * b, ACC_BYTES, caps["ifmap"], caps["filter"], caps["ofmap"],
+            rows, cols * arrays, rows)
+        if tiling is None:
+            raise InfeasibleDesign(f"no tile of the {m}x{n}x{k} GEMM fits the scratchpads")
+        b_bytes, c_bytes = k * n * b, m * n * b
+        refetch = gemms * ((tiling.a_passes - 1) * a_bytes + (tiling.b_passes - 1) * b_bytes)
+        acc = systolic.gemm_sram_accesses(df, rows, cols, m, n, k)
+        ej = self._sram_j
+        sram_j = gemms * (acc.ifmap_reads * b * ej["ifmap"] + acc.filter_reads * b * ej["filter"]
+                          + (acc.ofmap_writes + acc.ofmap_reads) * ACC_BYTES * ej["ofmap"])
+        sram_bytes = gemms * (b * (acc.ifmap_reads + acc.filter_reads)
+                              + ACC_BYTES * (acc.ofmap_writes + acc.ofmap_reads))
+        # DMA side: what crosses DRAM is written into / read out of a scratchpad once
+        dma = (tiling.a_passes * a_bytes, tiling.b_passes * b_bytes, c_bytes)
+        sram_j += gemms * (dma[0] * ej["ifmap"] + dma[1] * ej["filter"] + dma[2] * ej["ofmap"])
+        sram_bytes += gemms * sum(dma)
+        rk, edge_m, edge_n = min(k, rows), min(m, rows), min(n, cols * arrays)
+        fill = a_bytes / (m * k) * edge_m * rk + rk * edge_n * b
+        drain = edge_m * edge_n * b
+        dims_bytes = gemms * (a_bytes + b_bytes + c_bytes)
+        return cycles, refetch, sram_j, sram_bytes, fill, drain, dims_bytes
+
+    def _gemm_cost(self, op: Op, gemms: int, m: int, n: int, k: int, a_bytes: float) -> OpCost:
+        if min(gemms, m, n, k) <= 0:
+            return self._vector_cost(op)
+        cycles, refetch, sram_j, sram_bytes, fill, drain, dims_bytes = self._gemm_parts(
+            gemms, m, n, k, a_bytes)
+        compulsory = op.total_bytes * self._scale(op) or dims_bytes
+        macs = gemms * m * n * k
+        return self._finish("array", cycles, compulsory + refetch, fill, drain,
+                            compute_j=macs * self._mac_j, sram_j=sram_j, sram_bytes=sram_bytes,
+                            reg_bytes=macs * _register_bytes_per_mac(self._b))
+
+    # attention --------------------------------------------------------------------------------
+    def _attention_cost(self, op: Op) -> OpCost:
+        """QK^T and PV per head on the array(s), softmax on the vector unit, fused: scores stay
+        on chip (online softmax, FlashAttention-style) and the vector unit works on one tile
+        while the array computes the next, so the op takes the longer of the two and holds
+        both units. Causal masking skips the fraction of work ``causal_flops / flops``."""
+        a, hw, b = op.attrs, self.hw, self._b
+        try:
+            batch, heads = int(a.get("batch", 1)), int(a["heads"])
+            kv_heads = int(a.get("kv_heads", heads) or heads)
+            sq, skv, d = int(a["q_len"]), int(a["kv_len"]), int(a["head_dim"])
+            dv = int(a.get("value_dim", d) or d)
+        except (KeyError, TypeError, ValueError):
+            raise BadInput(f"op {op.name}.attrs", dict(a), "an attention op needs heads, q_len, "
+                           "kv_len, head_dim") from None
+        full = op.flops or int(a.get("_flops", 0))
+        frac = 1.0
+        if a.get("causal") and full and a.get("causal_flops") is not None:
+            frac = min(1.0, max(0.0, a["causal_flops"] / full))
+        g = batch * heads
+        if self._problem:
+            raise InfeasibleDesign(self._problem)
+        qk = systolic.gemm_compute_cycles(hw.dataflow, hw.rows, hw.cols, sq, skv, d, g, hw.arrays)
+        pv = systolic.gemm_compute_cycles(hw.dataflow, hw.rows, hw.cols, sq, dv, skv, g, hw.arrays)
+        array_cycles = math.ceil((qk + pv) * frac)
+        scores = g * sq * skv * frac
+        vector_ops = scores * VECTOR_OPS_PER_ELEMENT[ir.SOFTMAX]
+        vector_cycles = math.ceil(vector_ops / hw.vector_lanes)
+        cycles = max(array_cycles, vector_cycles)
+
+        # DRAM: Q, O once; K and V once per block of Q rows unless one group's K, V fit on chip.
+        group_rows = sq * max(1, heads // max(1, kv_heads))
+        kv_group = skv * (d + dv) * b
+        cap_i, cap_f, cap_o = (self._sram_bytes[p] / 2 for p in ("ifmap", "filter", "ofmap"))
+        tile_q = min(group_rows, int(cap_i // (d * b)),
+                     int(cap_o // ((min(skv, hw.cols * hw.arrays) + dv) * ACC_BYTES)))
+        passes = 1 if kv_group <= cap_f else math.ceil(group_rows / max(1, tile_q))
+        kv_bytes = batch * kv_heads * kv_group
+        q_o_bytes = g * sq * (d + dv) * b
+        compulsory = op.total_bytes * self._scale(op) or (q_o_bytes + kv_bytes)
+        refetch = (passes - 1) * kv_bytes * frac   # causal: later Q blocks need a K/V prefix
+
+        # SRAM: the two GEMMs' operand streams, scores written/read once in 32 bit, P in b bytes.
+        acc1 = systolic.gemm_sram_accesses(hw.dataflow, hw.rows, hw.cols, sq, skv, d)
+        acc2 = systolic.gemm_sram_accesses(hw.dataflow, hw.rows, hw.cols, sq, dv, skv)
+        per = lambda x, y: x * b * self._sram_j["ifmap"] + y * b * self._sram_j["filter"]
+        sram_j = g * frac * (per(acc1.ifmap_reads + acc2.ifmap_reads,
+                                 acc1.filter_reads + acc2.filter_reads)
+                             + (acc1.ofmap_writes + acc1.ofmap_reads + acc2.ofmap_writes
+                                + acc2.ofmap_reads) * ACC_BYTES * self._sram_j["ofmap"])
+        sram_j += scores * (2 * ACC_BYTES * self._sram_j["ofmap"] + 2 * b * self._sram_j["ifmap"])
+        sram_bytes = g * frac * (b * (acc1.ifmap_reads + acc2.ifmap_reads + acc1.filter_reads
+                                      + acc2.filter_reads)
+                                 + ACC_BYTES * (acc1.ofmap_writes + acc1.ofmap_reads
+                                                + acc2.ofmap_writes + acc2.ofmap_reads))
+        sram_bytes += scores * 2 * (ACC_BYTES + b)
+        macs = g * sq * skv * (d + dv) * frac
+        rows = min(sq, hw.rows)
+        fill = rows * d * b + min(skv, hw.cols * hw.arrays) * d * b
+        drain = rows * dv * b
+        return self._finish("array", cycles, compulsory + refetch, fill, drain,
+                            compute_j=macs * self._mac_j + vector_ops * self._vec_j,
+                            sram_j=sram_j, sram_bytes=sram_bytes,
+                            reg_bytes=macs * _register_bytes_per_mac(b) + vector_ops * 3 * b,
+                            also_holds=("vector",))
+
+    # vector unit ------------------------------------------------------------------------------
+    def _vector_cost(self, op: Op) -> OpCost:
+        """Lane operations over ``vector_lanes``; data staged through ifmap (in) and ofmap (out)
+        scratchpads; ops that make several passes re-read their input on chip."""
+        hw, b = self.hw, self._b
+        scale = self._scale(op)
+        read, written = op.bytes_read * scale, op.bytes_written * scale
+        elements = op.attrs.get("elements")
+        if not isinstance(elements, (int, float)) or elements <= 0:
+            outs = [math.prod(s) for s in op.output_shapes if s is not None]
+            elements = sum(outs) if outs and sum(outs) > 0 else max(read, written) / b
+        if op.kind == ir.HASHGRID:
+            a = op.attrs
+            dims = int(a.get("dims", 3) or 3)
+            # per point and level: hash 2^dims corners (dims multiplies + dims XORs each), then
+            # interpolate `features` values per corner (one FMA each) [E]
+            lane_ops = (int(a.get("points", elements)) * int(a.get("levels", 1))
+                        * 2 ** dims * (int(a.get("features", 1)) + 2 * dims))
+            passes = 1
+        else:
+            per = VECTOR_OPS_PER_ELEMENT.get(op.kind, 1)
+            if op.kind == ir.REDUCTION:   # work scales with the input, not the output
+                elements = max(elements, read / b)
+            lane_ops = elements * per
+            passes = {ir.NORM: 2, ir.SOFTMAX: 3}.get(op.kind, 1)
+        cycles = math.ceil(lane_ops / hw.vector_lanes)
+        dram = read + written
+        if dram <= 0:
+            dram = elements * b * 2
+            read = written = elements * b
+        sram_j = (read * (1 + passes) * self._sram_j["ifmap"] + written * 2 * self._sram_j["ofmap"])
+        sram_bytes = read * (1 + passes) + written * 2
+        chunk = hw.vector_lanes * b
+        return self._finish("vector", cycles, dram, min(read, chunk), min(written, chunk),
+                            compute_j=lane_ops * self._vec_j, sram_j=sram_j,
+                            sram_bytes=sram_bytes, reg_bytes=lane_ops * 3 * b)
+
+    # common -----------------------------------------------------------------------------------
+    def _finish(self, unit: str, cycles: float, dram_bytes: float, fill_bytes: float,
+                drain_bytes: float, *, compute_j: float, sram_j: float, sram_bytes: float,
+                reg_bytes: float, also_holds: tuple[str, ...] = ()) -> OpCost:
+        bw, clock = self._bw, self._clock
+        compute_s = max(cycles, 0) / clock
+        fill_bytes = min(fill_bytes, dram_bytes)
+        drain_bytes = min(drain_bytes, dram_bytes - fill_bytes)
+        overlap_s = (dram_bytes - fill_bytes - drain_bytes) / bw
+        latency_s = fill_bytes / bw + max(compute_s, overlap_s) + drain_bytes / bw
+        return OpCost(
+            unit=unit, latency_s=latency_s, compute_s=compute_s, clock_hz=clock,
+            traffic={"dram": dram_bytes},
+            bytes_by_level={"register": reg_bytes, "sram": sram_bytes, "dram": dram_bytes},
+            energy_j={"compute": compute_j,
+                      "onchip_memory": sram_j + reg_bytes * self._reg_j,
+                      "offchip_memory": dram_bytes * self._dram_j},
+            bound="memory" if overlap_s > compute_s else "compute",
+            also_holds=also_holds)
+
+    # ----------------------------------------------------------------------------- the rest
+    def resources(self) -> Resources:
+        return Resources(units={"array": 1, "vector": 1},
+                         channels={"dram": self.hw.dram_bandwidth_Bps})
+
+    def _logic_area_mm2(self) -> float:
+        hw = self.hw
+        mac = tech.mac_area_mm2(hw.dtype, hw.node_nm)
+        return mac * (hw.rows * hw.cols * hw.arrays + VECTOR_LANE_AREA_PER_MAC * hw.vector_lanes)
+
+    def area_mm2(self) -> float:
+        sram = tech.sram_area_mm2(sum(self._sram_bytes.values()), self.hw.node_nm)
+        return AREA_OVERHEAD * (self._logic_area_mm2() + sram)
+
+    def static_power_w(self) -> float:
+        """Leakage of the logic (MACs, vector lanes and the overhead share of the die) plus the
+        scratchpads' SRAM."""
+        sram_bytes = sum(self._sram_bytes.values())
+        logic_mm2 = self.area_mm2() - tech.sram_area_mm2(sram_bytes, self.hw.node_nm)
+        return tech.leakage_w(logic_mm2, sram_bytes, self.hw.node_nm)
