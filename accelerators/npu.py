@@ -229,6 +229,8 @@ class NPU(Template):
             raise InfeasibleDesign(self._problem)
         cycles = systolic.gemm_compute_cycles(df, rows, cols, m, n, k, gemms, arrays)
         caps = self._caps
+        psum_stall = systolic.psum_chunk_stall_cycles(df, rows, cols, m, n, k, caps["ofmap"],
+                                                      ACC_BYTES, gemms, arrays)
         tiling = systolic.gemm_dram_passes(
             m, n, k, a_bytes / m, k * b, ACC_BYTES, caps["ifmap"], caps["filter"], caps["ofmap"],
             rows, cols * arrays, rows)
@@ -250,16 +252,17 @@ class NPU(Template):
         fill = a_bytes / (m * k) * edge_m * rk + rk * edge_n * b
         drain = edge_m * edge_n * b
         dims_bytes = gemms * (a_bytes + b_bytes + c_bytes)
-        return cycles, refetch, sram_j, sram_bytes, fill, drain, dims_bytes
+        return cycles, psum_stall, refetch, sram_j, sram_bytes, fill, drain, dims_bytes
 
     def _gemm_cost(self, op: Op, gemms: int, m: int, n: int, k: int, a_bytes: float) -> OpCost:
         if min(gemms, m, n, k) <= 0:
             return self._vector_cost(op)
-        cycles, refetch, sram_j, sram_bytes, fill, drain, dims_bytes = self._gemm_parts(
+        cycles, psum_stall, refetch, sram_j, sram_bytes, fill, drain, dims_bytes = self._gemm_parts(
             gemms, m, n, k, a_bytes)
         compulsory = op.total_bytes * self._scale(op) or dims_bytes
         macs = gemms * m * n * k
         return self._finish("array", cycles, compulsory + refetch, fill, drain,
+                            stall_cycles=psum_stall,
                             compute_j=macs * self._mac_j, sram_j=sram_j, sram_bytes=sram_bytes,
                             reg_bytes=macs * _register_bytes_per_mac(self._b))
 
@@ -369,13 +372,17 @@ class NPU(Template):
     # common -----------------------------------------------------------------------------------
     def _finish(self, unit: str, cycles: float, dram_bytes: float, fill_bytes: float,
                 drain_bytes: float, *, compute_j: float, sram_j: float, sram_bytes: float,
-                reg_bytes: float, also_holds: tuple[str, ...] = ()) -> OpCost:
+                reg_bytes: float, also_holds: tuple[str, ...] = (),
+                stall_cycles: float = 0.0) -> OpCost:
+        """``cycles`` are compute cycles (SCALE-Sim's convention); ``stall_cycles`` are array
+        stalls that are not DRAM transfers (partial sums over the output scratchpad)."""
         bw, clock = self._bw, self._clock
         compute_s = max(cycles, 0) / clock
+        busy_s = compute_s + max(stall_cycles, 0) / clock
         fill_bytes = min(fill_bytes, dram_bytes)
         drain_bytes = min(drain_bytes, dram_bytes - fill_bytes)
         overlap_s = (dram_bytes - fill_bytes - drain_bytes) / bw
-        latency_s = fill_bytes / bw + max(compute_s, overlap_s) + drain_bytes / bw
+        latency_s = fill_bytes / bw + max(busy_s, overlap_s) + drain_bytes / bw
         return OpCost(
             unit=unit, latency_s=latency_s, compute_s=compute_s, clock_hz=clock,
             traffic={"dram": dram_bytes},
@@ -383,7 +390,7 @@ class NPU(Template):
             energy_j={"compute": compute_j,
                       "onchip_memory": sram_j + reg_bytes * self._reg_j,
                       "offchip_memory": dram_bytes * self._dram_j},
-            bound="memory" if overlap_s > compute_s else "compute",
+            bound="memory" if overlap_s > busy_s else "compute",
             also_holds=also_holds)
 
     # ----------------------------------------------------------------------------- the rest

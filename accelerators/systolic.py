@@ -77,6 +77,29 @@ def gemm_compute_cycles(dataflow: str, rows: int, cols: int, m: int, n: int, k: 
     return _cdiv(total_folds, arrays) * fold_cycles(dataflow, rows, cols, t) - 1
 
 
+def psum_chunk_stall_cycles(dataflow: str, rows: int, cols: int, m: int, n: int, k: int,
+                            psum_capacity_bytes: float, acc_bytes: int, gemms: int = 1,
+                            arrays: int = 1) -> int:
+    """Extra cycles when the partial sums of one fold do not fit the output scratchpad.
+
+    In WS and IS the temporal dimension T streams through a fold whose ``cols`` columns each
+    accumulate T partial sums (``T * cols * acc_bytes``). When that exceeds
+    ``psum_capacity_bytes``, T is processed in chunks of what fits and every further chunk
+    re-pays the fold's fill and drain (``2 * rows + cols - 2`` cycles). OS keeps partial sums
+    in the PEs and never stalls here. SCALE-Sim assumes unlimited SRAM, so this is reported
+    as a stall, not as compute cycles.
+    """
+    if dataflow == "os" or min(m, n, k, gemms) <= 0:
+        return 0
+    sr, sc, t = spatio_temporal(dataflow, m, n, k)
+    t_fit = max(1, int(psum_capacity_bytes // (cols * acc_bytes)))
+    chunks = _cdiv(t, t_fit)
+    if chunks <= 1:
+        return 0
+    total_folds = _cdiv(gemms * _cdiv(sr, rows) * _cdiv(sc, cols), arrays)
+    return total_folds * (chunks - 1) * (2 * rows + cols - 2)
+
+
 class SramAccesses(NamedTuple):
     """Elements read from / written to each scratchpad by the array for one GEMM."""
 
