@@ -16,7 +16,7 @@ serialise: one ``sm`` unit), costed in closed form by :mod:`accelerators.gpu_eff
   plus a kernel floor.
 
 Efficiencies are estimates [E] unless a calibration file is loaded (``calibration=h200`` is set
-by the ``h200`` preset: fitted on an H200 by ``dse calibrate gpu``; docs/validation/gpu.md).
+by the ``h200`` preset: fitted on an H200 by ``dse calibrate gpu``; docs/validation.md (gpu section)).
 
 Energy: a dynamic energy per FLOP and per HBM byte such that a chip running its sustained GEMM
 rate, or its achievable copy bandwidth, burns ``tdp_w - idle_power_w`` (x

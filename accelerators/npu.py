@@ -8,7 +8,7 @@ other half is filled from / drained to DRAM.
 Per op (closed form, O(1); :mod:`accelerators.systolic` holds the formulas):
 
 * ``compute_s``: array cycles with no memory stall, SCALE-Sim 3.0.0's convention exactly
-  (validated per layer in ``docs/validation/npu.md``), over ``clock_hz``.
+  (validated per layer in ``docs/validation.md (npu section)``), over ``clock_hz``.
 * DRAM bytes: the op's compulsory bytes plus the re-fetches of the cheapest of three SRAM loop
   orders (``systolic.gemm_dram_passes``).
 * ``latency_s``: a load / compute / store pipeline: the first tile's inputs load, then compute

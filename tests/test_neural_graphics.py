@@ -206,7 +206,7 @@ def test_area_scales_with_nfps_and_sram_dominates():
 
 @pytest.mark.xfail(strict=True, reason="our 7 nm SRAM (technology table, 0.26 mm^2/MiB) makes "
                    "NGPC-64 52% of the 3090 die; the paper's 36% implies <= 0.19 mm^2/MiB "
-                   "(docs/validation/ngpc.md)")
+                   "(docs/validation.md (ngpc section))")
 def test_ngpc64_area_is_about_36pct_of_rtx3090():
     d = NGPC("ngpc-64")
     assert d.area_mm2() / d.gpu.area_mm2() == pytest.approx(0.36, rel=0.35)

@@ -227,7 +227,7 @@ def test_spearman():
 
 
 #: Rows of `dse reproduce neupims` known to fall outside +-35% of the paper (see
-#: docs/validation/pim.md for why).
+#: docs/validation.md (pim section) for why).
 NEUPIMS_KNOWN_MISSES = {
     "gpt3-13b: NeuPIMs throughput over GPU-only (A100 40GB)",
     "gpt3-30b: NeuPIMs throughput over GPU-only (A100 40GB)",

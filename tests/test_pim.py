@@ -211,7 +211,7 @@ def test_reproduction_json_schema(monkeypatch, capsys):
 
 #: Rows of `dse reproduce pim-gpt` known to fall outside +-35% of the paper, and why: the
 #: paper's T4 numbers were measured on a software stack far from the T4's memory roofline,
-#: while the gpu template's t4 preset models tuned kernels (docs/validation/pim.md).
+#: while the gpu template's t4 preset models tuned kernels (docs/validation.md (pim section)).
 PIM_GPT_KNOWN_MISSES = {"token-generation speedup over T4", "energy efficiency over T4"}
 
 

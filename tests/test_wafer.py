@@ -274,7 +274,7 @@ def test_reproduction_shape_and_tolerance():
     # orderings: the wafer beats the A100; MeshGEMM beats Cannon and SUMMA; K-tree beats both
     assert all(r.ours > 1 for r in rows if "speedup" in r.metric)
     # tolerance: every row within +-35% of the paper (or inside its range), except SUMMA,
-    # which our relay model makes slower than the paper's (docs/validation/wafer.md)
+    # which our relay model makes slower than the paper's (docs/validation.md (wafer section))
     off = [r.metric for r in rows if not r.within()]
     assert all("SUMMA" in m for m in off), off
 

@@ -5,7 +5,7 @@ and :mod:`dse.errors`, nothing else of the project)::
 
     python3 -m dse.calibrate.gpu_bench --out raw.json [--quick]
 
-Method (see docs/validation/gpu.md):
+Method (see docs/validation.md (gpu section)):
 
 * Every case is timed with CUDA events around replays of a CUDA graph that holds ``calls``
   back-to-back launches of the op, so host launch overhead stays out of the numbers; each replay

@@ -26,7 +26,7 @@ are predictions.
 Hash-table size: the paper's NFP holds one level in a 1 MB grid SRAM per encoding unit; at
 F = 2 fp16 features that is 2**18 rows, so the NGPC rows use ``log2_table_size = 18``
 (:data:`NGPC_LOG2_TABLE`); instant-NGP's 2**19 (2**24 for GIA) spills the fine levels to DRAM
-on that SRAM (docs/validation/ngpc.md measures the cost). The GPU-share rows use instant-NGP's
+on that SRAM (docs/validation.md (ngpc section) measures the cost). The GPU-share rows use instant-NGP's
 own configs (the paper profiled instant-NGP).
 """
 
