@@ -1,0 +1,249 @@
+"""Run a study: open (or resume) it in its storage, run K workers to the trial count, write
+``trials.csv`` and ``pareto.csv`` (and the report, when :mod:`dse.report` can write one).
+
+Resuming: the same output directory (or storage URL) holds the same study; its finished
+trials count toward ``trials``, RUNNING trials left by a killed run are failed first
+(:func:`~dse.study.storage.fail_orphans`), and a study made from a different spec (other
+objectives, space, workloads...) is refused rather than mixed. With one worker the run is
+in-process; with K, K spawned processes share the storage, each with its own seed
+(:func:`~dse.study.workers.derive_seed`); the same command on several machines with one
+PostgreSQL ``--storage`` grows one study the same way. This module imports no plotting library.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from dse.errors import BadInput
+from dse.study.loader import ResolvedStudy, check_storage_url
+from dse.study.outputs import state_counts, write_outputs
+from dse.study.progress import StudyProgress
+from dse.study.space import Shown
+from dse.study.storage import (RunLock, fail_orphans, is_sqlite, open_storage, sqlite_path,
+                               sqlite_url)
+from dse.study.workers import WorkerJob, run_worker, worker_main
+
+#: Study user attributes the driver writes.
+FINGERPRINT_ATTR = "dse_fingerprint"
+SPEC_ATTR = "dse_spec"
+#: How often the parent polls the storage for progress with several workers, s [E].
+POLL_S = 0.5
+
+
+@dataclass
+class RunSummary:
+    """What a run did and where its results are."""
+
+    study_name: str
+    out_dir: Path
+    storage_url: str
+    target: int
+    states: dict[str, int]
+    session_trials: int
+    session_s: float
+    pareto: list[int]
+    trials_csv: Path
+    pareto_csv: Path
+    report: Path | None = None
+    report_error: str | None = None
+    resumed_from: int = 0
+    failed_orphans: int = 0
+    pareto_rows: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def trials_per_s(self) -> float:
+        return self.session_trials / self.session_s if self.session_s > 0 else 0.0
+
+
+def resolve_run_args(study: ResolvedStudy, trials: int | None, workers: int,
+                     storage: str | None, out: str | Path | None) -> tuple[Path, str, int]:
+    """Output directory, storage URL and target trial count, validated before anything is
+    written."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 256:
+        raise BadInput("--workers", Shown(workers), "expected an int in [1, 256]")
+    if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int)
+                               or trials < 1):
+        raise BadInput("--trials", Shown(trials), "expected a positive int")
+    out_dir = Path(out if out is not None else (study.spec.output or f"runs/{study.name}"))
+    if out_dir.exists() and not out_dir.is_dir():
+        raise BadInput("--out", str(out_dir), "expected a directory, not a file")
+    if storage is not None:
+        url = check_storage_url(storage, "--storage")
+    elif study.spec.storage is not None:
+        url = study.spec.storage
+    else:
+        url = sqlite_url(out_dir / "study.db")
+    if is_sqlite(url):
+        db = sqlite_path(url)
+        if not db.parent.exists() and db.parent.resolve() != out_dir.resolve():
+            raise BadInput("--storage", url, "expected a SQLite file in an existing directory")
+    target = trials if trials is not None else study.spec.trials
+    if study.spec.sampler.name == "grid":  # the grid sampler visits each point once
+        points = 1
+        for d in study.space.dimensions:
+            points *= len(d.grid(study.spec.sampler.grid_points))
+        target = min(target, points)
+    return out_dir, url, target
+
+
+def _check_existing(study: ResolvedStudy, url: str) -> None:
+    """Refuse to resume a study of the same name made from a different spec."""
+    if is_sqlite(url) and not sqlite_path(url).exists():
+        return
+    storage = open_storage(url)
+    try:
+        for s in storage.get_all_studies():
+            if s.study_name == study.name:
+                fp = s.user_attrs.get(FINGERPRINT_ATTR)
+                if fp is not None and fp != study.fingerprint():
+                    raise BadInput("study", study.name, "expected the spec the stored study was "
+                                   "made from "
+                                   "(objectives, search space, workloads, accelerators, seed and "
+                                   "sampler must match to resume); use another --out or "
+                                   "--storage, or another name")
+    finally:
+        storage.engine.dispose()
+
+
+def open_study(study: ResolvedStudy, storage) -> optuna.Study:
+    directions = [o.direction for o in study.objectives]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        s = optuna.create_study(study_name=study.name, storage=storage, directions=directions,
+                                load_if_exists=True)
+    if [d.name.lower() for d in s.directions] != directions:
+        raise BadInput("objectives", [o.metric for o in study.objectives],
+                       "expected the stored study's objective directions")
+    if FINGERPRINT_ATTR not in s.user_attrs:
+        s.set_user_attr(FINGERPRINT_ATTR, study.fingerprint())
+        s.set_user_attr(SPEC_ATTR, study.spec.model_dump(mode="json"))
+        s.set_user_attr("objectives", {o.metric: o.direction for o in study.objectives})
+        s.set_user_attr("constraints", [c.label for c in study.constraints])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # experimental in Optuna 5
+            s.set_metric_names([o.metric for o in study.objectives])
+    return s
+
+
+def run_study(study: ResolvedStudy, trials: int | None = None, workers: int = 1,
+              storage: str | None = None, out: str | Path | None = None,
+              show_progress: bool = True, write_report: bool = True) -> RunSummary:
+    """Run ``study`` to ``trials`` trials in total (see the module docstring)."""
+    out_dir, url, target = resolve_run_args(study, trials, workers, storage, out)
+    _check_existing(study, url)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rdb = open_storage(url)
+    run_lock = RunLock(url)
+    alone = run_lock.acquire_alone()
+    try:
+        s = open_study(study, rdb)
+        orphans = fail_orphans(s, rdb, url, alone)
+        existing = s.get_trials(deepcopy=False)
+        n_existing = len(existing)
+        deadline = time.time() + study.spec.timeout_s if study.spec.timeout_s else None
+        spec_data = study.spec.model_dump(mode="json")
+        jobs = [WorkerJob(spec=spec_data, source=study.source, storage_url=url,
+                          study_name=study.name, target=target, seed=study.spec.seed,
+                          index=i, deadline=deadline,
+                          parent_pid=os.getpid() if workers > 1 else None)
+                for i in range(workers)]
+        progress = StudyProgress([o.sign for o in study.objectives], target,
+                                 enabled=show_progress)
+        for t in existing:
+            progress.add(t, this_session=False)
+        started = time.perf_counter()
+        try:
+            with progress:
+                if workers == 1:
+                    run_worker(jobs[0], on_trial=progress.add, resolved=study)
+                else:
+                    _run_processes(jobs, s, progress)
+        except KeyboardInterrupt:  # keep what finished: write the files, then stop
+            write_outputs(s.get_trials(deepcopy=False), study, out_dir)
+            raise
+        session_s = time.perf_counter() - started
+        all_trials = s.get_trials(deepcopy=False)
+        trials_csv, pareto_csv, front = write_outputs(all_trials, study, out_dir)
+    finally:
+        run_lock.release()
+        rdb.engine.dispose()
+    report, report_error = _write_report(out_dir, url, study.name) if write_report else (None, None)
+    by_number = {t.number: t for t in all_trials}
+    pareto_rows = [{"number": n, **{o.metric: by_number[n].values[i]
+                                    for i, o in enumerate(study.objectives)}} for n in front]
+    return RunSummary(study_name=study.name, out_dir=out_dir, storage_url=url, target=target,
+                      states=state_counts(all_trials),
+                      session_trials=len(all_trials) - n_existing, session_s=session_s,
+                      pareto=front, trials_csv=trials_csv, pareto_csv=pareto_csv, report=report,
+                      report_error=report_error, resumed_from=n_existing,
+                      failed_orphans=orphans, pareto_rows=pareto_rows)
+
+
+def _run_processes(jobs: list[WorkerJob], s: optuna.Study, progress: StudyProgress) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=worker_main, args=(job,), daemon=False) for job in jobs]
+    for p in procs:
+        p.start()
+    try:
+        while any(p.is_alive() for p in procs):
+            time.sleep(POLL_S)
+            _poll(s, progress)
+        _poll(s, progress)
+    except KeyboardInterrupt:
+        for p in procs:
+            p.join(timeout=10)
+        raise
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+            p.join()
+    codes = [p.exitcode for p in procs]
+    if any(c not in (0, None) for c in codes):
+        warnings.warn(f"worker exit codes {codes}", RuntimeWarning, stacklevel=2)
+
+
+def _poll(s: optuna.Study, progress: StudyProgress) -> None:
+    for t in s.get_trials(deepcopy=False):
+        progress.add(t)
+
+
+def _write_report(out_dir: Path, url: str, study_name: str) -> tuple[Path | None, str | None]:
+    """``report.html`` through ``dse.report.write_study_report`` when that exists; a failing
+    report does not fail the run (its results are written already): its error is returned."""
+    try:
+        from dse import report as report_module
+    except ImportError:
+        return None, None
+    writer = getattr(report_module, "write_study_report", None)
+    if writer is None:
+        return None, None
+    path = out_dir / "report.html"
+    default_db = is_sqlite(url) and sqlite_path(url).resolve() == (out_dir / "study.db").resolve()
+    try:
+        writer(out_dir if default_db else url, path, study_name=study_name)
+    except Exception as exc:  # the report is a view of results already on disk
+        return None, f"{type(exc).__name__}: {exc}"
+    return path, None
+
+
+def summary_dict(summary: RunSummary) -> dict[str, Any]:
+    """A JSON-friendly summary (``dse study run --json``)."""
+    return {"study": summary.study_name, "out_dir": str(summary.out_dir),
+            "storage": summary.storage_url, "target": summary.target, "states": summary.states,
+            "session_trials": summary.session_trials,
+            "trials_per_s": round(summary.trials_per_s, 3), "resumed_from": summary.resumed_from,
+            "failed_orphans": summary.failed_orphans, "pareto": summary.pareto_rows,
+            "trials_csv": str(summary.trials_csv), "pareto_csv": str(summary.pareto_csv),
+            "report": str(summary.report) if summary.report else None,
+            "report_error": summary.report_error}
+

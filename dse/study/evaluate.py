@@ -1,0 +1,143 @@
+"""Evaluate one design point: build the design, fetch each workload's graph for its
+architecture (captured once per architecture and cached), simulate, rate the architecture's
+quality, and total the metrics (:mod:`dse.study.objectives`).
+
+A design that cannot run a workload (invalid parameter combination, a tile that does not fit,
+an architecture the model rejects) is *infeasible*: the evaluation carries the reason instead
+of metrics. Points already evaluated in this process are answered from a cache (simulation is
+deterministic), which matters when a sampler revisits a point of a discrete space.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from dse.errors import DSEError, InfeasibleDesign
+from dse.study import objectives as obj
+from dse.study.heterogeneous import (Heterogeneous, offchip_bandwidth_Bps, pe_count,
+                                     segment_ops)
+from dse.study.loader import ResolvedStudy
+from dse.study.space import Point
+
+#: Evaluations remembered per process, count [E: a few MB of metrics at most].
+CACHE_SIZE = 4096
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """``metrics`` (None when infeasible), ``infeasible`` (the reason, else None) and
+    ``design``: what was evaluated (each design's full parameters, each workload's full
+    architecture, the assignment)."""
+
+    metrics: dict[str, float] | None
+    infeasible: str | None
+    design: dict[str, Any]
+
+
+class Evaluator:
+    """Evaluates points of one resolved study."""
+
+    def __init__(self, study: ResolvedStudy, cache_size: int = CACHE_SIZE):
+        self.study = study
+        self.quality = None
+        if study.needs_quality:
+            from dse.quality import QualityModel
+            self.quality = QualityModel(study.quality)
+        self._designs = {d.name: d for d in study.designs}
+        self._cache: OrderedDict[str, Evaluation] = OrderedDict()
+        self._cache_size = cache_size
+        self._segments: dict[str, list[list[str]]] = {}
+
+    def evaluate(self, point: Point) -> Evaluation:
+        key = point.key()
+        hit = self._cache.get(key)
+        if hit is not None:
+            self._cache.move_to_end(key)
+            return hit
+        ev = self._evaluate(point)
+        self._cache[key] = ev
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return ev
+
+    # ------------------------------------------------------------------------------
+    def _build(self, name: str, hw: dict[str, Any]):
+        from accelerators.registry import get_template
+        d = self._designs[name]
+        return get_template(d.template)(d.preset, **hw)
+
+    def _evaluate(self, point: Point) -> Evaluation:
+        from dse import api
+        from simulators.engine import simulate
+
+        study = self.study
+        described: dict[str, Any] = {
+            "designs": {n: {"template": self._designs[n].template,
+                            "preset": self._designs[n].preset, "hw": dict(hw)}
+                        for n, hw in point.hw.items()},
+            "arch": {w: dict(a) for w, a in point.arch.items()},
+        }
+        if point.assign:
+            described["assign"] = {w: list(s) for w, s in point.assign.items()}
+        if study.space.alternatives:
+            described["design"] = point.design
+
+        def infeasible(reason: str) -> Evaluation:
+            return Evaluation(None, reason, described)
+
+        designs = {}
+        for name, hw in point.hw.items():
+            try:
+                designs[name] = self._build(name, hw)
+            except DSEError as exc:
+                return infeasible(f"{name}: {exc}" if len(point.hw) > 1 else str(exc))
+            described["designs"][name]["hw"] = dict(designs[name].hw)
+        if study.spec.heterogeneous:
+            combined = Heterogeneous(designs)
+        else:
+            combined = designs[point.design]
+
+        per_workload: dict[str, dict[str, float]] = {}
+        for w in study.workloads:
+            try:
+                wl = api.workload(w.model, phase=w.phase, batch=w.batch, seq=w.seq,
+                                  context=w.context, dtype=w.dtype, arch=point.arch[w.label])
+            except DSEError as exc:
+                return infeasible(f"{w.label}: {exc}")
+            described["arch"][w.label] = dict(wl.arch)
+            design = combined
+            if isinstance(combined, Heterogeneous):
+                design = combined.with_assignment(self._assignment(w.label, wl,
+                                                                   point.assign[w.label]))
+            try:
+                result = simulate(wl, design)
+            except DSEError as exc:
+                reason = exc.reason if isinstance(exc, InfeasibleDesign) else str(exc)
+                return infeasible(f"{w.label}: {reason}" if len(study.workloads) > 1 else reason)
+            quality = None
+            if self.quality is not None:
+                q = self.quality(w.model, dict(wl.arch))
+                quality = q.value
+                described.setdefault("quality", {})[w.label] = {
+                    "method": q.method, "raw": q.raw, "value": q.value}
+            per_workload[w.label] = obj.workload_metrics(result.metrics(), wl.params, wl.flops,
+                                                         quality)
+        extra = {}
+        if isinstance(combined, Heterogeneous):
+            pes = [pe_count(d) for d in designs.values()]
+            if all(p is not None for p in pes):
+                extra["total_pes"] = float(sum(pes))
+            extra["total_bandwidth_Bps"] = sum(offchip_bandwidth_Bps(d) for d in designs.values())
+        weights = {w.label: w.weight for w in study.workloads}
+        metrics = obj.totals(per_workload, weights, combined.area_mm2(), extra)
+        return Evaluation(metrics, None, described)
+
+    def _assignment(self, label: str, wl, segment_subs: list[str]) -> dict[str, str]:
+        key = json.dumps([label, wl.arch], sort_keys=True, default=str)
+        groups = self._segments.get(key)
+        if groups is None:
+            groups = self._segments[key] = segment_ops(wl, len(segment_subs))
+        return {name: sub for names, sub in zip(groups, segment_subs) for name in names}

@@ -1,0 +1,577 @@
+"""Study file (YAML) -> validated, resolved study. Every problem is one :class:`BadInput` line
+naming the key path, the value and what is allowed; nothing is written while loading.
+
+Steps: safe YAML (duplicate keys are errors) -> :class:`~dse.study.spec.StudySpec` (pydantic)
+-> checks against the zoo and the template registry -> :class:`ResolvedStudy` with its search
+space, objectives and constraints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import re
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from dse.errors import BadInput
+from dse.quality import BUILTIN, QualityConfig, load_function
+from dse.study import objectives as obj
+from dse.study.space import (Dimension, Fixed, SearchSpace, Shown, Target, _NOTHING, bad,
+                             parse_range)
+from dse.study.spec import StudySpec
+
+#: Samplers and the module each needs beyond Optuna.
+SAMPLER_NEEDS = {"gp": "scipy", "qmc": "scipy", "cmaes": "cmaes"}
+#: Storage URL schemes a study can use (SQLite files, PostgreSQL servers).
+STORAGE_SCHEMES = ("sqlite", "postgresql", "postgresql+psycopg2", "postgresql+psycopg")
+
+
+# ------------------------------------------------------------------------------ YAML
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that rejects a key given twice in one mapping."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False):
+    loader.flatten_mapping(node)
+    seen: dict[Any, Any] = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            hash(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                None, None, "found an unhashable key", key_node.start_mark) from None
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen[key] = loader.construct_object(value_node, deep=deep)
+    return seen
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+                                 _construct_mapping)
+
+# YAML 1.1 (PyYAML) reads ``1.0e11`` and ``1e11`` as strings (it wants ``1.0e+11``); YAML 1.2
+# and every user read them as numbers. A copy of the resolver table keeps yaml.SafeLoader as is.
+_UniqueKeyLoader.yaml_implicit_resolvers = {
+    k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_FLOAT_1_2 = re.compile(r"""^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                            |[0-9][0-9_]*[eE][-+]?[0-9]+
+                            |\.[0-9_]+(?:[eE][-+]?[0-9]+)?)$""", re.X)
+for _first in "-+0123456789.":
+    _UniqueKeyLoader.yaml_implicit_resolvers.setdefault(_first, []).insert(
+        0, ("tag:yaml.org,2002:float", _FLOAT_1_2))
+
+
+def parse_yaml(text: str, source: str = "study file") -> Any:
+    """``text`` as YAML (safe types only); syntax errors become one :class:`BadInput` line."""
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        line = ""
+        if mark is not None:
+            lines = text.splitlines()
+            line = lines[mark.line].strip() if 0 <= mark.line < len(lines) else ""
+        raise BadInput(where, Shown(line) if line else Shown(_NOTHING),
+                       f"invalid YAML ({problem})") from None
+    except RecursionError:
+        raise BadInput(source, Shown(_NOTHING), "invalid YAML (nested too deeply)") from None
+
+
+# ------------------------------------------------------------------------------ pydantic errors
+def _path(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "study"
+
+
+def _inner_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _inner_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _model_at(loc: tuple) -> type[BaseModel] | None:
+    model: type[BaseModel] | None = StudySpec
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if model is None or part not in model.model_fields:
+            return None
+        model = _inner_model(model.model_fields[part].annotation)
+    return model
+
+
+def _is_union_tag(part: Any) -> bool:
+    """pydantic names the member of a union that failed in the error's location."""
+    return isinstance(part, str) and (part in ("bool", "int", "float", "str") or "[" in part)
+
+
+_TYPE_WORDS = {
+    "int_parsing": "expected an int", "int_type": "expected an int",
+    "int_from_float": "expected an int", "float_parsing": "expected a number",
+    "float_type": "expected a number", "finite_number": "expected a finite number",
+    "string_type": "expected a string", "bool_type": "expected true or false",
+    "bool_parsing": "expected true or false", "dict_type": "expected a mapping",
+    "model_type": "expected a mapping", "model_attributes_type": "expected a mapping",
+    "list_type": "expected a list", "missing": "required",
+    "string_pattern_mismatch": "expected a name of letters, digits, '_' and '-', starting with "
+                               "a letter (at most 64 characters)",
+}
+
+
+def from_validation_error(exc: ValidationError) -> BadInput:
+    """The first problem of a pydantic error as one :class:`BadInput` line."""
+    errors = exc.errors(include_url=False)
+    err = errors[0]
+    raw_loc = tuple(err.get("loc", ()))
+    loc = tuple(p for p in raw_loc if not _is_union_tag(p))
+    if len(loc) != len(raw_loc):  # a value of a union type (a fixed hw value: a scalar)
+        return BadInput(_path(loc), Shown(err.get("input", _NOTHING)),
+                        "expected one value: a number, a string or true/false")
+    kind = err.get("type", "")
+    value = err.get("input", _NOTHING)
+    ctx = err.get("ctx") or {}
+    if kind == "extra_forbidden":
+        parent = _model_at(loc[:-1])
+        keys = ", ".join(parent.model_fields) if parent else ""
+        return BadInput(_path(loc), Shown(value), "unknown key" + (f"; expected one of {keys}"
+                                                                  if keys else ""))
+    if kind == "missing":
+        return BadInput(_path(loc), Shown(_NOTHING), "required")
+    if kind == "literal_error":
+        allowed = "expected one of " + str(ctx.get("expected", "")).replace("'", "")
+    elif kind in _TYPE_WORDS:
+        allowed = _TYPE_WORDS[kind]
+    elif kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        op = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<",
+              "less_than_equal": "<="}[kind]
+        bound = next(iter(ctx.values()), "")
+        allowed = f"expected a value {op} {bound}"
+    elif kind in ("too_short", "too_long"):
+        n = ctx.get("min_length" if kind == "too_short" else "max_length")
+        allowed = f"expected {'at least' if kind == 'too_short' else 'at most'} {n} item(s)"
+    elif kind == "value_error":
+        allowed = str(err.get("msg", "")).removeprefix("Value error, ")
+    else:
+        msg = str(err.get("msg", "invalid value"))
+        allowed = "expected " + msg[:1].lower() + msg[1:]
+    return BadInput(_path(loc), Shown(value), allowed)
+
+
+# ------------------------------------------------------------------------------ resolved study
+@dataclass(frozen=True)
+class ResolvedWorkload:
+    """A workload with its capture arguments validated and defaulted."""
+
+    label: str
+    model: str
+    family: str
+    phase: str
+    batch: int
+    seq: int | None
+    context: int | None
+    dtype: str
+    weight: float
+    arch_defaults: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ResolvedDesign:
+    """A named template with its preset and the fixed parameter values of the study file."""
+
+    name: str
+    template: str
+    preset: str | None
+    fixed_hw: dict[str, Any]
+
+
+@dataclass
+class ResolvedStudy:
+    """Everything a run needs, validated."""
+
+    spec: StudySpec
+    space: SearchSpace
+    objectives: list[obj.Objective]
+    constraints: list[obj.Constraint]
+    workloads: list[ResolvedWorkload]
+    designs: list[ResolvedDesign]
+    quality: QualityConfig
+    needs_quality: bool
+    source: str | None = None
+    metric_names: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def fingerprint(self) -> str:
+        """A hash of what decides the trials' meaning (not the trial count, time or storage):
+        a study in storage can be resumed only by a spec with the same fingerprint."""
+        d = self.spec.model_dump(mode="json")
+        for k in ("trials", "timeout_s", "storage", "output", "description"):
+            d.pop(k, None)
+        blob = json.dumps(d, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def load_study(path: str | Path) -> ResolvedStudy:
+    """Read, validate and resolve the study file at ``path``."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BadInput("study file", str(p), "no such file") from None
+    except IsADirectoryError:
+        raise BadInput("study file", str(p), "expected a YAML file, not a directory") from None
+    except UnicodeDecodeError:
+        raise BadInput("study file", str(p), "expected UTF-8 text") from None
+    except OSError as exc:
+        raise BadInput("study file", str(p), exc.strerror or "cannot be read") from None
+    return load_study_text(text, source=str(p))
+
+
+def load_study_text(text: str, source: str = "study file") -> ResolvedStudy:
+    """Validate and resolve a study given as YAML text."""
+    return resolve(parse_yaml(text, source), source)
+
+
+def validate_spec(data: Any) -> StudySpec:
+    """``data`` (parsed YAML) as a :class:`StudySpec`, or one :class:`BadInput` line."""
+    if not isinstance(data, dict):
+        raise BadInput("study", Shown(data), "expected a mapping of study keys (name, "
+                       "workloads, accelerator, search, objectives, ...)")
+    bad_keys = [k for k in data if not isinstance(k, str)]
+    if bad_keys:
+        raise BadInput(_path((bad_keys[0],)), Shown(data[bad_keys[0]]),
+                       "expected string keys")
+    try:
+        return StudySpec.model_validate(data)
+    except ValidationError as exc:
+        raise from_validation_error(exc) from None
+    except RecursionError:
+        raise BadInput("study", Shown(_NOTHING), "nested too deeply") from None
+
+
+def resolve(data: Any, source: str | None = None) -> ResolvedStudy:
+    """Parsed YAML -> :class:`ResolvedStudy` (see the module docstring)."""
+    spec = validate_spec(data)
+    _check_forms(spec)
+    workloads = [_resolve_workload(i, w) for i, w in enumerate(spec.workloads)]
+    designs = _resolve_designs(spec)
+    space = _build_space(spec, designs, workloads)
+    labels = [w.label for w in workloads]
+    allowed = obj.allowed_metrics(labels, spec.heterogeneous)
+    objectives = [obj.parse_objective(o, f"objectives[{i}]", allowed)
+                  for i, o in enumerate(spec.objectives)]
+    if len({o.metric for o in objectives}) != len(objectives):
+        raise bad("objectives", spec.objectives, "expected each metric once")
+    constraints = [obj.parse_constraint(c, f"constraints[{i}]", allowed)
+                   for i, c in enumerate(spec.constraints)]
+    if spec.budgets is not None:  # shared budgets are constraints on the summed resources
+        for key in ("total_pes", "total_bandwidth_Bps"):
+            value = getattr(spec.budgets, key)
+            if value is not None:
+                constraints.append(obj.Constraint(key, "<=", float(value)))
+    q = spec.quality
+    quality = QualityConfig(python=q.python, tokens=q.tokens, tokens_per_param=q.tokens_per_param,
+                            steps=q.steps) if q else QualityConfig()
+    uses = [(f"objectives[{i}]", o.metric) for i, o in enumerate(objectives)] + \
+           [(f"constraints[{i}]", c.metric) for i, c in enumerate(constraints)]
+    needs_quality = False
+    for where, metric in uses:
+        if obj.base_metric(metric) != "quality":
+            continue
+        needs_quality = True
+        scope = [w for w in workloads if "." not in metric or metric.split(".")[0] == w.label]
+        for w in scope:
+            if not quality.python and w.family not in BUILTIN:
+                raise bad(where, metric, f"expected a quality proxy for {w.model} "
+                          f"({w.family} models "
+                          "have none built in); give quality: {python: 'package.module:function'}")
+    for where, metric in uses:
+        if metric == "total_pes":
+            from accelerators.registry import get_template
+            for d in designs:
+                params = get_template(d.template).params()
+                if "rows" not in params or "cols" not in params:
+                    raise bad(where, metric, "expected sub-accelerators with a PE count (rows x "
+                              f"cols); {d.name} ({d.template}) has none")
+    if quality.python:
+        load_function(quality.python)
+    _check_sampler(spec, objectives)
+    if spec.storage is not None:
+        spec.storage = check_storage_url(spec.storage, "storage")
+    return ResolvedStudy(spec=spec, space=space, objectives=objectives, constraints=constraints,
+                         workloads=workloads, designs=designs, quality=quality,
+                         needs_quality=needs_quality, source=source, metric_names=allowed)
+
+
+def _check_forms(spec: StudySpec) -> None:
+    given = [k for k in ("accelerator", "accelerators", "sub_accelerators")
+             if getattr(spec, k) is not None]
+    if len(given) != 1:
+        raise BadInput(given[1] if len(given) > 1 else "accelerator",
+                       Shown(getattr(spec, given[1]).model_dump() if len(given) > 1
+                             and not isinstance(getattr(spec, given[1]), list)
+                             else _NOTHING if not given else given),
+                       "expected exactly one of accelerator, accelerators, sub_accelerators")
+    if not spec.heterogeneous:
+        for key in ("budgets", "assignment"):
+            if getattr(spec, key) is not None:
+                raise bad(key, getattr(spec, key).model_dump(), "expected no " + key
+                          + " without sub_accelerators")
+    labels = [w.label for w in spec.workloads]
+    for i, label in enumerate(labels):
+        if label in labels[:i]:
+            raise bad(f"workloads[{i}]", label, "expected a label of its own: give each "
+                      "workload of the same model a `name`")
+    for group in ("accelerators", "sub_accelerators"):
+        names = [a.name for a in getattr(spec, group) or []]
+        for i, n in enumerate(names):
+            if n in names[:i]:
+                raise bad(f"{group}[{i}].name", n, "expected a name of its own")
+
+
+def _remap(prefix: str, exc: BadInput) -> BadInput:
+    field_name = exc.field.split(".")[-1] if exc.field else ""
+    return BadInput(f"{prefix}.{field_name}" if field_name else prefix, exc.value, exc.allowed)
+
+
+def _resolve_workload(i: int, w) -> ResolvedWorkload:
+    from workloads.build import resolve as resolve_capture
+    from workloads.zoo import get_model
+
+    where = f"workloads[{i}]"
+    try:
+        model = get_model(w.model)
+    except BadInput as exc:
+        raise BadInput(f"{where}.model", Shown(w.model), exc.allowed) from None
+    try:
+        args = resolve_capture(w.model, phase=w.phase, batch=w.batch, seq=w.seq,
+                               context=w.context, dtype=w.dtype)
+    except BadInput as exc:
+        raise _remap(where, exc) from None
+    return ResolvedWorkload(label=w.label, model=w.model, family=model.family,
+                            phase=args["phase"], batch=args["batch"],
+                            seq=w.seq, context=w.context, dtype=args["dtype"],
+                            weight=w.weight, arch_defaults=dict(args["arch"]))
+
+
+def _design_field(spec: StudySpec, i: int) -> str:
+    if spec.accelerator is not None:
+        return "accelerator"
+    return f"{'accelerators' if spec.alternatives else 'sub_accelerators'}[{i}]"
+
+
+def _resolve_designs(spec: StudySpec) -> list[ResolvedDesign]:
+    from accelerators.registry import get_template
+
+    out = []
+    for i, d in enumerate(spec.designs):
+        where = _design_field(spec, i)
+        try:
+            cls = get_template(d.template)
+        except BadInput as exc:
+            raise BadInput(f"{where}.template", Shown(d.template), exc.allowed) from None
+        preset = d.preset if d.preset is not None else cls.DEFAULT_PRESET
+        if preset is not None and preset not in cls.PRESETS:
+            raise bad(f"{where}.preset", d.preset, f"expected a {d.template} preset: "
+                      + (", ".join(sorted(cls.PRESETS)) or "(none)"))
+        params = cls.params()
+        fixed = {}
+        for key, value in d.hw.items():
+            if key not in params:
+                raise bad(f"{where}.hw.{key}", value, f"expected a {d.template} parameter: "
+                          + ", ".join(params))
+            try:
+                fixed[key] = params[key].coerce(value, f"{where}.hw.{key}")
+            except BadInput as exc:
+                raise BadInput(exc.field, Shown(value), exc.allowed) from None
+        out.append(ResolvedDesign(d.name, d.template, preset, fixed))
+    if spec.heterogeneous and spec.budgets and spec.budgets.total_pes is not None:
+        for i, d in enumerate(out):
+            params = get_template(d.template).params()
+            if "rows" not in params or "cols" not in params:
+                raise bad("budgets.total_pes", spec.budgets.total_pes,
+                          f"expected sub-accelerators with a PE count (rows x cols); "
+                          f"{d.name} ({d.template}) has none")
+    return out
+
+
+def _names_or_mapping(raw: Any, field_path: str) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    if isinstance(raw, list):
+        for i, k in enumerate(raw):
+            if not isinstance(k, str):
+                raise bad(f"{field_path}[{i}]", k, "expected a parameter name")
+        if len(set(raw)) != len(raw):
+            raise bad(field_path, raw, "expected each name once")
+        return {k: None for k in raw}
+    if isinstance(raw, dict):
+        for k in raw:
+            if not isinstance(k, str):
+                raise bad(f"{field_path}.{k}", raw[k], "expected a parameter name as key")
+        return dict(raw)
+    raise bad(field_path, raw, "expected a mapping of parameter -> range, or a list of names")
+
+
+def _hw_target(param, template: str) -> Target:
+    return Target(key=param.name, type=param.type, unit=param.unit, low=param.low,
+                  high=param.high, choices=tuple(param.choices) if param.choices else None,
+                  log=param.log, step=param.step, check=param.coerce, owner=template)
+
+
+def _arch_target(model_name: str, key: str, default: Any) -> Target:
+    from workloads.zoo import get_model
+
+    spec = get_model(model_name)
+    choices = spec.arch_choices.get(key)
+    ranges = getattr(spec, "arch_ranges", None) or {}
+    low, high = ranges.get(key, (None, None))
+
+    def check(v: Any, _spec=spec, _key=key) -> Any:
+        numeric = isinstance(default, (int, float)) and not isinstance(default, bool)
+        if numeric and isinstance(v, str):
+            raise BadInput(f"arch.{_key}", v, f"expected a {type(default).__name__}")
+        return _spec.resolve_arch({_key: v})[_key]
+
+    kind = bool if isinstance(default, bool) else type(default)
+    if kind not in (bool, int, float, str):
+        kind = str
+    return Target(key=key, type=kind, low=low, high=high,
+                  choices=tuple(choices) if choices else None, check=check, owner=model_name)
+
+
+def _build_space(spec: StudySpec, designs: list[ResolvedDesign],
+                 workloads: list[ResolvedWorkload]) -> SearchSpace:
+    from accelerators.registry import get_template
+
+    dims: list[Dimension] = []
+    many = len(designs) > 1
+    names = [d.name for d in designs]
+    fixed_hw = {d.name: dict(d.fixed_hw) for d in designs}
+    if spec.alternatives:
+        dims.append(Dimension("design", "accelerators", "categorical", choices=tuple(names)))
+    hw_raw = _names_or_mapping(spec.search.hardware, "search.hardware")
+    for key, raw in hw_raw.items():
+        where = f"search.hardware.{key}"
+        if many:
+            dname, dot, pname = key.partition(".")
+            if not dot or dname not in names:
+                raise bad(where, raw, "expected NAME.parameter with NAME one of "
+                          + ", ".join(names))
+        else:
+            dname, pname = names[0], key
+        design = designs[names.index(dname)]
+        params = get_template(design.template).params()
+        if pname not in params:
+            raise bad(where, raw, f"expected a {design.template} parameter: "
+                      + ", ".join(params) + f" ({pname!s} is not one)")
+        if pname in design.fixed_hw:
+            raise bad(where, raw, f"expected a parameter that is not also fixed in "
+                      f"{_design_field(spec, names.index(dname))}.hw")
+        opt_name = f"hw.{dname}.{pname}" if many else f"hw.{pname}"
+        got = parse_range(where, opt_name, raw, _hw_target(params[pname], design.template))
+        if isinstance(got, Fixed):
+            fixed_hw[dname][pname] = got.value
+        else:
+            if spec.alternatives:
+                got = Dimension(**{**got.__dict__, "condition": ("design", dname)})
+            dims.append(got)
+    labels = [w.label for w in workloads]
+    fixed_arch: dict[str, dict[str, Any]] = {w: {} for w in labels}
+    arch_raw = _names_or_mapping(spec.search.architecture, "search.architecture")
+    for key, raw in arch_raw.items():
+        where = f"search.architecture.{key}"
+        if len(workloads) > 1:
+            wlabel, dot, akey = key.partition(".")
+            if not dot or wlabel not in labels:
+                raise bad(where, raw, "expected WORKLOAD.key with WORKLOAD one of "
+                          + ", ".join(labels))
+        else:
+            wlabel, akey = labels[0], key
+        w = workloads[labels.index(wlabel)]
+        if akey not in w.arch_defaults:
+            raise bad(where, raw, f"expected a {w.model} architecture key: "
+                      + ", ".join(w.arch_defaults))
+        opt_name = f"arch.{wlabel}.{akey}" if len(workloads) > 1 else f"arch.{akey}"
+        got = parse_range(where, opt_name, raw,
+                          _arch_target(w.model, akey, w.arch_defaults[akey]))
+        if isinstance(got, Fixed):
+            fixed_arch[wlabel][akey] = got.value
+        else:
+            dims.append(got)
+    segments = 0
+    if spec.heterogeneous:
+        segments = spec.assignment.segments if spec.assignment else 1
+        for w in labels:
+            for s in range(segments):
+                dims.append(Dimension(f"assign.{w}.{s}", "assignment", "categorical",
+                                      choices=tuple(names)))
+    if not dims:
+        raise bad("search", spec.search.model_dump(), "expected at least one searched "
+                  "parameter in search.hardware or search.architecture")
+    return SearchSpace(dimensions=dims, designs=names, workloads=labels, fixed_hw=fixed_hw,
+                       fixed_arch=fixed_arch, segments=segments, alternatives=spec.alternatives)
+
+
+def _check_sampler(spec: StudySpec, objectives: list[obj.Objective]) -> None:
+    name = spec.sampler.name
+    need = SAMPLER_NEEDS.get(name)
+    if need and importlib.util.find_spec(need) is None:
+        raise bad("sampler.name", name, "expected a sampler whose package is installed: "
+                  f"{name} needs "
+                  f"`pip install {need}` (or use tpe, nsga2, nsga3, random or grid)")
+    if name == "cmaes" and len(objectives) != 1:
+        raise bad("sampler.name", name, f"expected a multi-objective sampler for {len(objectives)} "
+                  "objectives (cmaes optimises one): tpe, nsga2, nsga3, gp, random, grid or qmc")
+
+
+def check_storage_url(url: Any, field_name: str = "storage") -> str:
+    """``url`` if it names a storage a study can use (normalised: ``postgresql://`` gets the
+    installed driver, since SQLAlchemy 2.1 defaults to psycopg 3); :class:`BadInput` otherwise."""
+    if not isinstance(url, str) or "://" not in url:
+        raise bad(field_name, url, "expected a URL like sqlite:///path/study.db or "
+                  "postgresql://user:password@host/db")
+    scheme, rest = url.split("://", 1)
+    scheme = scheme.lower()
+    if scheme not in STORAGE_SCHEMES:
+        raise bad(field_name, url, "expected a sqlite:/// or postgresql:// URL")
+    if scheme.startswith("postgresql"):
+        drivers = {"postgresql+psycopg2": "psycopg2", "postgresql+psycopg": "psycopg"}
+        if scheme == "postgresql":
+            found = [s for s, mod in drivers.items() if importlib.util.find_spec(mod)]
+            if not found:
+                raise bad(field_name, url, "expected psycopg2 to be installed for PostgreSQL: "
+                          "pip install 'accel-dse[postgres]'")
+            return f"{found[0]}://{rest}"
+        if importlib.util.find_spec(drivers[scheme]) is None:
+            raise bad(field_name, url, f"expected {drivers[scheme]} to be installed for "
+                      "PostgreSQL: pip install 'accel-dse[postgres]'")
+        return url
+    if url.rstrip("/") in ("sqlite:", "sqlite:/", "sqlite://"):
+        raise bad(field_name, url, "expected a file: sqlite:///path/study.db")
+    if ":memory:" in url:
+        raise bad(field_name, url, "expected a file (an in-memory database cannot be shared or "
+                  "resumed)")
+    return url

@@ -1,0 +1,189 @@
+"""Metrics a study can optimise or constrain, objectives and constraints, and how the metrics of
+several workloads combine into the study's totals.
+
+Totals of a multi-task study (each workload ``i`` with weight ``w_i``, runs per multi-task
+step): ``latency_s = sum w_i L_i``; ``energy_j = sum w_i E_i``; ``area_mm2`` is the design's
+area (counted once); ``avg_power_w = energy_j / latency_s``; ``edp = energy_j * latency_s``;
+``throughput`` is the workload's own (tokens/s or samples/s) with one workload and multi-task
+steps per second, ``1 / latency_s``, with several; ``quality`` is the weight-averaged quality;
+``params`` and ``flops`` are summed (flops weighted). Each workload's own metrics are also
+available as ``LABEL.metric`` (e.g. ``resnet18.latency_s``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from dse.errors import BadInput
+
+#: metric -> (usual direction, unit). The first six come from the simulator's Result.
+METRICS: dict[str, tuple[str, str]] = {
+    "latency_s": ("minimize", "s"),
+    "energy_j": ("minimize", "J"),
+    "area_mm2": ("minimize", "mm^2"),
+    "avg_power_w": ("minimize", "W"),
+    "edp": ("minimize", "J s"),
+    "throughput": ("maximize", "items/s"),
+    "quality": ("maximize", "relative to the zoo's reference architecture"),
+    "params": ("minimize", "parameters"),
+    "flops": ("minimize", "FLOP"),
+}
+#: Metrics of one workload (``LABEL.metric``).
+WORKLOAD_METRICS = ("latency_s", "energy_j", "avg_power_w", "edp", "throughput", "quality",
+                    "params", "flops")
+#: Metrics of a heterogeneous design's shared budgets.
+BUDGET_METRICS = {"total_pes": ("minimize", "PEs"),
+                  "total_bandwidth_Bps": ("minimize", "B/s")}
+
+_DIRECTIONS = {"minimize": "minimize", "min": "minimize", "maximize": "maximize",
+               "max": "maximize"}
+_CONSTRAINT_RE = re.compile(r"^\s*([A-Za-z][\w\-]*(?:\.[A-Za-z_]\w*)?)\s*(<=|>=|<|>)\s*(\S+)\s*$")
+
+
+def allowed_metrics(workload_labels: Sequence[str], heterogeneous: bool) -> list[str]:
+    """Every metric name a study with these workloads may use."""
+    names = list(METRICS)
+    if len(workload_labels) > 1:
+        names += [f"{w}.{m}" for w in workload_labels for m in WORKLOAD_METRICS]
+    if heterogeneous:
+        names += list(BUDGET_METRICS)
+    return names
+
+
+def _check_metric(field: str, name: Any, allowed: Sequence[str]) -> str:
+    if not isinstance(name, str) or name not in allowed:
+        shown = ", ".join(allowed if len(allowed) <= 14 else list(allowed[:14]) + ["..."])
+        raise BadInput(field, name, f"expected a metric: {shown}")
+    return name
+
+
+def base_metric(name: str) -> str:
+    """``resnet18.latency_s`` -> ``latency_s``."""
+    return name.rsplit(".", 1)[-1]
+
+
+@dataclass(frozen=True)
+class Objective:
+    """One objective: a metric and whether the search minimises or maximises it."""
+
+    metric: str
+    direction: str
+
+    @property
+    def sign(self) -> float:
+        """+1 when smaller is better, -1 when larger is better."""
+        return 1.0 if self.direction == "minimize" else -1.0
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """``metric op threshold`` with op ``<=`` or ``>=`` (strict forms are read as these)."""
+
+    metric: str
+    op: str
+    threshold: float
+
+    @property
+    def label(self) -> str:
+        return f"{self.metric}{self.op}{self.threshold:g}"
+
+    def violation(self, value: float) -> float:
+        """How far ``value`` is outside the threshold, relative to it (<= 0: satisfied).
+
+        Relative, so violations of metrics in different units can be summed by the samplers.
+        """
+        if not math.isfinite(value):
+            return 1e9
+        excess = value - self.threshold if self.op == "<=" else self.threshold - value
+        scale = abs(self.threshold) if self.threshold != 0 else 1.0
+        return excess / scale
+
+
+def parse_objective(raw: Any, field: str, allowed: Sequence[str]) -> Objective:
+    """``"latency_s"`` (its usual direction) or ``{"quality": "maximize"}``."""
+    if isinstance(raw, str):
+        metric = _check_metric(field, raw.strip(), allowed)
+        return Objective(metric, _usual_direction(metric))
+    if isinstance(raw, dict) and len(raw) == 1:
+        (metric, direction), = raw.items()
+        metric = _check_metric(field, metric, allowed)
+        if not isinstance(direction, str) or direction.strip().lower() not in _DIRECTIONS:
+            raise BadInput(f"{field}.{metric}", direction, "expected minimize or maximize")
+        return Objective(metric, _DIRECTIONS[direction.strip().lower()])
+    raise BadInput(field, raw, "expected a metric name or {metric: minimize | maximize}")
+
+
+def _usual_direction(metric: str) -> str:
+    base = base_metric(metric)
+    return (METRICS.get(base) or BUDGET_METRICS.get(base) or ("minimize",))[0]
+
+
+def parse_constraint(raw: Any, field: str, allowed: Sequence[str]) -> Constraint:
+    """``"latency_s <= 0.02"`` or ``{metric: latency_s, op: "<=", value: 0.02}``."""
+    if isinstance(raw, str):
+        m = _CONSTRAINT_RE.match(raw)
+        if not m:
+            raise BadInput(field, raw, "expected 'metric <= value' or 'metric >= value'")
+        metric, op, value = m.groups()
+    elif isinstance(raw, dict) and set(raw) == {"metric", "op", "value"}:
+        metric, op, value = raw["metric"], raw["op"], raw["value"]
+        if op not in ("<=", ">=", "<", ">"):
+            raise BadInput(f"{field}.op", op, "expected <= or >=")
+    else:
+        raise BadInput(field, raw, "expected 'metric <= value' or {metric, op, value}")
+    metric = _check_metric(field, metric, allowed)
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        threshold = float(value)
+        if not math.isfinite(threshold):
+            raise ValueError
+    except (TypeError, ValueError):
+        raise BadInput(field, raw, "expected a finite number after the operator") from None
+    return Constraint(metric, {"<": "<=", ">": ">="}.get(op, op), threshold)
+
+
+# ------------------------------------------------------------------------------ aggregation
+def workload_metrics(result_metrics: Mapping[str, float], params: int, flops: int,
+                     quality: float | None) -> dict[str, float]:
+    """One workload's metrics: the simulator's plus parameters, FLOPs and quality."""
+    out = {k: float(v) for k, v in result_metrics.items() if k != "area_mm2"}
+    out["params"] = float(params)
+    out["flops"] = float(flops)
+    if quality is not None:
+        out["quality"] = float(quality)
+    return out
+
+
+def totals(per_workload: Mapping[str, Mapping[str, float]], weights: Mapping[str, float],
+           area_mm2: float, extra: Mapping[str, float] | None = None) -> dict[str, float]:
+    """The study's metrics from each workload's (see the module docstring), plus
+    ``LABEL.metric`` entries when there are several workloads."""
+    labels = list(per_workload)
+    latency = sum(weights[w] * per_workload[w]["latency_s"] for w in labels)
+    energy = sum(weights[w] * per_workload[w]["energy_j"] for w in labels)
+    out: dict[str, float] = {
+        "latency_s": latency,
+        "energy_j": energy,
+        "area_mm2": float(area_mm2),
+        "avg_power_w": energy / latency if latency > 0 else 0.0,
+        "edp": energy * latency,
+        "params": sum(per_workload[w]["params"] for w in labels),
+        "flops": sum(weights[w] * per_workload[w]["flops"] for w in labels),
+    }
+    if len(labels) == 1:
+        out["throughput"] = per_workload[labels[0]]["throughput"]
+    else:
+        out["throughput"] = 1.0 / latency if latency > 0 else 0.0
+    if all("quality" in per_workload[w] for w in labels):
+        total_w = sum(weights[w] for w in labels)
+        out["quality"] = sum(weights[w] * per_workload[w]["quality"] for w in labels) / total_w
+    if len(labels) > 1:
+        for w in labels:
+            for k, v in per_workload[w].items():
+                out[f"{w}.{k}"] = v
+    out.update(extra or {})
+    return out

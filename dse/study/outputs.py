@@ -1,0 +1,124 @@
+"""``trials.csv`` (every trial) and ``pareto.csv`` (feasible Pareto-optimal trials only).
+
+Columns: ``number``, ``state`` (COMPLETE, PRUNED = infeasible design, FAIL, RUNNING),
+``feasible``, ``reason`` (why infeasible or failed), ``duration_s``, then every design
+parameter (``design``, ``hw.*``, ``arch.*``, ``assign.*``: the searched ones under their
+Optuna names plus the fixed ones and the preset's), every metric (the objectives first), each
+constraint's relative violation (``violation:latency_s<=0.02``), and ``simulator_version``.
+Rows are in trial order; files are written atomically (temporary file + rename).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+from optuna.trial import FrozenTrial, TrialState
+
+from dse.study.loader import ResolvedStudy
+from dse.study.objectives import METRICS
+from dse.study.pareto import ParetoFront
+from dse.study.progress import is_feasible
+
+
+def design_columns(t: FrozenTrial, resolved: ResolvedStudy) -> dict[str, Any]:
+    """The trial's design flattened to Optuna-style names (``hw.rows``, ``arch.n_layer``)."""
+    d = t.user_attrs.get("design") or {}
+    out: dict[str, Any] = {}
+    many_designs = len(resolved.space.designs) > 1
+    many_workloads = len(resolved.space.workloads) > 1
+    if "design" in d:
+        out["design"] = d["design"]
+    for name, info in (d.get("designs") or {}).items():
+        for k, v in (info.get("hw") or {}).items():
+            out[f"hw.{name}.{k}" if many_designs else f"hw.{k}"] = v
+    for w, arch in (d.get("arch") or {}).items():
+        for k, v in arch.items():
+            out[f"arch.{w}.{k}" if many_workloads else f"arch.{k}"] = v
+    for w, subs in (d.get("assign") or {}).items():
+        for i, s in enumerate(subs):
+            out[f"assign.{w}.{i}"] = s
+    for k, v in t.params.items():  # searched values, also when the design attr is missing
+        out.setdefault(k, v)
+    return out
+
+
+def pareto_numbers(trials: Sequence[FrozenTrial], resolved: ResolvedStudy) -> list[int]:
+    """Numbers of the feasible trials no other feasible trial dominates."""
+    front = ParetoFront([o.sign for o in resolved.objectives])
+    for t in trials:
+        if is_feasible(t):
+            front.add(t.number, t.values)
+    return front.keys()
+
+
+def rows(trials: Sequence[FrozenTrial], resolved: ResolvedStudy) -> tuple[list[str], list[dict]]:
+    """Column names and one row per trial."""
+    objective_metrics = [o.metric for o in resolved.objectives]
+    out = []
+    design_keys: dict[str, None] = {}
+    metric_keys: dict[str, None] = {m: None for m in objective_metrics}
+    for m in METRICS:
+        metric_keys.setdefault(m, None)
+    extra_metrics: set[str] = set()
+    for t in trials:
+        design = design_columns(t, resolved)
+        for k in design:
+            design_keys.setdefault(k, None)
+        metrics = t.user_attrs.get("metrics") or {}
+        extra_metrics.update(k for k in metrics if k not in metric_keys)
+        reason = t.user_attrs.get("infeasible_reason") or t.user_attrs.get("fail_reason") or ""
+        duration = (t.datetime_complete - t.datetime_start).total_seconds() \
+            if t.datetime_complete and t.datetime_start else ""
+        row = {"number": t.number, "state": t.state.name, "feasible": is_feasible(t),
+               "reason": reason, "duration_s": duration, **design, **metrics,
+               "simulator_version": t.user_attrs.get("simulator_version", "")}
+        for label, v in t.constraints.items():
+            row[f"violation:{label}"] = v
+        out.append(row)
+    for m in sorted(extra_metrics):
+        metric_keys.setdefault(m, None)
+    present_metrics = [m for m in metric_keys if any(m in r for r in out)] or objective_metrics
+    columns = (["number", "state", "feasible", "reason", "duration_s"] + list(design_keys)
+               + present_metrics + [f"violation:{c.label}" for c in resolved.constraints]
+               + ["simulator_version"])
+    return columns, out
+
+
+def _write_csv(path: Path, columns: list[str], data: list[dict]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # same directory: atomic rename
+    try:
+        with open(tmp, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+            w.writeheader()
+            for r in data:
+                w.writerow({k: ("" if r.get(k) is None else r.get(k, "")) for k in columns})
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_outputs(trials: Sequence[FrozenTrial], resolved: ResolvedStudy,
+                  out_dir: Path) -> tuple[Path, Path, list[int]]:
+    """Write ``trials.csv`` and ``pareto.csv`` into ``out_dir``; return their paths and the
+    Pareto trial numbers."""
+    trials = sorted(trials, key=lambda t: t.number)
+    columns, data = rows(trials, resolved)
+    front = set(pareto_numbers(trials, resolved))
+    trials_path = out_dir / "trials.csv"
+    pareto_path = out_dir / "pareto.csv"
+    _write_csv(trials_path, columns, data)
+    _write_csv(pareto_path, columns, [r for r in data if r["number"] in front])
+    return trials_path, pareto_path, sorted(front)
+
+
+def state_counts(trials: Sequence[FrozenTrial]) -> dict[str, int]:
+    out = {s.name: 0 for s in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL,
+                               TrialState.RUNNING, TrialState.WAITING)}
+    for t in trials:
+        out[t.state.name] = out.get(t.state.name, 0) + 1
+    return out

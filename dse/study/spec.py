@@ -1,0 +1,237 @@
+"""The study file's schema, as pydantic models (``dse study schema`` prints their JSON Schema).
+
+A study file is YAML; :mod:`dse.study.loader` reads it with ``yaml.safe_load``, validates it
+against :class:`StudySpec`, then checks it against the templates and the model zoo. Shapes that
+depend on a template's parameters (search ranges) or on the metrics (objectives, constraints) are
+kept loose here and checked by :mod:`dse.study.space` and :mod:`dse.study.objectives`, which
+know what is allowed and say so in one line.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+from typing_extensions import Annotated
+
+#: Names a study, a workload or a sub-accelerator may take (they become parameter-name parts).
+IDENTIFIER = r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$"
+
+#: Element types a workload may be captured in (mirrors ``workloads.ir.DTYPE_BYTES``).
+DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8")
+
+#: Samplers ``sampler.name`` may pick (Optuna's).
+SAMPLERS = ("tpe", "nsga2", "nsga3", "gp", "random", "grid", "qmc", "cmaes")
+
+
+class _Strict(BaseModel):
+    """Unknown keys are errors; values are not silently converted between kinds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class WorkloadSpec(_Strict):
+    """One workload of the study: a zoo model in one phase and size. Several make a multi-task
+    study; ``weight`` is how many runs of it one multi-task step makes (it scales its latency
+    and energy in the totals)."""
+
+    model: str = Field(description="zoo model name (see `dse models`)")
+    name: Optional[Annotated[str, Field(pattern=IDENTIFIER)]] = Field(
+        None, description="label (default: the model name); names per-workload metrics "
+                          "such as `resnet18.latency_s`")
+    phase: Optional[str] = Field(None, description="prefill | decode | forward (default: the "
+                                                   "model's first phase)")
+    batch: Optional[Annotated[int, Field(ge=1, le=2**31)]] = Field(None, description="batch size")
+    seq: Optional[Annotated[int, Field(ge=1, le=2**31)]] = Field(
+        None, description="sequence length, tokens (prefill, encoders)")
+    context: Optional[Annotated[int, Field(ge=1, le=2**31)]] = Field(
+        None, description="KV-cache length, tokens (decode)")
+    dtype: Literal[DTYPES] = Field("bf16", description="element type of the captured graph")
+    weight: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
+        1.0, description="runs per multi-task step (scales latency and energy in the totals)")
+
+    @property
+    def label(self) -> str:
+        return self.name or self.model
+
+
+Scalar = Union[bool, int, float, str]
+
+
+class AcceleratorSpec(_Strict):
+    """A template with an optional preset and fixed parameter values."""
+
+    template: str = Field(description="template name (see `dse accelerators`)")
+    preset: Optional[str] = Field(None, description="preset name (default: the template's)")
+    hw: dict[str, Scalar] = Field(default_factory=dict,
+                                  description="fixed parameter values (not searched)")
+
+
+class NamedAcceleratorSpec(AcceleratorSpec):
+    """A named template: one alternative of ``accelerators`` or one of ``sub_accelerators``."""
+
+    name: Annotated[str, Field(pattern=IDENTIFIER)] = Field(
+        description="label; prefixes its parameters in `search.hardware` (`NAME.rows`)")
+
+
+class BudgetsSpec(_Strict):
+    """Shared budgets of a heterogeneous design (constraints on the sum over sub-accelerators)."""
+
+    total_pes: Optional[Annotated[int, Field(ge=1)]] = Field(
+        None, description="processing elements summed over the sub-accelerators "
+                          "(rows x cols x arrays)")
+    total_bandwidth_Bps: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
+        None, description="off-chip bandwidth summed over the sub-accelerators, B/s")
+
+
+class AssignmentSpec(_Strict):
+    """How each workload's ops are split for assignment to sub-accelerators."""
+
+    segments: Annotated[int, Field(ge=1, le=64)] = Field(
+        1, description="contiguous segments (equal FLOPs, in topological order) per workload; "
+                       "each is assigned to a sub-accelerator by a searched categorical")
+
+
+_RANGE_SCHEMA = {
+    "description": "null (the declared range), a value (fixed), [low, high] (numbers), "
+                   "a list of choices (categorical parameters), or "
+                   "{low, high, log, step} / {choices: [...]}",
+    "anyOf": [
+        {"type": "null"}, {"type": ["number", "string", "boolean"]},
+        {"type": "array", "items": {"type": ["number", "string", "boolean"]}},
+        {"type": "object", "additionalProperties": False,
+         "properties": {"low": {"type": "number"}, "high": {"type": "number"},
+                        "log": {"type": "boolean"}, "step": {"type": "number"},
+                        "choices": {"type": "array"}}},
+    ],
+}
+
+#: A search range; its shape depends on the parameter, so :mod:`dse.study.space` checks it.
+RangeValue = Annotated[Any, WithJsonSchema(_RANGE_SCHEMA)]
+
+
+class SearchSpec(_Strict):
+    """What the search may change. Keys not listed keep their fixed or default value."""
+
+    hardware: Annotated[Any, WithJsonSchema({
+        "description": "template parameter -> range (`NAME.param` with several accelerators), "
+                       "or a list of parameter names searched over their declared ranges",
+        "anyOf": [{"type": "object", "additionalProperties": _RANGE_SCHEMA},
+                  {"type": "array", "items": {"type": "string"}}]})] = Field(default_factory=dict)
+    architecture: Annotated[Any, WithJsonSchema({
+        "description": "zoo architecture key -> range (`WORKLOAD.key` with several workloads)",
+        "anyOf": [{"type": "object", "additionalProperties": _RANGE_SCHEMA},
+                  {"type": "array", "items": {"type": "string"}}]})] = Field(default_factory=dict)
+
+
+_OBJECTIVE_SCHEMA = {
+    "description": "a metric (its usual direction) or {metric: minimize | maximize}",
+    "anyOf": [{"type": "string"},
+              {"type": "object", "maxProperties": 1,
+               "additionalProperties": {"enum": ["minimize", "maximize", "min", "max"]}}],
+}
+_CONSTRAINT_SCHEMA = {
+    "description": "'metric <= value' or 'metric >= value', or {metric, op, value}",
+    "anyOf": [{"type": "string"},
+              {"type": "object", "additionalProperties": False,
+               "required": ["metric", "op", "value"],
+               "properties": {"metric": {"type": "string"}, "op": {"enum": ["<=", ">="]},
+                              "value": {"type": "number"}}}],
+}
+
+
+class QualitySpec(_Strict):
+    """How ``quality`` is computed (see docs/study.md, "Quality")."""
+
+    python: Optional[Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")]] = Field(
+        None, description="`package.module:function`: called with the architecture parameters "
+                          "(a dict), returns the quality (higher is better)")
+    tokens: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
+        None, description="LLM training tokens for the Chinchilla loss (default: "
+                          "tokens_per_param x parameters)")
+    tokens_per_param: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
+        20.0, description="LLM training tokens per parameter when `tokens` is not given")
+    steps: Annotated[int, Field(ge=1, le=100000)] = Field(
+        200, description="neural fields: optimiser steps of the image fit")
+
+
+class SamplerSpec(_Strict):
+    """The Optuna sampler and its few settings."""
+
+    name: Literal[SAMPLERS] = Field("tpe", description="tpe | nsga2 | nsga3 | gp | random | "
+                                                       "grid | qmc | cmaes (one objective)")
+    n_startup_trials: Optional[Annotated[int, Field(ge=0, le=100000)]] = Field(
+        None, description="tpe, gp, cmaes: random trials before the model is used")
+    population_size: Optional[Annotated[int, Field(ge=2, le=100000)]] = Field(
+        None, description="nsga2, nsga3: population size")
+    grid_points: Annotated[int, Field(ge=2, le=1000)] = Field(
+        5, description="grid: points per float range without a step")
+
+
+class StudySpec(_Strict):
+    """A co-search study: workloads, accelerator(s), search space, objectives, constraints."""
+
+    name: Annotated[str, Field(pattern=IDENTIFIER)] = Field(description="study name")
+    description: str = ""
+    seed: Annotated[int, Field(ge=0, lt=2**32)] = Field(0, description="sampler seed")
+    output: Optional[str] = Field(None, description="output directory (default runs/NAME)")
+    workloads: Annotated[list[WorkloadSpec], Field(min_length=1, max_length=16)] = Field(
+        description="one workload, or several for a multi-task study")
+    accelerator: Optional[AcceleratorSpec] = Field(None, description="one template")
+    accelerators: Optional[Annotated[list[NamedAcceleratorSpec],
+                                     Field(min_length=2, max_length=16)]] = Field(
+        None, description="alternative designs: each trial picks one (e.g. GPU vs NPU)")
+    sub_accelerators: Optional[Annotated[list[NamedAcceleratorSpec],
+                                         Field(min_length=2, max_length=16)]] = Field(
+        None, description="a heterogeneous design: all of these at once, workloads' ops "
+                          "assigned to them by the search")
+    budgets: Optional[BudgetsSpec] = None
+    assignment: Optional[AssignmentSpec] = None
+    search: SearchSpec = Field(default_factory=SearchSpec)
+    objectives: Annotated[list[Annotated[Any, WithJsonSchema(_OBJECTIVE_SCHEMA)]],
+                          Field(min_length=1, max_length=8)] = Field(
+        description="latency_s, energy_j, area_mm2, avg_power_w, edp, throughput, quality, "
+                    "params, flops (or WORKLOAD.metric), each minimised or maximised")
+    constraints: list[Annotated[Any, WithJsonSchema(_CONSTRAINT_SCHEMA)]] = Field(
+        default_factory=list, description="thresholds such as 'latency_s <= 0.02'")
+    quality: Optional[QualitySpec] = None
+    sampler: Annotated[SamplerSpec, WithJsonSchema({
+        "anyOf": [{"enum": list(SAMPLERS)}, SamplerSpec.model_json_schema()]})] = Field(
+        default_factory=SamplerSpec, description="sampler name or {name, ...}")
+    trials: Annotated[int, Field(ge=1, le=10_000_000)] = Field(
+        50, description="total trials of the study (finished ones from earlier runs count)")
+    timeout_s: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
+        None, description="stop starting trials after this many seconds, s")
+    storage: Optional[str] = Field(None, description="Optuna storage URL (default: SQLite "
+                                                     "file study.db in the output directory)")
+
+    @field_validator("sampler", mode="before")
+    @classmethod
+    def _sampler_name(cls, v: Any) -> Any:
+        return {"name": v} if isinstance(v, str) else v
+
+    # ---------------------------------------------------------------- derived views
+    @property
+    def designs(self) -> list[NamedAcceleratorSpec]:
+        """The named accelerators (alternatives or sub-accelerators); one for ``accelerator``."""
+        if self.accelerator is not None:
+            a = self.accelerator
+            return [NamedAcceleratorSpec(name=a.template, template=a.template, preset=a.preset,
+                                         hw=a.hw)]
+        return list(self.accelerators or self.sub_accelerators or [])
+
+    @property
+    def heterogeneous(self) -> bool:
+        return self.sub_accelerators is not None
+
+    @property
+    def alternatives(self) -> bool:
+        return self.accelerators is not None
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of a study file (for editors)."""
+    schema = StudySpec.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "accel-dse study"
+    return schema

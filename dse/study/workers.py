@@ -1,0 +1,211 @@
+"""One worker: ask a trial, evaluate it, tell the result; repeat until the study holds the
+requested number of trials (counted under :class:`~dse.study.storage.CountLock`, every state
+included, so K workers never overshoot), the deadline passes, or the parent is gone.
+
+What a trial stores (user attributes): ``design`` (every design parameter, preset included,
+each workload's full architecture, the assignment), ``simulator_version``, and either
+``metrics`` (every metric, per workload too) or ``infeasible_reason``. A feasible trial is
+COMPLETE with one objective value per objective and one constraint per constraint
+(``trial.set_constraint``: relative violation, <= 0 when satisfied). An infeasible design is
+PRUNED with its reason and every constraint violated, so that samplers which read constraints
+(TPE, NSGA-II) steer away from it. A trial that raised (a bug, a failing user quality function)
+is FAIL with ``fail_reason``. In every case the search goes on.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from dse.study.batched_storage import BatchedStorage
+from dse.study.evaluate import Evaluation, Evaluator
+from dse.study.loader import ResolvedStudy, resolve
+from dse.study.samplers import make_sampler
+from dse.study.storage import (FAIL_REASON, HEARTBEAT_INTERVAL_S, CountLock, RunLock,
+                               fail_orphans, is_sqlite, open_storage)
+
+#: Trials a worker runs between checks for stale trials of dead workers (PostgreSQL), count
+#: [E: a check costs one query; at ~20 trials/s this is every few seconds].
+STALE_CHECK_EVERY = 50
+
+
+def derive_seed(seed: int, n_existing: int, index: int) -> int:
+    """The sampler seed of a worker that finds ``n_existing`` trials in the study when it asks
+    for its first one (counted under the count lock, so concurrent workers, on one machine or
+    several, see different counts): the study's seed itself for the first worker of a fresh
+    study (so one worker reproduces a run), otherwise a distinct value derived from all three (a
+    resumed or concurrent worker must not replay another's samples)."""
+    if n_existing == 0 and index == 0:
+        return seed
+    return int(np.random.SeedSequence([seed, n_existing, index]).generate_state(1)[0])
+
+
+@dataclass
+class WorkerJob:
+    """What a worker process needs (picklable)."""
+
+    spec: dict[str, Any]
+    source: str | None
+    storage_url: str
+    study_name: str
+    target: int
+    seed: int
+    index: int = 0
+    deadline: float | None = None
+    parent_pid: int | None = None
+
+
+@dataclass
+class WorkerStats:
+    trials: int = 0
+    by_state: dict[str, int] = field(default_factory=dict)
+
+
+class _Heartbeat(threading.Thread):
+    """Records a heartbeat for the trial in flight every ``HEARTBEAT_INTERVAL_S``."""
+
+    def __init__(self, storage):
+        super().__init__(daemon=True)
+        self.storage = storage
+        self.trial_id: int | None = None
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(HEARTBEAT_INTERVAL_S):
+            tid = self.trial_id
+            if tid is not None:
+                try:
+                    self.storage.record_heartbeat(tid)
+                except Exception:  # a lost connection must not kill the worker; retried later
+                    pass
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+
+def record(study: optuna.Study, trial: optuna.Trial, resolved: ResolvedStudy,
+           ev: Evaluation, simulator_version: str) -> FrozenTrial:
+    """Store ``ev`` in ``trial`` and finish it (see the module docstring)."""
+    trial.set_user_attr("design", ev.design)
+    trial.set_user_attr("simulator_version", simulator_version)
+    if ev.infeasible is not None:
+        trial.set_user_attr("infeasible_reason", ev.infeasible)
+        for c in resolved.constraints:
+            trial.set_constraint(c.label, 1.0)
+        return study.tell(trial, state=TrialState.PRUNED)
+    metrics = ev.metrics or {}
+    values = [metrics.get(o.metric, math.nan) for o in resolved.objectives]
+    bad = [o.metric for o, v in zip(resolved.objectives, values) if math.isnan(v)]
+    trial.set_user_attr("metrics", metrics)
+    if bad:
+        trial.set_user_attr(FAIL_REASON, "objective not computed: " + ", ".join(bad))
+        return study.tell(trial, state=TrialState.FAIL)
+    for c in resolved.constraints:
+        trial.set_constraint(c.label, c.violation(metrics.get(c.metric, math.inf)))
+    return study.tell(trial, values)
+
+
+def run_worker(job: WorkerJob, on_trial: Callable[[FrozenTrial], None] | None = None,
+               resolved: ResolvedStudy | None = None) -> WorkerStats:
+    """Run trials until the study holds ``job.target`` of them (see the module docstring)."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+        # CMA-ES ignores constraints (feasibility still decides the Pareto front and pareto.csv)
+        warnings.filterwarnings("ignore", message="Constraints have been set, but CmaEsSampler")
+        return _run(job, on_trial, resolved or resolve(job.spec, job.source))
+
+
+def _run(job: WorkerJob, on_trial: Callable[[FrozenTrial], None] | None,
+         resolved: ResolvedStudy) -> WorkerStats:
+    from simulators.result import SIMULATOR_VERSION
+
+    rdb = open_storage(job.storage_url)
+    storage = BatchedStorage(rdb)
+    run_lock = RunLock(job.storage_url)
+    run_lock.acquire_shared()
+    # The sampler is made at the first trial, once the worker has counted the study's trials.
+    study = optuna.load_study(study_name=job.study_name, storage=storage,
+                              sampler=optuna.samplers.RandomSampler(seed=job.seed))
+    seeded = False
+    study_id = storage.get_study_id_from_name(job.study_name)
+    evaluator = Evaluator(resolved)
+    lock = CountLock(job.storage_url, job.study_name)
+    heartbeat = None
+    if not is_sqlite(job.storage_url):
+        heartbeat = _Heartbeat(storage)
+        heartbeat.start()
+        fail_orphans(study, storage, job.storage_url, alone=False)
+    stats = WorkerStats()
+    trial = None
+    try:
+        while True:
+            if job.deadline is not None and time.time() >= job.deadline:
+                break
+            if job.parent_pid is not None and os.getppid() != job.parent_pid:
+                break
+            with lock.held():
+                n = storage.count_trials(study_id)
+                if n >= job.target:
+                    break
+                if not seeded:
+                    study.sampler = make_sampler(resolved, derive_seed(job.seed, n, job.index))
+                    seeded = True
+                trial = study.ask()
+            if heartbeat is not None:
+                heartbeat.trial_id = trial._trial_id
+                storage.record_heartbeat(trial._trial_id)
+            try:
+                point = resolved.space.suggest(trial)
+                ev = evaluator.evaluate(point)
+                frozen = record(study, trial, resolved, ev, SIMULATOR_VERSION)
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except Exception as exc:  # the search goes on; the reason is stored
+                frozen = _fail(study, trial, f"{type(exc).__name__}: {exc}")
+            trial = None
+            if heartbeat is not None:
+                heartbeat.trial_id = None
+            stats.trials += 1
+            stats.by_state[frozen.state.name] = stats.by_state.get(frozen.state.name, 0) + 1
+            if on_trial is not None:
+                on_trial(frozen)
+            if heartbeat is not None and stats.trials % STALE_CHECK_EVERY == 0:
+                fail_orphans(study, storage, job.storage_url, alone=False)
+    except KeyboardInterrupt:
+        if trial is not None:
+            _fail(study, trial, "interrupted")
+        raise
+    finally:
+        if heartbeat is not None:
+            heartbeat.stop()
+        lock.close()
+        run_lock.release()
+        rdb.engine.dispose()
+    return stats
+
+
+def _fail(study: optuna.Study, trial: optuna.Trial, reason: str) -> FrozenTrial:
+    try:
+        trial.set_user_attr(FAIL_REASON, reason[:2000])
+    except Exception:  # the trial may have been finished by someone else
+        pass
+    return study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+
+
+def worker_main(job: WorkerJob) -> None:
+    """Entry point of a spawned worker process."""
+    try:
+        run_worker(job)
+    except KeyboardInterrupt:
+        pass
