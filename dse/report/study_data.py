@@ -81,6 +81,7 @@ class TrialRow:
     reason: str | None = None
     violations: list[str] = field(default_factory=list)
     design: dict[str, Any] | None = None
+    fidelity: str = "event"   # which simulator produced the metrics: event, or fast (screening)
 
 
 @dataclass
@@ -297,7 +298,8 @@ def read_study(study, storage: str = "") -> StudyData:
         values = _metrics(t.user_attrs)
         state = t.state.name
         row = TrialRow(number=t.number, state=state, values=values, params=dict(t.params),
-                       design=_design(t.user_attrs), reason=_reason(t))
+                       design=_design(t.user_attrs), reason=_reason(t),
+                       fidelity=str(t.user_attrs.get("fidelity", "event")))
         finite = (state == "COMPLETE" and t.values is not None
                   and all(v is not None and math.isfinite(v) for v in t.values))
         if finite:
@@ -325,9 +327,12 @@ def read_study(study, storage: str = "") -> StudyData:
         for k, v in t.user_attrs.items():
             if k.endswith("_unit") and isinstance(v, str):
                 units.setdefault(k[: -len("_unit")], set()).add(v)
-    mark_pareto(rows, objectives, directions)
+    spec = study.user_attrs.get("dse_spec")
+    multi = isinstance(spec, dict) and spec.get("fidelity") == "multi"
+    # with fidelity: multi the front is over confirmed (event-simulated) trials, as in pareto.csv
+    mark_pareto([r for r in rows if not multi or r.fidelity == "event"], objectives, directions)
     if "throughput" not in units:
-        unit = _throughput_unit(study.user_attrs.get("dse_spec"))
+        unit = _throughput_unit(spec)
         if unit:
             units["throughput"] = {unit}
     return StudyData(name=study.study_name, objectives=objectives, directions=directions,

@@ -61,7 +61,7 @@ def hover_texts(data: StudyData, rows: list[TrialRow]) -> list[str]:
     units = {k: metric_unit(data, k) for k in keys}
     out = []
     for t in rows:
-        lines = [f"<b>trial {t.number}</b> · {t.status}"]
+        lines = [f"<b>trial {t.number}</b> · {t.status} · {plot_text(t.fidelity)} simulation"]
         if t.reason:
             lines.append(plot_text(_clip(t.reason)))
         for k in keys:

@@ -167,6 +167,8 @@ def run_study(study: ResolvedStudy, trials: int | None = None, workers: int = 1,
                     run_worker(jobs[0], on_trial=progress.add, resolved=study)
                 else:
                     _run_processes(jobs, s, progress)
+                if study.spec.fidelity == "multi":
+                    confirm_pareto(s, study, on_trial=progress.add)
         except KeyboardInterrupt:  # keep what finished: write the files, then stop
             write_outputs(s.get_trials(deepcopy=False), study, out_dir)
             raise
@@ -186,6 +188,37 @@ def run_study(study: ResolvedStudy, trials: int | None = None, workers: int = 1,
                       pareto=front, trials_csv=trials_csv, pareto_csv=pareto_csv, report=report,
                       report_error=report_error, resumed_from=n_existing,
                       failed_orphans=orphans, pareto_rows=pareto_rows)
+
+
+def confirm_pareto(s: optuna.Study, study: ResolvedStudy, on_trial=None) -> list[int]:
+    """``fidelity: multi``: re-evaluate each feasible Pareto-optimal fast-path trial with the
+    event-driven simulator, as a new trial (user attrs ``fidelity: event``, ``confirms: N``).
+    Trials already confirmed (an earlier run) are skipped. Returns the new trials' numbers."""
+    from dse.study.evaluate import Evaluator
+    from dse.study.progress import is_feasible
+    from dse.study.pareto import ParetoFront
+    from dse.study.workers import record
+    from simulators.result import SIMULATOR_VERSION
+    trials = s.get_trials(deepcopy=False)
+    confirmed = {t.user_attrs.get("confirms") for t in trials}
+    front = ParetoFront([o.sign for o in study.objectives])
+    for t in trials:
+        if is_feasible(t) and t.user_attrs.get("fidelity") == "fast":
+            front.add(t.number, t.values)
+    by_number = {t.number: t for t in trials}
+    evaluator = Evaluator(study, fidelity="event")
+    new = []
+    for number in front.keys():
+        if number in confirmed:
+            continue
+        s.enqueue_trial(by_number[number].params, user_attrs={"confirms": number})
+        trial = s.ask()
+        frozen = record(s, trial, study, evaluator.evaluate(study.space.suggest(trial)),
+                        SIMULATOR_VERSION)
+        new.append(frozen.number)
+        if on_trial is not None:
+            on_trial(frozen)
+    return new
 
 
 def _run_processes(jobs: list[WorkerJob], s: optuna.Study, progress: StudyProgress) -> None:

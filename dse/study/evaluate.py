@@ -35,13 +35,17 @@ class Evaluation:
     metrics: dict[str, float] | None
     infeasible: str | None
     design: dict[str, Any]
+    fidelity: str = "event"
 
 
 class Evaluator:
     """Evaluates points of one resolved study."""
 
-    def __init__(self, study: ResolvedStudy, cache_size: int = CACHE_SIZE):
+    def __init__(self, study: ResolvedStudy, cache_size: int = CACHE_SIZE,
+                 fidelity: str = "event"):
+        """``fidelity``: ``event`` (SimPy) or ``fast`` (:mod:`simulators.fast`, no contention)."""
         self.study = study
+        self.fidelity = fidelity
         self.quality = None
         if study.needs_quality:
             from dse.quality import QualityModel
@@ -71,7 +75,6 @@ class Evaluator:
 
     def _evaluate(self, point: Point) -> Evaluation:
         from dse import api
-        from simulators.engine import simulate
 
         study = self.study
         described: dict[str, Any] = {
@@ -86,7 +89,7 @@ class Evaluator:
             described["design"] = point.design
 
         def infeasible(reason: str) -> Evaluation:
-            return Evaluation(None, reason, described)
+            return Evaluation(None, reason, described, self.fidelity)
 
         designs = {}
         for name, hw in point.hw.items():
@@ -113,7 +116,7 @@ class Evaluator:
                 design = combined.with_assignment(self._assignment(w.label, wl,
                                                                    point.assign[w.label]))
             try:
-                result = simulate(wl, design)
+                result_metrics = self._simulate(wl, design)
             except DSEError as exc:
                 reason = exc.reason if isinstance(exc, InfeasibleDesign) else str(exc)
                 return infeasible(f"{w.label}: {reason}" if len(study.workloads) > 1 else reason)
@@ -123,7 +126,7 @@ class Evaluator:
                 quality = q.value
                 described.setdefault("quality", {})[w.label] = {
                     "method": q.method, "raw": q.raw, "value": q.value}
-            per_workload[w.label] = obj.workload_metrics(result.metrics(), wl.params, wl.flops,
+            per_workload[w.label] = obj.workload_metrics(result_metrics, wl.params, wl.flops,
                                                          quality)
         extra = {}
         if isinstance(combined, Heterogeneous):
@@ -133,7 +136,18 @@ class Evaluator:
             extra["total_bandwidth_Bps"] = sum(offchip_bandwidth_Bps(d) for d in designs.values())
         weights = {w.label: w.weight for w in study.workloads}
         metrics = obj.totals(per_workload, weights, combined.area_mm2(), extra)
-        return Evaluation(metrics, None, described)
+        return Evaluation(metrics, None, described, self.fidelity)
+
+    def _simulate(self, wl, design) -> dict[str, float]:
+        """The design's metrics on one workload at this evaluator's fidelity."""
+        if self.fidelity == "fast":
+            from simulators.fast import evaluate_many
+            res = evaluate_many(wl, [design])
+            if res.infeasible[0]:
+                raise InfeasibleDesign(res.infeasible[0])
+            return res.metrics(0)
+        from simulators.engine import simulate
+        return simulate(wl, design).metrics()
 
     def _assignment(self, label: str, wl, segment_subs: list[str]) -> dict[str, str]:
         key = json.dumps([label, wl.arch], sort_keys=True, default=str)

@@ -46,10 +46,13 @@ def design_columns(t: FrozenTrial, resolved: ResolvedStudy) -> dict[str, Any]:
 
 
 def pareto_numbers(trials: Sequence[FrozenTrial], resolved: ResolvedStudy) -> list[int]:
-    """Numbers of the feasible trials no other feasible trial dominates."""
+    """Numbers of the feasible trials no other feasible trial dominates. With ``fidelity:
+    multi`` only the event-simulated (confirmed) trials compete: a fast-path point is a lower
+    bound on latency and would otherwise shadow its own confirmation."""
     front = ParetoFront([o.sign for o in resolved.objectives])
+    multi = resolved.spec.fidelity == "multi"
     for t in trials:
-        if is_feasible(t):
+        if is_feasible(t) and (not multi or t.user_attrs.get("fidelity", "event") == "event"):
             front.add(t.number, t.values)
     return front.keys()
 
@@ -74,7 +77,9 @@ def rows(trials: Sequence[FrozenTrial], resolved: ResolvedStudy) -> tuple[list[s
             if t.datetime_complete and t.datetime_start else ""
         row = {"number": t.number, "state": t.state.name, "feasible": is_feasible(t),
                "reason": reason, "duration_s": duration, **design, **metrics,
-               "simulator_version": t.user_attrs.get("simulator_version", "")}
+               "simulator_version": t.user_attrs.get("simulator_version", ""),
+               "fidelity": t.user_attrs.get("fidelity", ""),
+               "confirms": t.user_attrs.get("confirms", "")}
         for label, v in t.constraints.items():
             row[f"violation:{label}"] = v
         out.append(row)
@@ -83,7 +88,7 @@ def rows(trials: Sequence[FrozenTrial], resolved: ResolvedStudy) -> tuple[list[s
     present_metrics = [m for m in metric_keys if any(m in r for r in out)] or objective_metrics
     columns = (["number", "state", "feasible", "reason", "duration_s"] + list(design_keys)
                + present_metrics + [f"violation:{c.label}" for c in resolved.constraints]
-               + ["simulator_version"])
+               + ["simulator_version", "fidelity", "confirms"])
     return columns, out
 
 

@@ -204,6 +204,10 @@ class StudySpec(_Strict):
         None, description="stop starting trials after this many seconds, s")
     storage: Optional[str] = Field(None, description="Optuna storage URL (default: SQLite "
                                                      "file study.db in the output directory)")
+    fidelity: Literal["event", "fast", "multi"] = Field(
+        "event", description="event: SimPy simulation per trial; fast: the vectorised screening "
+                             "path (no contention); multi: screen with fast, then confirm the "
+                             "feasible Pareto candidates with the event simulator")
 
     @field_validator("sampler", mode="before")
     @classmethod

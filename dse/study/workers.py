@@ -97,6 +97,7 @@ def record(study: optuna.Study, trial: optuna.Trial, resolved: ResolvedStudy,
     """Store ``ev`` in ``trial`` and finish it (see the module docstring)."""
     trial.set_user_attr("design", ev.design)
     trial.set_user_attr("simulator_version", simulator_version)
+    trial.set_user_attr("fidelity", ev.fidelity)
     if ev.infeasible is not None:
         trial.set_user_attr("infeasible_reason", ev.infeasible)
         for c in resolved.constraints:
@@ -112,6 +113,11 @@ def record(study: optuna.Study, trial: optuna.Trial, resolved: ResolvedStudy,
     for c in resolved.constraints:
         trial.set_constraint(c.label, c.violation(metrics.get(c.metric, math.inf)))
     return study.tell(trial, values)
+
+
+def screening_fidelity(resolved: ResolvedStudy) -> str:
+    """The fidelity of a study's search trials: ``fast`` for fast and multi, else ``event``."""
+    return "event" if resolved.spec.fidelity == "event" else "fast"
 
 
 def run_worker(job: WorkerJob, on_trial: Callable[[FrozenTrial], None] | None = None,
@@ -139,7 +145,7 @@ def _run(job: WorkerJob, on_trial: Callable[[FrozenTrial], None] | None,
                               sampler=optuna.samplers.RandomSampler(seed=job.seed))
     seeded = False
     study_id = storage.get_study_id_from_name(job.study_name)
-    evaluator = Evaluator(resolved)
+    evaluator = Evaluator(resolved, fidelity=screening_fidelity(resolved))
     lock = CountLock(job.storage_url, job.study_name)
     heartbeat = None
     if not is_sqlite(job.storage_url):
