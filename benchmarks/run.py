@@ -73,21 +73,6 @@ def _child_simulate(spec: dict) -> dict:
             "fast_s": statistics.median(fast_times), "latency_s": r.latency_s}
 
 
-def _child_study(spec: dict) -> dict:
-    out = Path(spec["out"])
-    cmd = [sys.executable, "-m", "dse", "study", "run", str(ROOT / "studies" / "codesign_gpt2_npu.yaml"),
-           "--trials", str(spec["trials"]), "--workers", str(spec["workers"]), "--out", str(out)]
-    warm = [sys.executable, "-m", "dse", "study", "run", str(ROOT / "studies" / "codesign_gpt2_npu.yaml"),
-            "--trials", "3", "--workers", "1", "--out", str(out) + "-warm"]
-    subprocess.run(warm, capture_output=True, text=True, env=_env())  # fills the capture cache
-    t = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, env=_env())
-    dt = time.perf_counter() - t
-    if p.returncode:
-        return {"skip": (p.stderr.strip().splitlines() or ["failed"])[-1]}
-    return {"s": dt, "trials": spec["trials"]}
-
-
 def _child_growth_layers(spec: dict) -> dict:
     from dse import api
     from simulators.engine import simulate
@@ -118,7 +103,7 @@ def _child_growth_mesh(spec: dict) -> dict:
     return {"s": statistics.median(times), "cores": n * n}
 
 
-CHILDREN = {"simulate": _child_simulate, "study": _child_study, "layers": _child_growth_layers,
+CHILDREN = {"simulate": _child_simulate, "layers": _child_growth_layers,
             "mesh": _child_growth_mesh}
 
 
@@ -166,16 +151,11 @@ def section_simulation(repeats: int) -> None:
 
 
 def section_study(trials: int) -> None:
-    print(f"\n## 2. Co-search throughput (studies/codesign_gpt2_npu.yaml, {trials} trials, wall time incl. start-up)")
-    print("| workers | trials | wall s | trials/s | peak MB (driver) |")
-    print("|---:|---:|---:|---:|---:|")
-    for workers in (1, 2):
-        with tempfile.TemporaryDirectory() as d:
-            r = run_row("study", {"workers": workers, "trials": trials, "out": str(Path(d) / "s")})
-        if "skip" in r:
-            print(f"| {workers} | — | n/a: {r['skip']} | | |")
-            continue
-        print(f"| {workers} | {r['trials']} | {r['s']:.2f} | {r['trials'] / r['s']:.1f} | {r['rss_mb']:.0f} |")
+    print(f"\n## 2. Co-search throughput (studies/codesign_gpt2_npu.yaml, {trials} trials, captures cached)")
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "study_throughput.py"),
+                        "--trials", str(trials), "--workers", "1", "2"],
+                       capture_output=True, text=True, env=_env(), cwd=ROOT)
+    print(p.stdout if p.returncode == 0 else f"n/a ({(p.stderr.strip().splitlines() or ['failed'])[-1]})")
 
 
 def section_growth(repeats: int) -> None:
@@ -232,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--sections", nargs="+", type=int, default=[1, 2, 3, 4], choices=[1, 2, 3, 4])
-    ap.add_argument("--study-trials", type=int, default=200)
+    ap.add_argument("--study-trials", type=int, default=1000)
     ap.add_argument("--reference-layers", type=int, default=6,
                     help="layers of the reference list run through SCALE-Sim and ZigZag")
     args = ap.parse_args(argv)
