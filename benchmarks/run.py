@@ -158,34 +158,31 @@ def section_study(trials: int) -> None:
     print(p.stdout if p.returncode == 0 else f"n/a ({(p.stderr.strip().splitlines() or ['failed'])[-1]})")
 
 
-def section_growth(repeats: int) -> None:
-    print("\n## 3. Cost growth")
-    print("| gpt2 decode layers | ops | wall ms | peak MB |")
-    print("|---:|---:|---:|---:|")
-    xs, ys = [], []
-    for layers in (6, 12, 24, 48, 96):
-        r = run_row("layers", {"layers": layers, "repeats": repeats})
-        if "skip" in r:
-            print(f"| {layers} | n/a: {r['skip']} | | |")
-            continue
-        xs.append(r["ops"])
-        ys.append(r["s"])
-        print(f"| {layers} | {r['ops']} | {r['s'] * 1e3:.2f} | {r['rss_mb']:.0f} |")
-    if len(xs) > 1:
-        print(f"\nfitted exponent of wall time vs ops: {fitted_exponent(xs, ys):.3f} (<= 1 is at most linear)")
-    print("\n| wafer region (llama3-8b decode) | cores | wall ms | peak MB |")
+def _growth_table(kind: str, sizes, spec_of, label_of, size_key: str, header: str,
+                  note: str, repeats: int) -> None:
+    """One cost-growth table: a row per size, then the fitted log-log exponent."""
+    print(f"\n| {header} | {size_key} | wall ms | peak MB |")
     print("|---|---:|---:|---:|")
     xs, ys = [], []
-    for side in (100, 250, 500, 750, 1000):
-        r = run_row("mesh", {"side": side, "repeats": repeats})
+    for size in sizes:
+        r = run_row(kind, {**spec_of(size), "repeats": repeats})
         if "skip" in r:
-            print(f"| {side}x{side} | n/a: {r['skip']} | | |")
+            print(f"| {label_of(size)} | n/a: {r['skip']} | | |")
             continue
-        xs.append(r["cores"])
+        xs.append(r[size_key])
         ys.append(r["s"])
-        print(f"| {side}x{side} | {r['cores']:,} | {r['s'] * 1e3:.2f} | {r['rss_mb']:.0f} |")
+        print(f"| {label_of(size)} | {r[size_key]:,} | {r['s'] * 1e3:.2f} | {r['rss_mb']:.0f} |")
     if len(xs) > 1:
-        print(f"\nfitted exponent of wall time vs cores: {fitted_exponent(xs, ys):.3f} (~0: does not grow with cores)")
+        print(f"\nfitted exponent of wall time vs {size_key}: {fitted_exponent(xs, ys):.3f} ({note})")
+
+
+def section_growth(repeats: int) -> None:
+    print("\n## 3. Cost growth")
+    _growth_table("layers", (6, 12, 24, 48, 96), lambda n: {"layers": n}, str, "ops",
+                  "gpt2 decode layers", "<= 1 is at most linear", repeats)
+    _growth_table("mesh", (100, 250, 500, 750, 1000), lambda n: {"side": n},
+                  lambda n: f"{n}x{n}", "cores", "wafer region (llama3-8b decode)",
+                  "~0: does not grow with cores", repeats)
 
 
 def section_references(layers: int) -> None:
