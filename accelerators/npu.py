@@ -187,6 +187,13 @@ class NPU(Template):
         self._cache[key] = out
         return out
 
+    @classmethod
+    def cost_many(cls, designs, ops):
+        """:meth:`cost` of each of ``ops`` on each of ``designs`` at once (numpy): the fast
+        path's hook, see :func:`accelerators.npu_vector.cost_many`."""
+        from accelerators import npu_vector
+        return npu_vector.cost_many(designs, ops)
+
     def _scale(self, op: Op) -> float:
         """Factor from the op's captured element size to this design's dtype."""
         return self._b / op.bytes_per_element if op.bytes_per_element else 1.0

@@ -5,14 +5,17 @@ no contention: an op starts when its last producer ends, whatever unit or channe
 the latency is the critical path of the op graph. On designs where nothing contends (a chain
 of ops, or independent ops on distinct units and channels) it equals the SimPy result.
 
-Speed comes from two things: ops with identical shapes and attributes (the same layer repeated
-N times) are costed once per design, and the critical path is one numpy pass over the graph
-in topological order with a vector of all designs at each node.
+Speed comes from three things: ops with identical shapes and attributes (the same layer
+repeated N times) are costed once per design; a template may cost each unique op on all its
+designs at once (a ``cost_many`` classmethod, e.g. the npu's numpy version in
+:mod:`accelerators.npu_vector`, see :func:`evaluate_many`); and the critical path is one numpy
+pass over the graph in topological order with a vector of all designs at each node.
 """
 
 from __future__ import annotations
 
 import json
+import weakref
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -59,7 +62,6 @@ class _Structure:
 
     def __init__(self, workload: Workload):
         ops = workload.ops
-        self.workload = workload
         index = {op.name: i for i, op in enumerate(ops)}
         sig_of: dict[str, int] = {}
         self.unique_ops: list[Op] = []
@@ -73,16 +75,94 @@ class _Structure:
         self.preds = [[index[p] for p in workload.graph.predecessors(op.name)] for op in ops]
 
 
-def evaluate_many(workload: Workload, designs: Sequence[Template]) -> FastResults:
-    """Latency, energy, area, power and throughput of every design on ``workload``."""
+#: Structures of the workloads seen, by ``id``, each dropped when its workload is collected
+#: (workloads are not changed once built: ``Workload.ops`` is cached the same way).
+_STRUCTURES: dict[int, tuple[weakref.ref, _Structure]] = {}
+
+
+def _structure(workload: Workload) -> _Structure:
+    """The cached :class:`_Structure` of ``workload``."""
+    key = id(workload)
+    hit = _STRUCTURES.get(key)
+    if hit is not None and hit[0]() is workload:
+        return hit[1]
+    st = _Structure(workload)
+    _STRUCTURES[key] = (weakref.ref(workload, lambda _, k=key: _STRUCTURES.pop(k, None)), st)
+    return st
+
+
+#: Fewest (designs x unique ops) cost calls for which a template's vectorised ``cost_many`` is
+#: used [measured with the npu: numpy's fixed cost per call is ~0.6 ms, one scalar
+#: ``NPU.cost`` ~12-50 us (gpt2 decode / resnet50 unique ops, 1-32 designs); they break even
+#: near 30-50 calls].
+VECTOR_MIN_CALLS = 64
+
+
+def _critical_path(op_lat: np.ndarray, preds: list[list[int]]) -> np.ndarray:
+    """Finish time of every op (rows) on every design (columns): its latency after the last of
+    its predecessors."""
+    finish = np.empty_like(op_lat)
+    for i, p in enumerate(preds):
+        if not p:
+            finish[i] = 0.0 + op_lat[i]
+        elif len(p) == 1:
+            np.add(finish[p[0]], op_lat[i], out=finish[i])
+        else:
+            np.add(finish[p].max(axis=0), op_lat[i], out=finish[i])
+    return finish
+
+
+def _cost_many_hook(cls: type) -> Any:
+    """The template's vectorised cost, if it has one (see :func:`evaluate_many`)."""
+    fn = getattr(cls, "cost_many", None)
+    return fn if callable(fn) else None
+
+
+def _unit_costs(cls: type, members: list[Template], ops: list[Op], vectorised: bool):
+    """Latency and dynamic energy of ``ops`` (rows) on ``members`` (columns), the first
+    exception each member raises (None where it runs every op), and the members' area and
+    static power when the template's ``cost_many`` gives them (else None)."""
+    hook = _cost_many_hook(cls) if vectorised else None
+    if hook is not None and len(members) * len(ops) >= VECTOR_MIN_CALLS:
+        many = hook(members, ops)
+        return (many.latency_s, many.energy_j, list(many.errors),
+                getattr(many, "area_mm2", None), getattr(many, "static_power_w", None))
+    lat = np.full((len(ops), len(members)), np.nan)
+    energy = np.full((len(ops), len(members)), np.nan)
+    errors: list[BaseException | None] = [None] * len(members)
+    for i, design in enumerate(members):
+        try:
+            costs = [design.cost(op) for op in ops]
+        except DSEError as exc:
+            errors[i] = exc
+            continue
+        lat[:, i] = [c.latency_s for c in costs]
+        energy[:, i] = [c.total_energy_j for c in costs]
+    return lat, energy, errors, None, None
+
+
+def evaluate_many(workload: Workload, designs: Sequence[Template],
+                  vectorised: bool = True) -> FastResults:
+    """Latency, energy, area, power and throughput of every design on ``workload``.
+
+    A template class may offer a vectorised cost, the classmethod
+    ``cost_many(designs, ops)`` returning an object with ``latency_s`` and ``energy_j``
+    (``(len(ops), len(designs))`` arrays, the ``latency_s`` and ``total_energy_j`` of
+    ``design.cost(op)``) and ``errors`` (per design, the exception its ``cost()`` raises first
+    going through ``ops`` in order, or None), and optionally ``area_mm2`` and
+    ``static_power_w`` (``(len(designs),)``, the designs' own ``area_mm2()`` and
+    ``static_power_w()``); it must equal calling ``cost()`` design by design. Designs of a
+    template without it, batches under ``VECTOR_MIN_CALLS`` cost calls, and everything with
+    ``vectorised=False`` are costed one by one.
+    """
     n = len(designs)
     lat = np.full(n, np.nan)
     energy = np.full(n, np.nan)
     area = np.full(n, np.nan)
     reasons: list[str | None] = [None] * n
     structures: dict[int, _Structure] = {}
-    groups: dict[int, list[int]] = {}
-    unit_costs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    planned_of: dict[int, Workload] = {}   # keeps each planned graph alive, so ids stay unique
+    batches: dict[tuple[int, type], list[int]] = {}
     for d, design in enumerate(designs):
         try:
             reason = design.check(workload)
@@ -91,25 +171,45 @@ def evaluate_many(workload: Workload, designs: Sequence[Template]) -> FastResult
             planned = design.plan(workload)
             key = id(planned)
             if key not in structures:
-                structures[key] = _Structure(planned)
-            st = structures[key]
-            costs = [design.cost(op) for op in st.unique_ops]
+                structures[key] = _structure(planned)
+                planned_of[key] = planned
         except DSEError as exc:
             reasons[d] = getattr(exc, "reason", str(exc))
             continue
-        unit_costs[d] = (np.array([c.latency_s for c in costs]),
-                         np.array([c.total_energy_j for c in costs]))
-        groups.setdefault(key, []).append(d)
-        area[d] = design.area_mm2()
-        energy[d] = design.static_power_w()  # W for now; times latency below
+        batches.setdefault((key, type(design)), []).append(d)
+    groups: dict[int, list[int]] = {}
+    unit_lat: dict[int, list[np.ndarray]] = {}
+    unit_energy: dict[int, list[np.ndarray]] = {}
+    for (key, cls), members in sorted(batches.items(), key=lambda kv: kv[1][0]):
+        st = structures[key]
+        op_lat, op_energy, errors, areas, statics = _unit_costs(
+            cls, [designs[d] for d in members], st.unique_ops, vectorised)
+        ok = []
+        for i, (d, exc) in enumerate(zip(members, errors)):
+            if exc is None:
+                ok.append(i)
+            elif isinstance(exc, DSEError):
+                reasons[d] = getattr(exc, "reason", str(exc))
+            else:
+                raise exc
+        if not ok:
+            continue
+        idx = [members[i] for i in ok]
+        groups.setdefault(key, []).extend(idx)
+        unit_lat.setdefault(key, []).append(op_lat[:, ok])
+        unit_energy.setdefault(key, []).append(op_energy[:, ok])
+        if areas is not None and statics is not None:
+            area[idx] = np.asarray(areas)[ok]
+            energy[idx] = np.asarray(statics)[ok]  # W for now; times latency below
+        else:
+            for d in idx:
+                area[d] = designs[d].area_mm2()
+                energy[d] = designs[d].static_power_w()
     for key, members in groups.items():
         st = structures[key]
-        op_lat = np.stack([unit_costs[d][0] for d in members], axis=1)[st.unique_of]  # ops x designs
-        op_energy = np.stack([unit_costs[d][1] for d in members], axis=1)[st.unique_of]
-        finish = np.empty_like(op_lat)
-        for i, preds in enumerate(st.preds):
-            start = finish[preds].max(axis=0) if preds else 0.0
-            finish[i] = start + op_lat[i]
+        op_lat = np.concatenate(unit_lat[key], axis=1)[st.unique_of]   # ops x designs
+        op_energy = np.concatenate(unit_energy[key], axis=1)[st.unique_of]
+        finish = _critical_path(op_lat, st.preds)
         crit = finish.max(axis=0) if len(finish) else np.zeros(len(members))
         idx = np.array(members)
         static_w = energy[idx]
