@@ -13,7 +13,7 @@ Sections:
 Each row runs in a fresh subprocess, so its peak RSS (MB) is its own; captures are warmed
 first (the on-disk cache), so rows time simulation, not torch.export.
 
-Usage: python benchmarks/run.py [--repeats 5] [--sections 1 2 3 4] [--reference-layers N]
+Usage: python benchmarks/run.py [--repeats 5] [--sections 1 2 3 4] [--reference-layers NAME... | all]
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def fitted_exponent(xs: list[float], ys: list[float]) -> float:
 # ----------------------------------------------------------------------------- sections
 def section_simulation(repeats: int) -> None:
     print("\n## 1. Simulation speed (capture cached; median of %d)" % repeats)
-    print(f"| template | workload | ops | wall ms | ops/s | events/s | fast path ms/design | fast speed-up | peak MB |")
+    print("| template | workload | ops | wall ms | ops/s | events/s | fast path ms/design | fast speed-up | peak MB |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for tmpl in TEMPLATES:
         for wname, wl in WORKLOADS.items():
@@ -185,13 +185,19 @@ def section_growth(repeats: int) -> None:
                   "~0: does not grow with cores", repeats)
 
 
-def section_references(layers: int) -> None:
-    print(f"\n## 4. Side by side with SCALE-Sim 3.0.0 and ZigZag (first {layers} layers of the list, each dataflow)")
+#: Reference layers run by default: small ones, so SCALE-Sim finishes in minutes (it takes
+#: 10-110 s per large ResNet-18 layer); ``--reference-layers all`` runs the whole list.
+DEFAULT_REFERENCE_LAYERS = ["layer2.0.downsample", "layer3.0.downsample", "fc", "gemm_m64_k64_n64"]
+
+
+def section_references(layers: list[str]) -> None:
+    print(f"\n## 4. Side by side with SCALE-Sim 3.0.0 and ZigZag ({', '.join(layers)}; each dataflow)")
     for script, label in (("scalesim_reference.py", "SCALE-Sim"), ("zigzag_compare.py", "ZigZag")):
         with tempfile.TemporaryDirectory() as d:
             out = Path(d) / "ref.json"
             mod = __import__(f"benchmarks.{script[:-3]}", fromlist=["all_layers"])
-            names = [layer["name"] for layer in mod.all_layers()][:layers]
+            names = [layer["name"] for layer in mod.all_layers()
+                     if layers == ["all"] or layer["name"] in layers]
             t = time.perf_counter()
             p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--out", str(out),
                                 "--only", *names], capture_output=True, text=True, env=_env(), cwd=ROOT)
@@ -210,8 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--sections", nargs="+", type=int, default=[1, 2, 3, 4], choices=[1, 2, 3, 4])
     ap.add_argument("--study-trials", type=int, default=1000)
-    ap.add_argument("--reference-layers", type=int, default=6,
-                    help="layers of the reference list run through SCALE-Sim and ZigZag")
+    ap.add_argument("--reference-layers", nargs="+", default=DEFAULT_REFERENCE_LAYERS,
+                    help="layer names run through SCALE-Sim and ZigZag ('all' for every one)")
     args = ap.parse_args(argv)
     print(f"# accel-dse benchmarks — python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
           f"{time.strftime('%Y-%m-%d %H:%M')}")

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from dse.errors import BadInput, DSEError, InfeasibleDesign
+from dse.errors import BadInput, DSEError
 from dse.report.cli import report_command
 from dse.study.cli import study_app
 
@@ -263,4 +263,4 @@ def _fail(message: str) -> None:
     sys.exit(2)
 
 
-__all__ = ["app", "main", "parse_pairs", "InfeasibleDesign"]
+__all__ = ["app", "main", "parse_pairs"]

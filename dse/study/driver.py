@@ -251,19 +251,13 @@ def _poll(s: optuna.Study, progress: StudyProgress) -> None:
 
 
 def _write_report(out_dir: Path, url: str, study_name: str) -> tuple[Path | None, str | None]:
-    """``report.html`` through ``dse.report.write_study_report`` when that exists; a failing
-    report does not fail the run (its results are written already): its error is returned."""
-    try:
-        from dse import report as report_module
-    except ImportError:
-        return None, None
-    writer = getattr(report_module, "write_study_report", None)
-    if writer is None:
-        return None, None
+    """``report.html`` through :func:`dse.report.write_study_report`; a failing report does not
+    fail the run (its results are written already): its error is returned."""
+    from dse.report import write_study_report
     path = out_dir / "report.html"
     default_db = is_sqlite(url) and sqlite_path(url).resolve() == (out_dir / "study.db").resolve()
     try:
-        writer(out_dir if default_db else url, path, study_name=study_name)
+        write_study_report(out_dir if default_db else url, path, study_name=study_name)
     except Exception as exc:  # the report is a view of results already on disk
         return None, f"{type(exc).__name__}: {exc}"
     return path, None
