@@ -58,16 +58,19 @@ def op_signature(op: Op) -> str:
 
 
 class _Structure:
-    """The planned graph in index form: unique-op index per node and predecessor lists."""
+    """The planned graph in index form: unique-op index per node and predecessor lists.
 
-    def __init__(self, workload: Workload):
+    With ``dedupe`` False every op is its own unique op (for templates that cost a whole
+    workload at once, where an op's cost may depend on more than its signature)."""
+
+    def __init__(self, workload: Workload, dedupe: bool = True):
         ops = workload.ops
         index = {op.name: i for i, op in enumerate(ops)}
         sig_of: dict[str, int] = {}
         self.unique_ops: list[Op] = []
         self.unique_of = np.empty(len(ops), dtype=np.int64)
         for i, op in enumerate(ops):
-            s = op_signature(op)
+            s = op_signature(op) if dedupe else str(i)
             if s not in sig_of:
                 sig_of[s] = len(self.unique_ops)
                 self.unique_ops.append(op)
@@ -75,20 +78,26 @@ class _Structure:
         self.preds = [[index[p] for p in workload.graph.predecessors(op.name)] for op in ops]
 
 
-#: Structures of the workloads seen, by ``id``, each dropped when its workload is collected
-#: (workloads are not changed once built: ``Workload.ops`` is cached the same way).
-_STRUCTURES: dict[int, tuple[weakref.ref, _Structure]] = {}
+#: Structures of the workloads seen, by ``(id, dedupe)``, each dropped when its workload is
+#: collected (workloads are not changed once built: ``Workload.ops`` is cached the same way).
+_STRUCTURES: dict[tuple[int, bool], tuple[weakref.ref, _Structure]] = {}
 
 
-def _structure(workload: Workload) -> _Structure:
+def _structure(workload: Workload, dedupe: bool = True) -> _Structure:
     """The cached :class:`_Structure` of ``workload``."""
-    key = id(workload)
+    key = (id(workload), dedupe)
     hit = _STRUCTURES.get(key)
     if hit is not None and hit[0]() is workload:
         return hit[1]
-    st = _Structure(workload)
+    st = _Structure(workload, dedupe)
     _STRUCTURES[key] = (weakref.ref(workload, lambda _, k=key: _STRUCTURES.pop(k, None)), st)
     return st
+
+
+def costs_whole_workload(cls: type) -> bool:
+    """True when the template overrides ``Template.costs`` (maps a workload at once, so the
+    fast path must ask it for the whole planned graph, as the simulator does)."""
+    return getattr(cls, "costs", Template.costs) is not Template.costs
 
 
 #: Fewest (designs x unique ops) cost calls for which a template's vectorised ``cost_many`` is
@@ -118,11 +127,14 @@ def _cost_many_hook(cls: type) -> Any:
     return fn if callable(fn) else None
 
 
-def _unit_costs(cls: type, members: list[Template], ops: list[Op], vectorised: bool):
-    """Latency and dynamic energy of ``ops`` (rows) on ``members`` (columns), the first
-    exception each member raises (None where it runs every op), and the members' area and
-    static power when the template's ``cost_many`` gives them (else None)."""
-    hook = _cost_many_hook(cls) if vectorised else None
+def _unit_costs(cls: type, members: list[Template], st: _Structure, planned: Workload,
+                vectorised: bool):
+    """Latency and dynamic energy of the unique ops of ``st`` (rows) on ``members`` (columns),
+    the first exception each member raises (None where it runs every op), and the members'
+    area and static power when the template's ``cost_many`` gives them (else None)."""
+    ops = st.unique_ops
+    whole = costs_whole_workload(cls)
+    hook = _cost_many_hook(cls) if vectorised and not whole else None
     if hook is not None and len(members) * len(ops) >= VECTOR_MIN_CALLS:
         many = hook(members, ops)
         return (many.latency_s, many.energy_j, list(many.errors),
@@ -132,7 +144,7 @@ def _unit_costs(cls: type, members: list[Template], ops: list[Op], vectorised: b
     errors: list[BaseException | None] = [None] * len(members)
     for i, design in enumerate(members):
         try:
-            costs = [design.cost(op) for op in ops]
+            costs = design.costs(planned) if whole else [design.cost(op) for op in ops]
         except DSEError as exc:
             errors[i] = exc
             continue
@@ -160,30 +172,31 @@ def evaluate_many(workload: Workload, designs: Sequence[Template],
     energy = np.full(n, np.nan)
     area = np.full(n, np.nan)
     reasons: list[str | None] = [None] * n
-    structures: dict[int, _Structure] = {}
-    planned_of: dict[int, Workload] = {}   # keeps each planned graph alive, so ids stay unique
-    batches: dict[tuple[int, type], list[int]] = {}
+    structures: dict[tuple[int, bool], _Structure] = {}
+    planned_of: dict[tuple[int, bool], Workload] = {}  # keeps planned graphs alive: ids unique
+    batches: dict[tuple[tuple[int, bool], type], list[int]] = {}
     for d, design in enumerate(designs):
         try:
             reason = design.check(workload)
             if reason:
                 raise DSEError(reason)
             planned = design.plan(workload)
-            key = id(planned)
+            dedupe = not costs_whole_workload(type(design))
+            key = (id(planned), dedupe)
             if key not in structures:
-                structures[key] = _structure(planned)
+                structures[key] = _structure(planned, dedupe)
                 planned_of[key] = planned
         except DSEError as exc:
             reasons[d] = getattr(exc, "reason", str(exc))
             continue
         batches.setdefault((key, type(design)), []).append(d)
-    groups: dict[int, list[int]] = {}
-    unit_lat: dict[int, list[np.ndarray]] = {}
-    unit_energy: dict[int, list[np.ndarray]] = {}
+    groups: dict[tuple[int, bool], list[int]] = {}
+    unit_lat: dict[tuple[int, bool], list[np.ndarray]] = {}
+    unit_energy: dict[tuple[int, bool], list[np.ndarray]] = {}
     for (key, cls), members in sorted(batches.items(), key=lambda kv: kv[1][0]):
         st = structures[key]
         op_lat, op_energy, errors, areas, statics = _unit_costs(
-            cls, [designs[d] for d in members], st.unique_ops, vectorised)
+            cls, [designs[d] for d in members], st, planned_of[key], vectorised)
         ok = []
         for i, (d, exc) in enumerate(zip(members, errors)):
             if exc is None:

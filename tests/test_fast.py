@@ -54,3 +54,17 @@ def test_invalid_points_are_infeasible_with_a_reason(chain):
     assert np.isfinite(res.latency_s[0])
     assert np.isnan(res.latency_s[1]) and "hw.rows" in res.infeasible[1]
     assert "hw.dataflow" in res.infeasible[2]
+
+
+def test_templates_that_cost_a_whole_workload_agree_too():
+    """The wafer maps ops by the workload's phase (``costs``), not op by op: the fast path must
+    ask it the same way the simulator does. A one-row prefill chain is where they differ."""
+    from accelerators.registry import make_accelerator
+    with torch.device("meta"):
+        m = nn.Sequential(nn.Linear(512, 1024), nn.GELU(), nn.Linear(1024, 512))
+        x = torch.zeros(1, 512)
+    w = capture(m, (x,), model="mlp", phase="prefill", seq=1)
+    for spec in ("wafer:wse-1k", "npu", "gpu:a100"):
+        d = make_accelerator(spec)
+        assert evaluate_many(w, [d]).latency_s[0] == pytest.approx(simulate(w, d).latency_s,
+                                                                   rel=1e-9), spec
