@@ -121,6 +121,44 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+def element_scale(op: Op, b: int) -> float:
+    """Factor from the op's captured element size to ``b`` bytes per element."""
+    return b / op.bytes_per_element if op.bytes_per_element else 1.0
+
+
+def vector_parts(op: Op, b: int) -> tuple:
+    """The design-independent part of a vector-unit op for element size ``b`` B:
+    ``(lane_ops, read_B, written_B, dram_B, sram_read_B, register_B)``. Lane operations per
+    element from ``VECTOR_OPS_PER_ELEMENT`` (reductions count their input); norm and softmax
+    re-read their input on chip (2 and 3 passes); an op with no bytes moves its elements in
+    and out once."""
+    scale = element_scale(op, b)
+    read, written = op.bytes_read * scale, op.bytes_written * scale
+    elements = op.attrs.get("elements")
+    if not isinstance(elements, (int, float)) or elements <= 0:
+        outs = [math.prod(s) for s in op.output_shapes if s is not None]
+        elements = sum(outs) if outs and sum(outs) > 0 else max(read, written) / b
+    if op.kind == ir.HASHGRID:
+        a = op.attrs
+        dims = int(a.get("dims", 3) or 3)
+        # per point and level: hash 2^dims corners (dims multiplies + dims XORs each), then
+        # interpolate `features` values per corner (one FMA each) [E]
+        lane_ops = (int(a.get("points", elements)) * int(a.get("levels", 1))
+                    * 2 ** dims * (int(a.get("features", 1)) + 2 * dims))
+        passes = 1
+    else:
+        per = VECTOR_OPS_PER_ELEMENT.get(op.kind, 1)
+        if op.kind == ir.REDUCTION:   # work scales with the input, not the output
+            elements = max(elements, read / b)
+        lane_ops = elements * per
+        passes = {ir.NORM: 2, ir.SOFTMAX: 3}.get(op.kind, 1)
+    dram = read + written
+    if dram <= 0:
+        dram = elements * b * 2
+        read = written = elements * b
+    return lane_ops, read, written, dram, read * (1 + passes), lane_ops * 3 * b
+
+
 class NPU(Template):
     """Systolic-array NPU: arrays x rows x cols MACs, a vector unit, 3 scratchpads, DRAM."""
 
@@ -196,7 +234,7 @@ class NPU(Template):
 
     def _scale(self, op: Op) -> float:
         """Factor from the op's captured element size to this design's dtype."""
-        return self._b / op.bytes_per_element if op.bytes_per_element else 1.0
+        return element_scale(op, self._b)
 
     # GEMM / conv ------------------------------------------------------------------------------
     def _gemm_shape(self, op: Op) -> tuple[int, int, int, int, float]:
@@ -344,37 +382,14 @@ class NPU(Template):
         """Lane operations over ``vector_lanes``; data staged through ifmap (in) and ofmap (out)
         scratchpads; ops that make several passes re-read their input on chip."""
         hw, b = self.hw, self._b
-        scale = self._scale(op)
-        read, written = op.bytes_read * scale, op.bytes_written * scale
-        elements = op.attrs.get("elements")
-        if not isinstance(elements, (int, float)) or elements <= 0:
-            outs = [math.prod(s) for s in op.output_shapes if s is not None]
-            elements = sum(outs) if outs and sum(outs) > 0 else max(read, written) / b
-        if op.kind == ir.HASHGRID:
-            a = op.attrs
-            dims = int(a.get("dims", 3) or 3)
-            # per point and level: hash 2^dims corners (dims multiplies + dims XORs each), then
-            # interpolate `features` values per corner (one FMA each) [E]
-            lane_ops = (int(a.get("points", elements)) * int(a.get("levels", 1))
-                        * 2 ** dims * (int(a.get("features", 1)) + 2 * dims))
-            passes = 1
-        else:
-            per = VECTOR_OPS_PER_ELEMENT.get(op.kind, 1)
-            if op.kind == ir.REDUCTION:   # work scales with the input, not the output
-                elements = max(elements, read / b)
-            lane_ops = elements * per
-            passes = {ir.NORM: 2, ir.SOFTMAX: 3}.get(op.kind, 1)
+        lane_ops, read, written, dram, read_x, reg_bytes = vector_parts(op, b)
         cycles = math.ceil(lane_ops / hw.vector_lanes)
-        dram = read + written
-        if dram <= 0:
-            dram = elements * b * 2
-            read = written = elements * b
-        sram_j = (read * (1 + passes) * self._sram_j["ifmap"] + written * 2 * self._sram_j["ofmap"])
-        sram_bytes = read * (1 + passes) + written * 2
+        sram_j = read_x * self._sram_j["ifmap"] + written * 2 * self._sram_j["ofmap"]
+        sram_bytes = read_x + written * 2
         chunk = hw.vector_lanes * b
         return self._finish("vector", cycles, dram, min(read, chunk), min(written, chunk),
                             compute_j=lane_ops * self._vec_j, sram_j=sram_j,
-                            sram_bytes=sram_bytes, reg_bytes=lane_ops * 3 * b)
+                            sram_bytes=sram_bytes, reg_bytes=reg_bytes)
 
     # common -----------------------------------------------------------------------------------
     def _finish(self, unit: str, cycles: float, dram_bytes: float, fill_bytes: float,

@@ -28,7 +28,7 @@ import numpy as np
 
 from accelerators import technology as tech
 from accelerators.npu import (ACC_BYTES, AREA_OVERHEAD, NPU, VECTOR_LANE_AREA_PER_MAC,
-                              VECTOR_OPS_PER_ELEMENT)
+                              VECTOR_OPS_PER_ELEMENT, element_scale, vector_parts)
 from dse.errors import BadInput, InfeasibleDesign
 from workloads import ir
 from workloads.ir import Op
@@ -219,12 +219,6 @@ def _col(values, dtype=None) -> np.ndarray:
     return np.asarray(values, dtype=dtype)[:, None]
 
 
-def _scale(op: Op, b: int) -> float:
-    """NPU._scale for element size ``b``."""
-    return b / op.bytes_per_element if op.bytes_per_element else 1.0
-
-
-# ----------------------------------------------------------------------------- GEMM / conv
 def _gemm_block(a: DesignArrays, ops: list[Op], shapes: list[dict[int, tuple]], err: _Errors,
                 rows_idx: np.ndarray, lat: np.ndarray, energy: np.ndarray,
                 problem: np.ndarray) -> None:
@@ -242,7 +236,7 @@ def _gemm_block(a: DesignArrays, ops: list[Op], shapes: list[dict[int, tuple]], 
         macs[j, 0] = g * mm * nn * kk
         for bi, b in enumerate(a.b_values):
             a_tab[j, bi] = s[b][4]
-            tbs_tab[j, bi] = op.total_bytes * _scale(op, b)
+            tbs_tab[j, bi] = op.total_bytes * element_scale(op, b)
             macs_reg_tab[j, bi] = g * mm * nn * kk * (3 * b + 2 * ACC_BYTES)
     a_bytes, tbs, reg_bytes = a.per_b(a_tab), a.per_b(tbs_tab), a.per_b(macs_reg_tab)
     b = a.b
@@ -368,7 +362,7 @@ def _attention_block(a: DesignArrays, ops: list[Op], dims: list[tuple], err: _Er
         macs_l.append(gg * q * kv * (dd + dvv) * fr)
         group_rows_l.append(q * max(1, h // max(1, kvh)))
         for bi, b in enumerate(a.b_values):
-            tbs_tab[j, bi] = op.total_bytes * _scale(op, b)
+            tbs_tab[j, bi] = op.total_bytes * element_scale(op, b)
             qo_tab[j, bi] = gg * q * (dd + dvv) * b
     scores, vector_ops, macs = _col(scores_l), _col(vops_l), _col(macs_l)
     group_rows = _col(group_rows_l, np.int64)
@@ -414,37 +408,10 @@ def _attention_block(a: DesignArrays, ops: list[Op], dims: list[tuple], err: _Er
 
 
 # ----------------------------------------------------------------------------- vector unit
-def _vector_parts(op: Op, b: int) -> tuple:
-    """The op-level part of NPU._vector_cost for element size ``b``:
-    ``(lane_ops, read, written, dram, read_passes, reg_bytes)``."""
-    scale = _scale(op, b)
-    read, written = op.bytes_read * scale, op.bytes_written * scale
-    elements = op.attrs.get("elements")
-    if not isinstance(elements, (int, float)) or elements <= 0:
-        outs = [math.prod(s) for s in op.output_shapes if s is not None]
-        elements = sum(outs) if outs and sum(outs) > 0 else max(read, written) / b
-    if op.kind == ir.HASHGRID:
-        a = op.attrs
-        dims = int(a.get("dims", 3) or 3)
-        lane_ops = (int(a.get("points", elements)) * int(a.get("levels", 1))
-                    * 2 ** dims * (int(a.get("features", 1)) + 2 * dims))
-        passes = 1
-    else:
-        per = VECTOR_OPS_PER_ELEMENT.get(op.kind, 1)
-        if op.kind == ir.REDUCTION:
-            elements = max(elements, read / b)
-        lane_ops = elements * per
-        passes = {ir.NORM: 2, ir.SOFTMAX: 3}.get(op.kind, 1)
-    dram = read + written
-    if dram <= 0:
-        dram = elements * b * 2
-        read = written = elements * b
-    return lane_ops, read, written, dram, read * (1 + passes), lane_ops * 3 * b
-
-
 def _vector_block(a: DesignArrays, tabs: np.ndarray, rows_idx: np.ndarray, lat: np.ndarray,
                   energy: np.ndarray) -> None:
-    """NPU._vector_cost; ``tabs[field, op, b]`` holds :func:`_vector_parts` per element size."""
+    """NPU._vector_cost; ``tabs[field, op, b]`` holds :func:`accelerators.npu.vector_parts`
+    per element size."""
     lane_ops, read, written, dram, read_x, reg_bytes = (a.per_b(t) for t in tabs)
     cycles = np.ceil(lane_ops / a.lanes)
     sram_j = read_x * a.ej_i + written * 2 * a.ej_o
@@ -550,8 +517,8 @@ def _cost_exact(a: DesignArrays, ops: Sequence[Op], lat: np.ndarray, energy: np.
         if p is not None:
             problem[0, i] = err.add(InfeasibleDesign(p))
 
-    def vector_parts(j: int, op: Op) -> None:
-        parts = [_vector_parts(op, b) for b in a.b_values]
+    def add_vector_op(j: int, op: Op) -> None:
+        parts = [vector_parts(op, b) for b in a.b_values]
         if all(_exact(*p) for p in parts):
             vec.append((j, parts))
         else:
@@ -563,7 +530,7 @@ def _cost_exact(a: DesignArrays, ops: Sequence[Op], lat: np.ndarray, energy: np.
                 shapes = {b: rep[b]._gemm_shape(op) for b in a.b_values}
                 g, m, nn, k, _ = shapes[a.b_values[0]]
                 if min(g, m, nn, k) <= 0:
-                    vector_parts(j, op)
+                    add_vector_op(j, op)
                 elif _exact(g * m * nn * k * _INT_GROWTH, *(s[4] for s in shapes.values()),
                             op.total_bytes * 4):
                     gemm.append((j, op, shapes))
@@ -578,7 +545,7 @@ def _cost_exact(a: DesignArrays, ops: Sequence[Op], lat: np.ndarray, energy: np.
                 else:
                     scalar.append(j)
             else:
-                vector_parts(j, op)
+                add_vector_op(j, op)
         except Exception as exc:   # op-level: every design raises it
             err.codes[j] = err.add(exc)
     if gemm:
