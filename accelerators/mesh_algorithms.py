@@ -20,8 +20,10 @@ Algorithms (WaferLLM Table of GEMM and all-reduce algorithms [P]; REFERENCES.md)
   ``meshgemm`` (interleaved ring: every shift is at most 2 hops; O(1) paths; a ``ceil(S/2)``-shift
   alignment first), ``cannon`` (neighbour shifts whose wrap-around crosses the whole line, so
   each step waits ``alpha * (S-1)``; O(1) paths), ``summa`` (each step broadcasts a tile along
-  every row and column from a different root: one routing path per root, O(W + H) paths, so
-  relays on a real core), ``allgather`` (gather whole row/column panels, then one local GEMM;
+  every row and column from a different root; two ways to route it, ``Fabric.summa_broadcast``:
+  ``relay`` gives every root its own multicast route, O(W + H) paths, so relays on a real core
+  (the paper's characterisation); ``switch`` keeps O(1) routes per axis and moves the root by
+  reconfiguring them each step, one extra routing stage per step), ``allgather`` (gather whole row/column panels, then one local GEMM;
   O(W + H) paths and O(1/N) memory).
 * All-reduce of a vector along a line of ``n`` cores: ``pipeline`` (chain to the end, then
   broadcast back: 2(n-1) hops, n stages), ``ring`` (reduce-scatter + all-gather on an
@@ -49,6 +51,12 @@ ALLREDUCE_ALGORITHMS = ("ktree", "ring", "pipeline")
 SHIFT_PATHS_PER_DIM = 3
 CHAIN_ALLREDUCE_PATHS = 3
 RING_ALLREDUCE_PATHS = 3
+#: SUMMA broadcast routings: ``switch`` (O(1) routes per axis, re-pointed at each step's root)
+#: and ``relay`` (a static multicast route per root, O(W + H) paths per core).
+SUMMA_BROADCASTS = ("switch", "relay")
+#: Routing stages a ``switch`` SUMMA step adds over a plain multicast: the root's control
+#: message that re-points the axis's routes before the tile follows it [E].
+SUMMA_SWITCH_STAGES = 1
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,8 @@ class Fabric:
     ``macs_per_cycle``: multiply-accumulates a core does per cycle at the data type used.
     ``routing_paths``: routing paths a core has for this pattern; ``relay``: whether a pattern
     that needs more may relay through software stages (else it is infeasible).
+    ``summa_broadcast``: how SUMMA routes its per-step broadcasts, one of
+    :data:`SUMMA_BROADCASTS` (see the module docstring).
     """
 
     alpha_cycles: float
@@ -68,6 +78,7 @@ class Fabric:
     macs_per_cycle: float
     routing_paths: int
     relay: bool = True
+    summa_broadcast: str = "switch"
 
 
 @dataclass(frozen=True)
@@ -305,13 +316,17 @@ def gemm(f: Fabric, algorithm: str, m: int, k: int, n: int, width: int, height: 
             a_tile + b_tile)
         buffer = 2 * a_tile + 2 * b_tile + c_tile
     elif algorithm in ("summa", "allgather"):
-        paths = width + height  # one multicast tree per root in every row and every column
+        switched = algorithm == "summa" and f.summa_broadcast == "switch"
+        # switch: an east/west (north/south) route per axis and its pass-through, re-pointed
+        # every step; otherwise one multicast tree per root in every row and every column
+        paths = 2 * SHIFT_PATHS_PER_DIM if switched else width + height
         r = relay_factor(f, paths, "SUMMA" if algorithm == "summa" else "all-gather GEMM")
         elem_hops = float(steps) * (height * (width - 1) * a_tile + width * (height - 1) * b_tile)
         if algorithm == "summa":
-            bcast = plmr_latency_cycles(f, line, r) + stream_cycles(f, tile)
+            stages = r + SUMMA_SWITCH_STAGES if switched else r
+            bcast = plmr_latency_cycles(f, line, stages) + stream_cycles(f, tile)
             cycles = bcast + _steps_cycles(comp, bcast, steps, working)
-            hops, stages = line * steps, r * steps
+            hops, stages = line * steps, stages * steps
             buffer = 4 * a_tile + 4 * b_tile + c_tile
         else:
             # every foreign tile is one message the receiving core handles: (alpha + beta) N

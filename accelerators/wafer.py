@@ -132,6 +132,11 @@ class Wafer(Template):
               step=1),
         Param("gemm_algorithm", str, "", "meshgemm", "prefill GEMM algorithm",
               choices=mesh.GEMM_ALGORITHMS),
+        Param("summa_broadcast", str, "", "switch",
+              "how the summa algorithm routes each step's row/column broadcast: switch = O(1) "
+              "routes per axis re-pointed at the step's root by a control message (one routing "
+              "stage) [E]; relay = a static route per root, O(W + H) paths, relayed past the "
+              "core's limit (WaferLLM's characterisation [P])", choices=mesh.SUMMA_BROADCASTS),
         Param("allreduce", str, "", "ktree", "all-reduce of MeshGEMV, norms and attention",
               choices=mesh.ALLREDUCE_ALGORITHMS),
         Param("ktree_k", int, "levels", 2, "levels of the K-tree all-reduce (WaferLLM: 2 [P])",
@@ -196,7 +201,7 @@ class Wafer(Template):
                            link_elems_per_cycle=hw.link_bytes_per_cycle / b,
                            macs_per_cycle=hw.macs_per_core_per_cycle * pack,
                            routing_paths=hw.routing_paths_per_core - RESERVED_ROUTING_PATHS,
-                           relay=hw.relay)
+                           relay=hw.relay, summa_broadcast=hw.summa_broadcast)
 
     # --- costs -----------------------------------------------------------------------------
 
