@@ -11,9 +11,12 @@ Set-up, after NeuPIMs' public configurations [R casys-kaist/NeuPIMs]:
   [R configs/model_configs/gpt3-*.json, trace-generator; see ``MODELS``]; every design is
   simulated on one device's share (:func:`workloads.requests.shard_tensor_parallel`), so the
   ratios are per device;
-* batch 256 of ShareGPT-like requests (means 80 in / 296 out tokens) as a continuously batched
-  server holds them at a random moment, seed 0 (:func:`workloads.requests.steady_state_batch`)
-  [R trace-generator/get_distributions.py: batch 256, ShareGPT; P Sec. 8.1];
+* ShareGPT-like requests (means 80 in / 296 out tokens) as a continuously batched server holds
+  them at a random moment, seed 0 (:func:`workloads.requests.steady_state_batch`)
+  [P Sec. 8.1], as many as one device holds: the largest of ``BATCH_CANDIDATES`` (512 down to
+  256) whose weights and KV cache fit the device's PIM banks (:func:`largest_fitting_batch`).
+  512 is the batch of the repository's default run (``brun.sh``: trace
+  ``share-gpt2-bs512-ms7B-tp4``) and sub-batch interleaving is enabled only from 256 [R README];
 * NeuPIMs: ``npu_pim`` preset ``neupims`` (dual row buffers, sub-batch interleaving, greedy
   channel balancing); naive NPU+PIM: preset ``npu+pim`` (blocked PIM, no interleaving);
   NPU-only: preset ``npu-only`` (the same NPU and 32 HBM2 channels, attention on the NPU);
@@ -43,7 +46,9 @@ PAPER_TREND = 1.0
 #: lengths (the busiest bank needs 33.6 MiB of 32 MiB); we use TP 4 x PP 2, one of the 13B
 #: layouts of the repository's trace generator [R trace-generator/get_distributions.py].
 MODELS = (("gpt3-7b", 4, 1), ("gpt3-13b", 4, 2), ("gpt3-30b", 4, 2))
-BATCH = 256
+#: Batches tried per model, largest first: the repository's default run uses 512, and
+#: NeuPIMs enables sub-batch interleaving only from 256 [R brun.sh, README].
+BATCH_CANDIDATES = (512, 448, 384, 320, 256)
 TREND_BATCHES = (64, 128, 256, 384)
 SEED = 0
 DTYPE = "fp16"
@@ -60,6 +65,17 @@ def workload(model: str, batch: int, tp: int, pp: int, seed: int = SEED):
     if pp > 1:
         arch = {"n_layer": get_model(model).arch["n_layer"] // pp}
     return batched_decode(model, reqs, dtype=DTYPE, arch=arch, tensor_parallel=tp)
+
+
+def largest_fitting_batch(model: str, tp: int, pp: int, hw: dict[str, Any] | None = None) -> int:
+    """The largest of :data:`BATCH_CANDIDATES` whose share fits one NeuPIMs device (weights
+    and page-aligned KV cache in its PIM banks); the smallest candidate if none does (its
+    simulation then reports the reason)."""
+    design = NeuPIMs("neupims", **(hw or {}))
+    for batch in BATCH_CANDIDATES:
+        if design.check(workload(model, batch, tp, pp)) is None:
+            return batch
+    return BATCH_CANDIDATES[-1]
 
 
 def throughputs(model: str, batch: int, tp: int, pp: int, hw: dict[str, Any] | None = None,
@@ -91,8 +107,9 @@ def rows(hw: dict[str, Any] | None = None) -> list[Row]:
     """``hw``: overrides applied to every ``npu_pim`` design."""
     out = []
     for model, tp, pp in MODELS:
-        t = throughputs(model, BATCH, tp, pp, hw)
-        where = f"batch {BATCH}, TP {tp}" + (f", PP {pp} (one stage)" if pp > 1 else "")
+        batch = largest_fitting_batch(model, tp, pp, hw)
+        t = throughputs(model, batch, tp, pp, hw)
+        where = f"batch {batch}, TP {tp}" + (f", PP {pp} (one stage)" if pp > 1 else "")
         note = (f"{where}: tokens/s per device NeuPIMs {t['neupims']:.0f}, naive "
                 f"{t['naive']:.0f}, NPU-only {t['npu']:.0f}, A100-40GB {t['gpu']:.0f}")
         for key, label in (("gpu", "GPU-only (A100 40GB)"), ("npu", "NPU-only"),
