@@ -23,8 +23,8 @@ Algorithms (WaferLLM Table of GEMM and all-reduce algorithms [P]; REFERENCES.md)
   every row and column from a different root; two ways to route it, ``Fabric.summa_broadcast``:
   ``relay`` gives every root its own multicast route, O(W + H) paths, so relays on a real core
   (the paper's characterisation); ``switch`` keeps O(1) routes per axis and moves the root by
-  reconfiguring them each step, one extra routing stage per step), ``allgather`` (gather whole row/column panels, then one local GEMM;
-  O(W + H) paths and O(1/N) memory).
+  reconfiguring them each step, one extra routing stage per step), ``allgather`` (gather whole
+  row/column panels, then one local GEMM; O(W + H) paths and O(1/N) memory).
 * All-reduce of a vector along a line of ``n`` cores: ``pipeline`` (chain to the end, then
   broadcast back: 2(n-1) hops, n stages), ``ring`` (reduce-scatter + all-gather on an
   interleaved ring: 2(n-1) steps of <= 2 hops and one stage each), ``ktree`` (K levels of
@@ -323,10 +323,10 @@ def gemm(f: Fabric, algorithm: str, m: int, k: int, n: int, width: int, height: 
         r = relay_factor(f, paths, "SUMMA" if algorithm == "summa" else "all-gather GEMM")
         elem_hops = float(steps) * (height * (width - 1) * a_tile + width * (height - 1) * b_tile)
         if algorithm == "summa":
-            stages = r + SUMMA_SWITCH_STAGES if switched else r
-            bcast = plmr_latency_cycles(f, line, stages) + stream_cycles(f, tile)
+            step_stages = r + SUMMA_SWITCH_STAGES if switched else r
+            bcast = plmr_latency_cycles(f, line, step_stages) + stream_cycles(f, tile)
             cycles = bcast + _steps_cycles(comp, bcast, steps, working)
-            hops, stages = line * steps, stages * steps
+            hops, stages = line * steps, step_stages * steps
             buffer = 4 * a_tile + 4 * b_tile + c_tile
         else:
             # every foreign tile is one message the receiving core handles: (alpha + beta) N
