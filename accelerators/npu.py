@@ -159,6 +159,26 @@ def vector_parts(op: Op, b: int) -> tuple:
     return lane_ops, read, written, dram, read * (1 + passes), lane_ops * 3 * b
 
 
+
+def attention_dims(op: Op) -> tuple:
+    """An attention op's (batch, heads, kv_heads, q_len, kv_len, head_dim, value_dim,
+    work_fraction): ``work_fraction`` is the share of the dense work a causal mask leaves
+    (``causal_flops / flops``, 1 otherwise). Raises :class:`BadInput` naming the op."""
+    a = op.attrs
+    try:
+        batch, heads = int(a.get("batch", 1)), int(a["heads"])
+        kv_heads = int(a.get("kv_heads", heads) or heads)
+        sq, skv, d = int(a["q_len"]), int(a["kv_len"]), int(a["head_dim"])
+        dv = int(a.get("value_dim", d) or d)
+    except (KeyError, TypeError, ValueError):
+        raise BadInput(f"op {op.name}.attrs", dict(a), "an attention op needs heads, q_len, "
+                       "kv_len, head_dim") from None
+    full = op.flops or int(a.get("_flops", 0))
+    frac = 1.0
+    if a.get("causal") and full and a.get("causal_flops") is not None:
+        frac = min(1.0, max(0.0, a["causal_flops"] / full))
+    return batch, heads, kv_heads, sq, skv, d, dv, frac
+
 class NPU(Template):
     """Systolic-array NPU: arrays x rows x cols MACs, a vector unit, 3 scratchpads, DRAM."""
 
@@ -317,19 +337,8 @@ class NPU(Template):
         on chip (online softmax, FlashAttention-style) and the vector unit works on one tile
         while the array computes the next, so the op takes the longer of the two and holds
         both units. Causal masking skips the fraction of work ``causal_flops / flops``."""
-        a, hw, b = op.attrs, self.hw, self._b
-        try:
-            batch, heads = int(a.get("batch", 1)), int(a["heads"])
-            kv_heads = int(a.get("kv_heads", heads) or heads)
-            sq, skv, d = int(a["q_len"]), int(a["kv_len"]), int(a["head_dim"])
-            dv = int(a.get("value_dim", d) or d)
-        except (KeyError, TypeError, ValueError):
-            raise BadInput(f"op {op.name}.attrs", dict(a), "an attention op needs heads, q_len, "
-                           "kv_len, head_dim") from None
-        full = op.flops or int(a.get("_flops", 0))
-        frac = 1.0
-        if a.get("causal") and full and a.get("causal_flops") is not None:
-            frac = min(1.0, max(0.0, a["causal_flops"] / full))
+        hw, b = self.hw, self._b
+        batch, heads, kv_heads, sq, skv, d, dv, frac = attention_dims(op)
         g = batch * heads
         if self._problem:
             raise InfeasibleDesign(self._problem)

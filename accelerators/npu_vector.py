@@ -28,7 +28,8 @@ import numpy as np
 
 from accelerators import technology as tech
 from accelerators.npu import (ACC_BYTES, AREA_OVERHEAD, NPU, VECTOR_LANE_AREA_PER_MAC,
-                              VECTOR_OPS_PER_ELEMENT, element_scale, vector_parts)
+                              VECTOR_OPS_PER_ELEMENT, attention_dims, element_scale,
+                              vector_parts)
 from dse.errors import BadInput, InfeasibleDesign
 from workloads import ir
 from workloads.ir import Op
@@ -324,24 +325,6 @@ def _gemm_block(a: DesignArrays, ops: list[Op], shapes: list[dict[int, tuple]], 
 
 
 # ----------------------------------------------------------------------------- attention
-def _attention_dims(op: Op) -> tuple:
-    """The op-level part of NPU._attention_cost (same parsing, same errors)."""
-    a = op.attrs
-    try:
-        batch, heads = int(a.get("batch", 1)), int(a["heads"])
-        kv_heads = int(a.get("kv_heads", heads) or heads)
-        sq, skv, d = int(a["q_len"]), int(a["kv_len"]), int(a["head_dim"])
-        dv = int(a.get("value_dim", d) or d)
-    except (KeyError, TypeError, ValueError):
-        raise BadInput(f"op {op.name}.attrs", dict(a), "an attention op needs heads, q_len, "
-                       "kv_len, head_dim") from None
-    full = op.flops or int(a.get("_flops", 0))
-    frac = 1.0
-    if a.get("causal") and full and a.get("causal_flops") is not None:
-        frac = min(1.0, max(0.0, a["causal_flops"] / full))
-    return batch, heads, kv_heads, sq, skv, d, dv, frac
-
-
 def _attention_block(a: DesignArrays, ops: list[Op], dims: list[tuple], err: _Errors,
                      rows_idx: np.ndarray, lat: np.ndarray, energy: np.ndarray,
                      problem: np.ndarray) -> None:
@@ -537,7 +520,7 @@ def _cost_exact(a: DesignArrays, ops: Sequence[Op], lat: np.ndarray, energy: np.
                 else:
                     scalar.append(j)
             elif op.kind == ir.ATTENTION:
-                x = _attention_dims(op)
+                x = attention_dims(op)
                 bt, h, kvh, q, kv, dd, dvv, _ = x
                 size = max(1, bt) * max(1, h) * max(1, kvh) * max(1, q) * max(1, kv)
                 if _exact(size * (abs(dd) + abs(dvv) + 1) * _INT_GROWTH, op.total_bytes * 4):

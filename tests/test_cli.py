@@ -6,15 +6,7 @@ import sys
 
 import pytest
 
-from dse.cli import main
-
-
-def run_cli(capsys, *argv):
-    with pytest.raises(SystemExit) as exc:
-        main(list(argv))
-        raise SystemExit(0)
-    cap = capsys.readouterr()
-    return exc.value.code or 0, cap.out, cap.err
+from cli_runner import run_cli
 
 
 def test_models_json_lists_the_zoo(capsys):

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dse.cli import main
+from cli_runner import run_cli
 from dse.errors import BadInput
 from dse.study.loader import load_study, load_study_text, parse_yaml
 
@@ -160,14 +160,6 @@ def test_yaml_is_loaded_safely():
 def test_missing_file():
     with pytest.raises(BadInput, match="no such file"):
         load_study("/nonexistent/study.yaml")
-
-
-def run_cli(capsys, *argv):
-    with pytest.raises(SystemExit) as exc:
-        main(list(argv))
-        raise SystemExit(0)
-    cap = capsys.readouterr()
-    return exc.value.code or 0, cap.out, cap.err
 
 
 def test_cli_bad_study_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys):
