@@ -1,5 +1,20 @@
 """Typed exceptions. The CLI turns every :class:`DSEError` into one line on stderr and exit 2."""
 
+#: Longest value shown in an error message, characters (longer values are cut with "...").
+MAX_VALUE_CHARS = 80
+
+
+def one_line(text: str) -> str:
+    """``text`` with line breaks and other control characters escaped, so a message stays one
+    line whatever the input held."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+def shorten(value: object, limit: int = MAX_VALUE_CHARS) -> str:
+    """``repr(value)`` on one line, cut to ``limit`` characters."""
+    text = one_line(repr(value))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
 
 class DSEError(ValueError):
     """Base of every error that the user can fix by changing the input."""
@@ -13,7 +28,7 @@ class BadInput(DSEError):
 
     def __init__(self, field: str, value: object, allowed: str):
         self.field, self.value, self.allowed = field, value, allowed
-        super().__init__(f"{field}: {allowed}, got {value!r}")
+        super().__init__(f"{one_line(field)}: {one_line(allowed)}, got {shorten(value)}")
 
 
 class InfeasibleDesign(DSEError):
