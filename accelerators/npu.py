@@ -442,7 +442,7 @@ class NPU(Template):
     # ----------------------------------------------------------------------------- the rest
     def resources(self) -> Resources:
         return Resources(units={"array": 1, "vector": 1},
-                         channels={"dram": self.hw.dram_bandwidth_Bps})
+                         channels={"dram": self._bw})
 
     def floorplan(self) -> Floorplan:
         """Systolic PEs (:func:`technology.pe_area_mm2`) and vector lanes, the three

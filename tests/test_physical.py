@@ -178,3 +178,18 @@ def test_memory_outside_the_table_is_one_line_and_exit_2(capsys, hw, field):
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and field in lines[0] and "expected" in lines[0]
+
+
+def test_the_simulated_channel_runs_at_the_memory_systems_bandwidth():
+    from dse import api
+    from simulators.engine import simulate
+    from simulators.fast import evaluate_many
+    # a GEMV with 128 MiB of weights: memory-bound on any of these designs
+    w = api.workload("linear", batch=1, arch={"m": 1, "n": 8192, "k": 8192})
+    one = NPU(dram="hbm3", dram_devices=1, arrays=8, dataflow="os")
+    four = NPU(dram="hbm3", dram_devices=4, arrays=8, dataflow="os")
+    assert one.resources().channels["dram"] == pytest.approx(819.2e9)
+    assert four.resources().channels["dram"] == pytest.approx(4 * 819.2e9)
+    slow, fast = simulate(w, one).latency_s, simulate(w, four).latency_s
+    assert fast < 0.5 * slow      # the bandwidth the devices give is what the channel runs at
+    assert evaluate_many(w, [four]).latency_s[0] == pytest.approx(fast, rel=1e-9)
