@@ -392,7 +392,7 @@ class GPU(Template):
 
     # ----------------------------------------------------------------------------- cost
     def cost(self, op: Op) -> OpCost:
-        key = (op.kind, op.target, op.bytes_per_element, op.flops, op.total_bytes,
+        key = (op.kind, op.target, op.dtype, op.bytes_per_element, op.flops, op.total_bytes,
                op.input_shapes, op.output_shapes, repr(sorted(op.attrs.items())))
         hit = self._cache.get(key)
         if hit is not None:

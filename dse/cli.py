@@ -214,10 +214,13 @@ def _print_result(r) -> None:
 # ----------------------------------------------------------------------------- reproduce
 @app.command()
 def reproduce(name: str = typer.Argument(..., help="pim-gpt | neupims | ngpc | waferllm"),
-              as_json: bool = typer.Option(False, "--json", help='Print {"rows": [...]}.')) -> None:
+              as_json: bool = typer.Option(False, "--json", help='Print {"rows": [...]}.'),
+              gpu_hw: Optional[list[str]] = typer.Option(
+                  None, "--gpu-hw", help="GPU baseline KEY=VALUE (pim-gpt), e.g. runtime=eager "
+                  "host_profile=FILE (repeatable).")) -> None:
     """Reproduce a seed paper's headline numbers: metric, paper, ours, ratio."""
     from dse.reproduce import run_reproduction
-    rows = run_reproduction(name)
+    rows = run_reproduction(name, parse_pairs(gpu_hw, "--gpu-hw"))
     if as_json:
         _print_json({"rows": [r.to_dict() for r in rows]})
         return
