@@ -90,7 +90,7 @@ def measure(out_dir: str | Path, budget_s: float = 450.0, dry: bool = False, whe
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     manifest: dict[str, Any] = {"tool": "benchmarks/gpu_baselines.py", "dry_run": dry,
-                                "where": where, "budget_s": budget_s, "device": _device(dry),
+                                "where": where, "budget_s": budget_s, "device": {},
                                 "sections": {}}
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
@@ -116,22 +116,26 @@ def measure(out_dir: str | Path, budget_s: float = 450.0, dry: bool = False, whe
             rec["seconds"] = round(time.monotonic() - t, 1)
             rec["written"] = (out_dir / file).is_file()
         manifest["sections"][name] = rec
+        manifest["device"] = manifest["device"] or _device(out_dir, dry)
         manifest["total_s"] = round(time.monotonic() - t0, 1)
         (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
         print(f"== {name}: {rec}", flush=True)
     return manifest
 
 
-def _device(dry: bool) -> dict[str, Any]:
+def _device(out_dir: Path, dry: bool) -> dict[str, Any]:
+    """The measured device, as the first section that ran recorded it (the driver itself never
+    touches the GPU)."""
     if dry:
         return {"name": "cpu (dry run)"}
-    try:
-        import torch
-        props = torch.cuda.get_device_properties(0)
-        return {"name": props.name, "sms": props.multi_processor_count,
-                "torch": torch.__version__, "cuda": torch.version.cuda}
-    except Exception as exc:  # the sections report their own errors
-        return {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+    for file in ("heldout_kernels.json", "calibration_raw.json", "hf_models.json"):
+        data = _load(out_dir / file)
+        if data and data.get("device", {}).get("name"):
+            return data["device"]
+    host = _load(out_dir / "host_profile.json")
+    if host and host.get("source", {}).get("gpu"):
+        return {"name": host["source"]["gpu"], "torch": host["source"].get("torch")}
+    return {}
 
 
 # --------------------------------------------------------------------------------------------
