@@ -211,14 +211,8 @@ def profile(torch, fn, reps: int, cuda: bool) -> dict[str, Any]:
 def graph_times(torch, fn, reps: int = 10) -> dict[str, Any]:
     """Capture ``fn`` in a CUDA graph; device time of a replay (CUDA events) and host wall
     time of replay + sync, medians of ``reps``, s."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
+    from dse.calibrate.gpu_bench import capture_graph
+    graph = capture_graph(torch, fn)
     graph.replay()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -346,6 +346,7 @@ def test_pim_gpt_with_an_eager_t4_baseline(profile_path):
     assert "unmeasured" in e["gpu_runtime"] and k["gpu_runtime"] == "kernels"
 
 
+@pytest.mark.slow
 def test_gpu_baselines_dry_run_and_compare(tmp_path):
     """The one-command measurement runs on CPU at tiny sizes, and the comparison reads it."""
     out = tmp_path / "h200"

@@ -35,7 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from dse.calibrate.gpu_bench import NoCudaGPU, require_cuda
+from dse.calibrate.gpu_bench import NoCudaGPU, capture_graph, require_cuda
 
 #: Op kinds of the measured operators (the names are ``Op.target`` names of the IR).
 KINDS = {
@@ -139,15 +139,7 @@ def _device_time(torch, fn, calls: int = 50) -> float | None:
     """Device time per call of ``fn`` replayed ``calls`` times from a CUDA graph, s (None when
     the op cannot be captured)."""
     try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            fn()
-        torch.cuda.current_stream().wait_stream(side)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(calls):
-                fn()
+        g = capture_graph(torch, fn, calls)
         g.replay()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
@@ -163,14 +155,7 @@ def _device_time(torch, fn, calls: int = 50) -> float | None:
 def _graph_launch(torch, dev: str, calls: int, repeats: int) -> float:
     """Host time of one replay of a one-kernel CUDA graph, s (back to back, then a sync)."""
     x = torch.zeros(1, device=dev)
-    g = torch.cuda.CUDAGraph()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        x.add_(1.0)
-    torch.cuda.current_stream().wait_stream(side)
-    with torch.cuda.graph(g):
-        x.add_(1.0)
+    g = capture_graph(torch, lambda: x.add_(1.0))
     return statistics.median(_host_interval(torch, g.replay, calls, repeats, True))
 
 
