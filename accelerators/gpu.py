@@ -54,6 +54,8 @@ from accelerators.base import OpCost, Param, Resources, Template
 from accelerators.gpu_efficiency import DEFAULT_KNOBS, Chip, KernelModel, transfer_knobs
 from accelerators.gpu_runtime import RUNTIMES, START_TARGET, stream_plan
 from accelerators.host_profile import load_host_profile
+from accelerators.memory_standards import STANDARD_NAMES, memory_system
+from accelerators.physical import HOST_INTERFACES, Floorplan
 from dse.errors import BadInput
 from workloads import ir
 from workloads.ir import DTYPE_BYTES, Op, Workload
@@ -89,14 +91,37 @@ PARAMS = (
           "(int8 ops run at the fp16 rate)", 0.0, 1e17),
     Param("memory_bandwidth_Bps", float, "B/s", 4.8e12, "DRAM bandwidth (datasheet)",
           1e10, 1e14, log=True),
-    Param("memory_capacity_bytes", float, "B", 141e9, "DRAM capacity", 1e8, 1e13, log=True),
-    Param("memory_kind", str, "", "hbm3e", "DRAM technology (energy per byte)",
-          choices=tuple(tech.DRAM_PJ_PER_BYTE)),
+    Param("memory_capacity_bytes", float, "B", 141e9, "DRAM capacity usable by kernels (at "
+          "most the devices' total)", 1e8, 1e13, log=True),
+    Param("memory_kind", str, "", "hbm3e", "off-chip memory standard "
+          "(accelerators.memory_standards)", choices=STANDARD_NAMES),
+    Param("memory_devices", int, "", 0, "memory devices installed (HBM stacks, GDDR chips); "
+          "0: the fewest that reach memory_bandwidth_Bps", 0, 32),
+    Param("memory_devices_on_die", int, "", 0, "memory PHYs on the die, disabled ones "
+          "included (A100 and H100 have six HBM sites and fill five); 0: memory_devices", 0, 32),
+    Param("memory_device_gb", float, "GB", 0.0, "capacity of each memory device; 0: the "
+          "standard's default", 0.0, 128.0),
     Param("l2_bytes", float, "B", 60 * 2**20, "L2 cache", 1e5, 1e10, log=True),
     Param("tdp_w", float, "W", 700.0, "board power limit", 1.0, 5000.0),
     Param("idle_power_w", float, "W", 119.0, "power with a CUDA context and no kernel "
           "running (static power)", 0.0, 2000.0),
-    Param("die_area_mm2", float, "mm^2", 814.0, "GPU die area", 10.0, 100000.0),
+    Param("sms_on_die", int, "SMs", 0, "SMs on the die, disabled ones included (area); 0: sms",
+          0, 1024),
+    Param("tensor_macs_per_sm", int, "MAC/cycle", 2048, "dense fp16 tensor-core multiply-"
+          "accumulates per SM per cycle (area)", 1, 65536, log=True),
+    Param("fp32_lanes_per_sm", int, "lanes", 128, "fp32 CUDA cores per SM (area)", 1, 4096,
+          log=True),
+    Param("l1_kb_per_sm", int, "KiB", 256, "L1 / shared memory per SM (area); the 256 KiB "
+          "register file is added", 1, 65536, log=True),
+    Param("node_nm", int, "nm", 4, "process node", choices=tech.NODES_NM),
+    Param("host_interface", str, "", "pcie5x16", "link to the host",
+          choices=tuple(HOST_INTERFACES)),
+    Param("peer_links", int, "links", 18, "GPU-to-GPU links (NVLink) on the die", 0, 64),
+    Param("peer_link_phy_mm2", float, "mm^2", 0.965, "PHY area of one peer link [R LLMCompass "
+          "cost model: NVLink 3 1.888, NVLink 4 0.965 mm^2]", 0.0, 100.0),
+    Param("other_logic_mm2", float, "mm^2", 0.0, "laid-out logic the SM model leaves out "
+          "(graphics dies: RT cores, texture, raster, display and video engines), at node_nm",
+          0.0, 5000.0),
     Param("launch_overhead_s", float, "s", 2.0e-6, "time of the smallest kernel back to back "
           "(the latency floor of every kernel; the GEMM, attention and convolution launch "
           "times move with it)", 0.0, 1e-4),
@@ -130,25 +155,34 @@ PARAMS = (
           "host_profile` (per-op dispatch times measured on a machine's CPU)"),
 )
 
-#: Presets from datasheets [D]: dense peaks (never the 2x "with sparsity" figures), memory, L2,
-#: SMs (compute units on the MI300X), boost clock, board power, die area. Idle power is an
-#: estimate [E] except the H200's 119 W, which the NVML energy counter measured with a CUDA
-#: context (tests/data/h200_calibration_raw.json, section "power"), as was its copy power
-#: fraction 0.855 = (616 W - 119 W) / (700 W - 119 W). Sources, per preset:
+#: Presets from datasheets and architecture whitepapers [D]: dense peaks (never the 2x "with
+#: sparsity" figures), memory standard and devices, L2, SMs enabled / on the die (compute
+#: units on the MI300X), tensor MACs, fp32 lanes and L1 per SM, node, host and peer links,
+#: boost clock, board power (die areas below are for reference: the physical model derives
+#: area from these). Idle power is an estimate [E] except the H200's 119 W, which the NVML
+#: energy counter measured with a CUDA context (tests/data/h200_calibration_raw.json, section
+#: "power"), as was its copy power fraction 0.855 = (616 W - 119 W) / (700 W - 119 W). Tensor
+#: MACs per SM per cycle are the dense fp16 peak over 2 x SMs x clock (A100 1024, Hopper 2048,
+#: MI300X 1024 per CU, GA102 / AD102 512 with fp16 accumulate). Sources, per preset:
 #:
 #: * ``a100`` (SXM4 80 GB) and ``a100-40gb`` (SXM4 40 GB): NVIDIA A100 datasheet and Ampere
 #:   GA100 whitepaper: 108 SMs, 1410 MHz, fp32 19.5, bf16/fp16 tensor 312 TFLOP/s, int8 624
-#:   TOPS, no fp8; 80 GB HBM2e 2,039 GB/s or 40 GB HBM2 1,555 GB/s; 40 MB L2; 400 W; GA100
-#:   826 mm^2.
+#:   TOPS, no fp8; 80 GB HBM2e 2,039 GB/s or 40 GB HBM2 1,555 GB/s (five stacks of six
+#:   sites; the 40 GB part's HBM2 runs at 2.43 Gb/s, over JEDEC HBM2's 2.4 bin, so its stacks
+#:   are costed as HBM2E [E]); 40 MB L2; 400 W; GA100 826 mm^2, 128 SMs on the die.
 #: * ``h100`` (SXM5 80 GB) and ``h100-pcie`` (80 GB): NVIDIA H100 datasheet and Hopper
 #:   whitepaper: SXM5 132 SMs, 1980 MHz, fp32 67, bf16/fp16 989, fp8 1,979 TFLOP/s, int8 1,979
 #:   TOPS, HBM3 3.35 TB/s, 700 W; PCIe 114 SMs, 1755 MHz, fp32 51, bf16/fp16 756, fp8 1,513,
-#:   int8 1,513, HBM2e 2.0 TB/s, 350 W; both 50 MB L2 and the GH100 die, 814 mm^2. They load
-#:   the H200 calibration (same Hopper SMs and kernels), moved to their chip.
+#:   int8 1,513, HBM2e 2.0 TB/s, 350 W; both 50 MB L2 and the GH100 die (144 SMs, six HBM
+#:   sites, five filled), 814 mm^2. They load the H200 calibration (same Hopper SMs and
+#:   kernels), moved to their chip.
 #: * ``h200`` (SXM 141 GB): NVIDIA H200 datasheet: the H100 SXM5's SMs, clock and peaks,
 #:   HBM3e 4.8 TB/s, 700 W; 60 MiB L2 and 132 SMs read off a device; calibrated on one.
 #: * ``l40s``: NVIDIA L40S datasheet: 142 SMs, 2520 MHz, fp32 91.6, bf16/fp16 362.05, fp8
-#:   733 TFLOP/s, int8 733 TOPS, 48 GB GDDR6 864 GB/s, 96 MB L2, 350 W; AD102 608.5 mm^2.
+#:   733 TFLOP/s, int8 733 TOPS, 48 GB GDDR6 864 GB/s (18 Gb/s, clamshell: two 16 Gb chips
+#:   per x32 channel), 96 MB L2, 128 KB L1 per SM, 350 W, PCIe 4, no NVLink; AD102 (TSMC 4N,
+#:   144 SMs) 608.5 mm^2. The memory table's GDDR6 bin is 16 Gb/s, so the model realises
+#:   864 GB/s with 14 x32 channels of 4 GB (a clamshell pair) instead of 12 [E].
 #: * ``t4``: NVIDIA T4 datasheet: 40 SMs, 1590 MHz, fp32 8.1, fp16 tensor 65 TFLOP/s (fp16
 #:   with fp32 accumulate), int8 130 TOPS; 16 GB GDDR6 320 GB/s, 4 MB L2, 70 W; TU104
 #:   545 mm^2. Turing has no bf16 (nor fp8, nor TF32) tensor cores: ``peak_bf16_flops`` is 0, so
@@ -160,67 +194,94 @@ PARAMS = (
 #:   fp32-accumulate rate); int8 284 TOPS; 24 GB GDDR6X 936 GB/s, 6 MB L2, 350 W; 628 mm^2.
 #: * ``rtx4090``: Ada AD102 whitepaper (Appendix, RTX 4090): 128 SMs, 2520 MHz, fp32 82.6,
 #:   fp16/bf16 tensor 165.2 with fp32 accumulate (330.3 with fp16 accumulate), fp8 330.3 with
-#:   fp32 accumulate, int8 660.6 TOPS; 24 GB GDDR6X 1,008 GB/s, 72 MB L2, 450 W; 608.5 mm^2.
+#:   fp32 accumulate, int8 660.6 TOPS; 24 GB GDDR6X 1,008 GB/s (12 x32 chips at 21 Gb/s),
+#:   72 MB L2, 128 KB L1 per SM, 450 W, PCIe 4, no NVLink; AD102 608.5 mm^2. Both AD102
+#:   presets carry ``other_logic_mm2`` 181: the graphics blocks the SM model leaves out, what
+#:   brings the model's 338 mm^2 (RTX 4090) to the published 608.5 mm^2 with the control
+#:   overhead [E: the die area is data, not a prediction; without it the die is too small for
+#:   its twelve GDDR6X PHYs' shoreline].
 #: * ``mi300x``: AMD Instinct MI300X datasheet: 304 CUs, 2100 MHz, fp32 matrix 163.4,
 #:   bf16/fp16 1,307.4, fp8 2,614.9 TFLOP/s, int8 2,614.9 TOPS, 192 GB HBM3 5.3 TB/s, 256 MB
-#:   Infinity Cache (the model's L2: the last level before HBM), 750 W. AMD publishes no die
-#:   area: 8 compute dies of ~115 mm^2 and 4 I/O dies of ~370 mm^2 [E, press estimates].
-#:   The kernel model is CUDA's (cuBLAS tiles, flash attention): its efficiencies are [E].
-#:
-#: GDDR6X is costed as GDDR6 (``technology.DRAM_PJ_PER_BYTE`` has no GDDR6X row) [E].
+#:   Infinity Cache (the model's L2: the last level before HBM), 750 W; 320 CUs on the dies,
+#:   128 fp32 lanes and 64 KB LDS + 32 KB L1 per CU, 5 nm compute dies, 7 Infinity Fabric
+#:   links (costed as NVLink 4 PHYs [E]). AMD publishes no die area (press estimates: 8
+#:   compute dies of ~115 mm^2 on 4 I/O dies of ~370 mm^2). The kernel model is CUDA's
+#:   (cuBLAS tiles, flash attention): its efficiencies are [E].
 PRESETS: dict[str, dict[str, Any]] = {
     "a100": dict(sms=108, clock_hz=1.41e9, peak_bf16_flops=312e12, peak_fp16_flops=312e12,
                  peak_fp32_flops=19.5e12, peak_fp8_flops=0.0, peak_int8_ops=624e12,
                  memory_bandwidth_Bps=2.039e12, memory_capacity_bytes=80e9,
-                 memory_kind="hbm2e", l2_bytes=40 * 2**20, tdp_w=400.0, idle_power_w=50.0,
-                 die_area_mm2=826.0),
+                 memory_kind="hbm2e", memory_devices=5, memory_devices_on_die=6,
+                 memory_device_gb=16, l2_bytes=40 * 2**20, tdp_w=400.0, idle_power_w=50.0,
+                 sms_on_die=128, tensor_macs_per_sm=1024, fp32_lanes_per_sm=64,
+                 l1_kb_per_sm=192, node_nm=7, host_interface="pcie4x16", peer_links=12,
+                 peer_link_phy_mm2=1.888),
     "a100-40gb": dict(sms=108, clock_hz=1.41e9, peak_bf16_flops=312e12,
                       peak_fp16_flops=312e12, peak_fp32_flops=19.5e12, peak_fp8_flops=0.0,
                       peak_int8_ops=624e12, memory_bandwidth_Bps=1.555e12,
-                      memory_capacity_bytes=40e9, memory_kind="hbm2", l2_bytes=40 * 2**20,
-                      tdp_w=400.0, idle_power_w=50.0, die_area_mm2=826.0),
+                      memory_capacity_bytes=40e9, memory_kind="hbm2e", memory_devices=5,
+                      memory_devices_on_die=6, memory_device_gb=8, l2_bytes=40 * 2**20,
+                      tdp_w=400.0, idle_power_w=50.0, sms_on_die=128, tensor_macs_per_sm=1024,
+                      fp32_lanes_per_sm=64, l1_kb_per_sm=192, node_nm=7,
+                      host_interface="pcie4x16", peer_links=12, peer_link_phy_mm2=1.888),
     "h100": dict(sms=132, clock_hz=1.98e9, peak_bf16_flops=989e12, peak_fp16_flops=989e12,
                  peak_fp32_flops=67e12, peak_fp8_flops=1979e12, peak_int8_ops=1979e12,
                  memory_bandwidth_Bps=3.35e12, memory_capacity_bytes=80e9,
-                 memory_kind="hbm3", l2_bytes=50 * 2**20, tdp_w=700.0, idle_power_w=100.0,
-                 die_area_mm2=814.0, calibration="h200"),
+                 memory_kind="hbm3", memory_devices=5, memory_devices_on_die=6,
+                 memory_device_gb=16, l2_bytes=50 * 2**20, tdp_w=700.0, idle_power_w=100.0,
+                 sms_on_die=144, calibration="h200"),
     "h100-pcie": dict(sms=114, clock_hz=1.755e9, peak_bf16_flops=756e12,
                       peak_fp16_flops=756e12, peak_fp32_flops=51e12, peak_fp8_flops=1513e12,
                       peak_int8_ops=1513e12, memory_bandwidth_Bps=2.0e12,
-                      memory_capacity_bytes=80e9, memory_kind="hbm2e", l2_bytes=50 * 2**20,
-                      tdp_w=350.0, idle_power_w=60.0, die_area_mm2=814.0,
-                      calibration="h200"),
+                      memory_capacity_bytes=80e9, memory_kind="hbm2e", memory_devices=5,
+                      memory_devices_on_die=6, memory_device_gb=16, l2_bytes=50 * 2**20,
+                      tdp_w=350.0, idle_power_w=60.0, sms_on_die=144, calibration="h200"),
     "h200": dict(sms=132, clock_hz=1.98e9, peak_bf16_flops=989e12, peak_fp16_flops=989e12,
                  peak_fp32_flops=67e12, peak_fp8_flops=1979e12, peak_int8_ops=1979e12,
                  memory_bandwidth_Bps=4.8e12, memory_capacity_bytes=141e9,
-                 memory_kind="hbm3e", l2_bytes=60 * 2**20, tdp_w=700.0, idle_power_w=119.0,
-                 die_area_mm2=814.0, calibration="h200", memory_power_fraction=0.855),
+                 memory_kind="hbm3e", memory_devices=6, memory_device_gb=24,
+                 l2_bytes=60 * 2**20, tdp_w=700.0, idle_power_w=119.0, sms_on_die=144,
+                 calibration="h200", memory_power_fraction=0.855),
     "l40s": dict(sms=142, clock_hz=2.52e9, peak_bf16_flops=362.05e12,
                  peak_fp16_flops=362.05e12, peak_fp32_flops=91.6e12, peak_fp8_flops=733e12,
                  peak_int8_ops=733e12, memory_bandwidth_Bps=864e9, memory_capacity_bytes=48e9,
-                 memory_kind="gddr6", l2_bytes=96 * 2**20, tdp_w=350.0, idle_power_w=35.0,
-                 die_area_mm2=608.5),
+                 memory_kind="gddr6", memory_devices=0, memory_device_gb=4,
+                 l2_bytes=96 * 2**20, tdp_w=350.0, idle_power_w=35.0, sms_on_die=144,
+                 tensor_macs_per_sm=512, fp32_lanes_per_sm=128, l1_kb_per_sm=128, node_nm=4,
+                 host_interface="pcie4x16", peer_links=0, other_logic_mm2=181.0),
     "t4": dict(sms=40, clock_hz=1.59e9, peak_bf16_flops=0.0, peak_fp16_flops=65e12,
                peak_fp32_flops=8.1e12, peak_fp8_flops=0.0, peak_int8_ops=130e12,
                memory_bandwidth_Bps=320e9, memory_capacity_bytes=16e9, memory_kind="gddr6",
-               l2_bytes=4 * 2**20, tdp_w=70.0, idle_power_w=10.0, die_area_mm2=545.0),
+               memory_devices=8, memory_device_gb=2, l2_bytes=4 * 2**20, tdp_w=70.0,
+               idle_power_w=10.0, sms_on_die=48, tensor_macs_per_sm=512,
+               fp32_lanes_per_sm=64, l1_kb_per_sm=96, node_nm=12, host_interface="pcie4x16",
+               peer_links=0),
+    # RTX 3090: 24 GB of GDDR6X on a 384-bit bus (twelve x32 PHYs; 2 GB per PHY); Samsung 8N
+    # taken as a 10-nm-class node [E].
     "rtx3090": dict(sms=82, clock_hz=1.695e9, peak_bf16_flops=71e12, peak_fp16_flops=71e12,
                     peak_fp32_flops=35.6e12, peak_fp8_flops=0.0, peak_int8_ops=284e12,
                     memory_bandwidth_Bps=936e9, memory_capacity_bytes=24e9,
-                    memory_kind="gddr6", l2_bytes=6 * 2**20, tdp_w=350.0, idle_power_w=30.0,
-                    die_area_mm2=628.0),
+                    memory_kind="gddr6x", memory_devices=12, memory_device_gb=2,
+                    l2_bytes=6 * 2**20, tdp_w=350.0, idle_power_w=30.0, sms_on_die=84,
+                    tensor_macs_per_sm=512, fp32_lanes_per_sm=128, l1_kb_per_sm=128,
+                    node_nm=10, host_interface="pcie4x16", peer_links=4,
+                    peer_link_phy_mm2=1.888),
     "rtx4090": dict(sms=128, clock_hz=2.52e9, peak_bf16_flops=165.2e12,
                     peak_fp16_flops=165.2e12, peak_fp32_flops=82.6e12,
                     peak_fp8_flops=330.3e12, peak_int8_ops=660.6e12,
                     memory_bandwidth_Bps=1008e9, memory_capacity_bytes=24e9,
-                    memory_kind="gddr6", l2_bytes=72 * 2**20, tdp_w=450.0, idle_power_w=25.0,
-                    die_area_mm2=608.5),
+                    memory_kind="gddr6x", memory_devices=12, memory_device_gb=2,
+                    l2_bytes=72 * 2**20, tdp_w=450.0, idle_power_w=25.0, sms_on_die=144,
+                    tensor_macs_per_sm=512, fp32_lanes_per_sm=128, l1_kb_per_sm=128,
+                    node_nm=4, host_interface="pcie4x16", peer_links=0, other_logic_mm2=181.0),
     "mi300x": dict(sms=304, clock_hz=2.1e9, peak_bf16_flops=1307.4e12,
                    peak_fp16_flops=1307.4e12, peak_fp32_flops=163.4e12,
                    peak_fp8_flops=2614.9e12, peak_int8_ops=2614.9e12,
                    memory_bandwidth_Bps=5.3e12, memory_capacity_bytes=192e9,
-                   memory_kind="hbm3", l2_bytes=256 * 2**20, tdp_w=750.0, idle_power_w=140.0,
-                   die_area_mm2=2400.0),
+                   memory_kind="hbm3", memory_devices=8, memory_device_gb=24,
+                   l2_bytes=256 * 2**20, tdp_w=750.0, idle_power_w=140.0, sms_on_die=320,
+                   tensor_macs_per_sm=1024, fp32_lanes_per_sm=128, l1_kb_per_sm=96, node_nm=5,
+                   host_interface="pcie5x16", peer_links=7),
 }
 
 #: The preset of each device name torch reports (``torch.cuda.get_device_properties().name``):
@@ -256,6 +317,12 @@ LATENCY_MEANING = {
     "eager": "PyTorch eager wall time: per-op host dispatch overlapped with the kernels",
     "cuda_graphs": "CUDA-graph replay wall time: one graph launch, then the kernels",
 }
+
+#: Register file per SM, B [D: 64K 32-bit registers per SM since Volta].
+REGISTER_FILE_BYTES_PER_SM = 256 * 1024
+#: The rest of an SM (schedulers, dispatch, load/store, special-function, texture, fp64 and
+#: integer units, crossbars) relative to its tensor and fp32 datapaths [E].
+SM_OVERHEAD = 3.0
 
 _MEMORY_KINDS = (ir.ELEMENTWISE, ir.NORM, ir.SOFTMAX, ir.REDUCTION, ir.EMBEDDING,
                  ir.DATA_MOVEMENT, ir.UNKNOWN, ir.HASHGRID)
@@ -359,6 +426,12 @@ class GPU(Template):
 
     def validate(self) -> tuple[str, Any, str] | None:
         hw = self.hw
+        self.memory = memory_system(hw.memory_kind, hw.memory_devices, hw.memory_device_gb,
+                                    hw.memory_bandwidth_Bps, bandwidth_field="memory_bandwidth_Bps")
+        if hw.memory_capacity_bytes > self.memory.capacity_bytes * (1 + 1e-9):
+            return ("hw.memory_capacity_bytes", hw.memory_capacity_bytes,
+                    f"expected at most the {self.memory.capacity_bytes / 1e9:g} GB of "
+                    f"{self.memory.devices} {hw.memory_kind} {self.memory.standard.device}s")
         if hw.idle_power_w >= hw.tdp_w:
             return ("hw.idle_power_w", hw.idle_power_w, f"expected less than tdp_w={hw.tdp_w:g}")
         if hw.calibration:
@@ -378,7 +451,7 @@ class GPU(Template):
         dynamic_w = hw.tdp_w - hw.idle_power_w
         per_flop = {d: dynamic_w / self.model.sustained_flops(d) for d in DTYPE_BYTES}
         per_byte = dynamic_w * hw.memory_power_fraction / self.model.copy_Bps
-        dram = tech.dram_energy_j_per_byte(hw.memory_kind)
+        dram = self.memory.energy_j_per_byte
         return {"flop": per_flop, "byte": per_byte, "dram": min(dram, per_byte),
                 "onchip": max(0.0, per_byte - dram)}
 
@@ -476,30 +549,36 @@ class GPU(Template):
         units = {"sm": 1} if self.hw.runtime == "kernels" else {"sm": 1, "host": 1}
         return Resources(units=units, channels={"hbm": self.hw.memory_bandwidth_Bps})
 
-    def area_mm2(self) -> float:
-        return self.hw.die_area_mm2
+    def floorplan(self) -> Floorplan:
+        """The die: SMs (tensor MACs as systolic-class PEs, fp32 lanes, and the rest of the SM
+        as ``SM_OVERHEAD`` of those), register files, L1 and L2 as SRAM, memory PHYs for every
+        site on the die, host and peer-link PHYs, ``other_logic_mm2``. Power is the datasheet's: ``tdp_w`` at full
+        load and ``idle_power_w`` idle (memory included)."""
+        hw = self.hw
+        node, sms = hw.node_nm, hw.sms_on_die or hw.sms
+        datapath = sms * (hw.tensor_macs_per_sm * tech.pe_area_mm2("fp16", node)
+                          + hw.fp32_lanes_per_sm * tech.pe_area_mm2("fp32", node))
+        sram = tech.sram_area_mm2(sms * (REGISTER_FILE_BYTES_PER_SM + hw.l1_kb_per_sm * 1024)
+                                  + hw.l2_bytes, node)
+        mem = self.memory
+        mem_w = mem.bandwidth_Bps * mem.energy_j_per_byte
+        phys_on_die = hw.memory_devices_on_die or mem.devices
+        extra_phy = (phys_on_die - mem.devices) * mem.standard.phy_area_mm2
+        return Floorplan(node_nm=node, compute_mm2=datapath * (1 + SM_OVERHEAD) + extra_phy
+                         + hw.peer_links * hw.peer_link_phy_mm2 + hw.other_logic_mm2,
+                         sram_mm2=sram,
+                         peak_dynamic_w=max(0.0, hw.tdp_w - hw.idle_power_w - mem_w),
+                         leakage_w=max(0.0, hw.idle_power_w - mem.static_w), memory=mem,
+                         host_interface=hw.host_interface)
 
     def static_power_w(self) -> float:
         return self.hw.idle_power_w
 
-    def check(self, workload: Workload) -> str | None:
-        """Weights + KV cache + the largest op's activations must fit in DRAM. The KV cache is
-        what attention reads plus the new entries; a ``concat`` update also holds one layer's
-        old cache while it copies it."""
-        weights = workload.weight_footprint_bytes
-        appends = [op for op in workload.ops if op.attrs.get("kv_append")]
-        kv = (sum(op.kv_bytes_read for op in workload.ops if op.kind == ir.ATTENTION)
-              + sum(op.kv_bytes_written - op.kv_bytes_read for op in appends)
-              + max((op.kv_bytes_read for op in appends), default=0))
-        act = max((op.activation_bytes_read + op.activation_bytes_written
-                   for op in workload.ops), default=0)
-        need = weights + kv + act
-        cap = self.hw.memory_capacity_bytes
-        if need > cap:
-            return (f"{workload.model} needs {need / 1e9:.1f} GB (weights {weights / 1e9:.1f} GB"
-                    f" + KV cache {kv / 1e9:.1f} GB + activations {act / 1e9:.1f} GB) but the "
-                    f"GPU holds {cap / 1e9:.1f} GB")
-        return None
+    def memory_capacity_bytes(self) -> float:
+        return self.hw.memory_capacity_bytes
+
+    def capacity_holder(self) -> str:
+        return f"the GPU ({self.memory.devices} {self.hw.memory_kind} {self.memory.standard.device}s)"
 
     def describe(self) -> dict[str, Any]:
         out = super().describe()

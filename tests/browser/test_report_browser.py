@@ -97,15 +97,30 @@ def test_design_report_renders_every_figure(browser, reports):
 
 
 def _point_position(page, div: str, trace_name_start: str) -> dict:
-    """Viewport position of the first point of the trace whose name starts with the text."""
+    """Viewport position of the point of the trace whose name starts with the text that lies
+    farthest from every other plotted point (so the hover cannot land on a neighbour)."""
     return page.evaluate("""(() => {
       const gd = document.getElementById(%s);
       gd.scrollIntoView({block: "center"});
+      const L = gd._fullLayout, box = gd.getBoundingClientRect();
+      const px = (t, j) => [box.left + L._size.l + L.xaxis.l2p(L.xaxis.d2l(t.x[j])),
+                            box.top + L._size.t + L.yaxis.l2p(L.yaxis.d2l(t.y[j]))];
+      const all = [];
+      gd.data.forEach((t, i) => (t.x || []).forEach((_, j) => all.push([i, j, px(t, j)])));
       const i = gd.data.findIndex(t => (t.name || "").startsWith(%s));
-      const t = gd.data[i], L = gd._fullLayout, box = gd.getBoundingClientRect();
-      return {trace: i, trial: t.customdata[0],
-              x: box.left + L._size.l + L.xaxis.l2p(L.xaxis.d2l(t.x[0])),
-              y: box.top + L._size.t + L.yaxis.l2p(L.yaxis.d2l(t.y[0]))};
+      const t = gd.data[i];
+      let best = 0, bestGap = -1;
+      t.x.forEach((_, j) => {
+        const [x, y] = px(t, j);
+        let gap = Infinity;
+        for (const [k, m, [u, v]] of all) {
+          if (k === i && m === j) continue;
+          gap = Math.min(gap, Math.hypot(u - x, v - y));
+        }
+        if (gap > bestGap) { bestGap = gap; best = j; }
+      });
+      const [x, y] = px(t, best);
+      return {trace: i, trial: t.customdata[best], x: x, y: y};
     })()""" % (json.dumps(div), json.dumps(trace_name_start)))
 
 
