@@ -305,7 +305,7 @@ class Template(ABC):
         if mem is None:
             return "the design"
         return (f"its memory ({mem.devices} {mem.standard.name} {mem.standard.device}"
-                f"{'s' if mem.devices != 1 else ''} x {mem.capacity_gb_per_device:g} GB)")
+                f"{'s' if mem.devices != 1 else ''} x {mem.capacity_gb_per_device:.3g} GB)")
 
     def describe(self) -> dict[str, Any]:
         out = {"template": self.name, "preset": self.preset, "hw": dict(self.hw)}

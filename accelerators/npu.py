@@ -234,6 +234,11 @@ class NPU(Template):
         return None
 
     def check(self, workload: ir.Workload) -> str | None:
+        """The base checks (buildable, fits the memory), then the scratchpads' minimal tile."""
+        return super().check(workload) or self.scratchpad_check(workload)
+
+    def scratchpad_check(self, workload: ir.Workload) -> str | None:
+        """Why a scratchpad cannot hold a minimal tile of the workload's array ops, or None."""
         if self._problem and any(op.kind in _ARRAY_KINDS for op in workload.ops):
             return self._problem
         return None

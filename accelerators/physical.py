@@ -8,11 +8,14 @@ what every chip pays the same way, so no template pays for memory differently:
   ``CONTROL_OVERHEAD`` of compute + SRAM) + memory PHYs and controllers (from the standard,
   per device) + other I/O (host interface PHY, die-to-die PHYs when split).
 * **Reticle**: a die larger than ``RETICLE_MM2`` is split into equal chiplets on a silicon
-  interposer, each paying die-to-die PHYs sized for the memory bandwidth crossing it, up to
-  ``MAX_CHIPLETS``; beyond that, or when the interposer would exceed ``MAX_INTERPOSER_MM2``,
-  the design is infeasible. A wafer-scale design is one wafer and is not split.
+  interposer, each paying die-to-die PHYs (edge and area) sized for the memory bandwidth
+  crossing it, up to ``MAX_CHIPLETS``; beyond that, or when the interposer would exceed
+  ``MAX_INTERPOSER_MM2``, the design is infeasible. A wafer-scale design is one wafer and is not split.
 * **Shoreline**: the memory devices' die edge (and the host interface's) must fit the share
-  ``MEMORY_EDGE_FRACTION`` of the dies' perimeters (square dies), else infeasible.
+  ``MEMORY_EDGE_FRACTION`` of the dies' perimeters (square dies): a die whose logic is too
+  small for its I/O grows to the size that gives the edge (pad-limited; the added silicon is
+  ``pad_limited`` in the area breakdown and is paid for), or splits into chiplets; when even
+  ``MAX_CHIPLETS`` reticle-sized dies cannot, the design is infeasible.
 * **Cost** (US$ per chip): dies from the wafer price per node, dies per 300-mm wafer and a
   negative-binomial yield; known-good-die test; package (organic substrate, plus a silicon
   interposer for HBM or chiplets); memory devices by price per GB.
@@ -122,7 +125,8 @@ class Physical:
     """A design's silicon, package, cost and power.
 
     ``area_breakdown_mm2``: ``compute``, ``sram``, ``control``, ``memory_phy``, ``io_other``
-    (host and die-to-die PHYs) and any off-die ``extra_mm2``; ``area_mm2`` their sum;
+    (host and die-to-die PHYs), ``pad_limited`` (silicon added to give the I/O its die edge)
+    and any off-die ``extra_mm2``; ``area_mm2`` their sum;
     ``dies`` chiplets of ``die_mm2`` each; ``cost_usd`` with ``cost_breakdown_usd`` (``dies``,
     ``test``, ``package``, ``memory``); ``tdp_w`` with ``static_w``; ``problem``: why the
     design cannot be built (reticle, shoreline, package, power density), or None.
@@ -220,6 +224,26 @@ def _node_key(node_nm: int) -> int:
 
 
 # ------------------------------------------------------------------------------- assessment
+def _dies_for(logic_mm2: float, edge_need_mm: float, d2d_edge_mm: float) -> tuple[int, float]:
+    """The number of dies (each within the reticle) that holds ``logic_mm2`` and offers
+    ``edge_need_mm`` of I/O edge on the least silicon, and each die's area. Split dies each
+    pay die-to-die PHYs of ``d2d_edge_mm`` (edge and mm^2) and lose that edge on both sides of
+    each joint; the I/O may use ``MEMORY_EDGE_FRACTION`` of the perimeters; a die whose logic
+    is too small for its I/O grows to the square that gives the edge (a pad-limited die).
+    ``MAX_CHIPLETS + 1`` dies when none will do. (Least silicon, so that more memory devices
+    or logic never shrink a design.)"""
+    best: tuple[float, int, float] | None = None
+    for dies in range(max(1, math.ceil(logic_mm2 / RETICLE_MM2)), MAX_CHIPLETS + 1):
+        d2d = d2d_edge_mm if dies > 1 else 0.0
+        side = (edge_need_mm + 2 * (dies - 1) * d2d) / (MEMORY_EDGE_FRACTION * 4 * dies)
+        die = max(logic_mm2 / dies + d2d, side * side)
+        if die <= RETICLE_MM2 and (best is None or dies * die < best[0] * (1 - 1e-12)):
+            best = (dies * die, dies, die)
+    if best is None:
+        return MAX_CHIPLETS + 1, logic_mm2 / (MAX_CHIPLETS + 1)
+    return best[1], best[2]
+
+
 def assess(fp: Floorplan) -> Physical:
     """Area, chiplets, cost, power and feasibility of the design ``fp`` describes."""
     node_scale = tech.area_scale(fp.node_nm) / tech.area_scale(7)
@@ -246,33 +270,25 @@ def assess(fp: Floorplan) -> Physical:
             problems.append(f"the mesh needs {on_die:,.0f} mm^2 of silicon but a "
                             f"{WAFER_DIAMETER_MM:g}-mm wafer has {wafer_mm2:,.0f} mm^2")
     else:
-        if on_die > RETICLE_MM2:
-            dies = math.ceil(on_die / RETICLE_MM2)
-            for _ in range(4):   # the die-to-die PHYs grow each chiplet: settle the count
-                d2d_edge = mem_bw / D2D_BYTES_PER_S_PER_MM if dies > 1 else 0.0
-                parts["io_other"] = host_phy + host_mtr / 65.6 * node_scale + dies * d2d_edge
-                on_die = sum(parts.values())
-                if math.ceil(on_die / RETICLE_MM2) == dies:
-                    break
-                dies = math.ceil(on_die / RETICLE_MM2)
+        edge_need = (mem.shoreline_mm if mem else 0.0) + host_edge
+        d2d_edge = mem_bw / D2D_BYTES_PER_S_PER_MM
+        dies, die_mm2 = _dies_for(on_die, edge_need, d2d_edge)
+        if 1 < dies <= MAX_CHIPLETS:   # split: each die pays die-to-die PHYs
+            parts["io_other"] += dies * d2d_edge
+            on_die += dies * d2d_edge
             d2d_j = D2D_PJ_PER_BIT * 8e-12 * (dies - 1) / dies
-            if dies > MAX_CHIPLETS:
-                problems.append(f"the logic needs {on_die:,.0f} mm^2: {dies} chiplets of at "
-                                f"most the {RETICLE_MM2:g} mm^2 reticle, but a package joins at "
-                                f"most {MAX_CHIPLETS}")
-        die_mm2 = on_die / dies
-        silicon_cost = dies * die_cost_usd(die_mm2, fp.node_nm)
-    # shoreline: memory PHYs (and the host interface) on the dies' edges
-    if mem is not None and not fp.wafer_scale:
-        edge_need = mem.shoreline_mm + host_edge
-        edge_have = MEMORY_EDGE_FRACTION * dies * 4 * math.sqrt(die_mm2) - (
-            2 * (dies - 1) * (mem_bw / D2D_BYTES_PER_S_PER_MM) if dies > 1 else 0.0)
-        if edge_need > edge_have:
+        if dies > MAX_CHIPLETS:
+            most = MAX_CHIPLETS * MEMORY_EDGE_FRACTION * 4 * math.sqrt(RETICLE_MM2) - (
+                2 * (MAX_CHIPLETS - 1) * d2d_edge)
             problems.append(
-                f"{mem.devices} {mem.standard.name} {mem.standard.device}s and the host "
-                f"interface need {edge_need:.1f} mm of die edge but {dies} die(s) of "
-                f"{die_mm2:.1f} mm^2 offer {max(edge_have, 0.0):.1f} mm "
-                f"({MEMORY_EDGE_FRACTION:.0%} of the perimeter)")
+                f"the logic needs {on_die:,.0f} mm^2 of silicon and its memory and host I/O "
+                f"{edge_need:.1f} mm of die edge, but the most a package joins, {MAX_CHIPLETS} "
+                f"dies of the {RETICLE_MM2:g} mm^2 reticle, offer {RETICLE_MM2 * MAX_CHIPLETS:,.0f}"
+                f" mm^2 and {max(most, 0.0):.1f} mm of edge ({MEMORY_EDGE_FRACTION:.0%} of their "
+                "perimeters)")
+        elif dies * die_mm2 > on_die * (1 + 1e-9):
+            parts["pad_limited"] = dies * die_mm2 - on_die   # silicon grown for the I/O edge
+        silicon_cost = dies * die_cost_usd(die_mm2, fp.node_nm)
     # package
     on_interposer = dies > 1 or (mem is not None and mem.standard.on_interposer)
     silicon = dies * die_mm2
