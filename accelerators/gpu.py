@@ -198,8 +198,8 @@ PARAMS = (
 #:   72 MB L2, 128 KB L1 per SM, 450 W, PCIe 4, no NVLink; AD102 608.5 mm^2. Both AD102
 #:   presets carry ``other_logic_mm2`` 181: the graphics blocks the SM model leaves out, what
 #:   brings the model's 338 mm^2 (RTX 4090) to the published 608.5 mm^2 with the control
-#:   overhead [E: the die area is data, not a prediction; without it the die is too small for
-#:   its twelve GDDR6X PHYs' shoreline].
+#:   overhead [E: the die area is data, not a prediction; without it the model lays AD102
+#:   out as two pad-limited 170 mm^2 chiplets].
 #: * ``mi300x``: AMD Instinct MI300X datasheet: 304 CUs, 2100 MHz, fp32 matrix 163.4,
 #:   bf16/fp16 1,307.4, fp8 2,614.9 TFLOP/s, int8 2,614.9 TOPS, 192 GB HBM3 5.3 TB/s, 256 MB
 #:   Infinity Cache (the model's L2: the last level before HBM), 750 W; 320 CUs on the dies,
