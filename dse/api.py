@@ -21,15 +21,20 @@ from workloads.zoo import get_model, model_names
 
 def workload(model: str, phase: str | None = None, batch: int | None = None,
              seq: int | None = None, context: int | None = None, dtype: str = "bf16",
-             arch: dict[str, Any] | None = None, hf_config: str | None = None) -> Workload:
+             arch: dict[str, Any] | None = None, hf_config: str | None = None,
+             kv_update: str | None = None) -> Workload:
     """Capture (or fetch from the cache) the workload of zoo ``model`` or of a Hugging Face
-    config file. ``w.summary()`` is what ``dse workload --json`` prints."""
+    config file. ``kv_update`` (``in_place`` | ``concat``) is how a decode step updates the KV
+    cache; by default what the model does (zoo: ``in_place``, as a serving engine; Hugging
+    Face: ``concat``, its default dynamic cache). ``w.summary()`` is what ``dse workload
+    --json`` prints."""
     if hf_config:
         from workloads.hf import workload_from_hf_config
         return workload_from_hf_config(hf_config, phase=phase, batch=batch, seq=seq,
-                                       context=context, dtype=dtype)
+                                       context=context, dtype=dtype,
+                                       kv_update=kv_update or "concat")
     return build_workload(model, phase=phase, batch=batch, seq=seq, context=context,
-                          dtype=dtype, arch=arch)
+                          dtype=dtype, arch=arch, kv_update=kv_update or "in_place")
 
 
 def accelerator(spec: str = "npu", hw: dict[str, Any] | None = None) -> Template:
@@ -41,14 +46,14 @@ def simulate(model: str | Workload, accelerator: str | Template = "npu",
              hw: dict[str, Any] | None = None, arch: dict[str, Any] | None = None,
              phase: str | None = None, batch: int | None = None, seq: int | None = None,
              context: int | None = None, dtype: str = "bf16",
-             hf_config: str | None = None) -> Result:
+             hf_config: str | None = None, kv_update: str | None = None) -> Result:
     """Simulate a model (zoo name or captured :class:`Workload`) on a design.
 
     The capture is cached, so many designs in one process pay it once.
     """
     w = model if isinstance(model, Workload) else workload(
         model, phase=phase, batch=batch, seq=seq, context=context, dtype=dtype, arch=arch,
-        hf_config=hf_config)
+        hf_config=hf_config, kv_update=kv_update)
     design = accelerator if isinstance(accelerator, Template) else make_accelerator(accelerator, hw)
     return _simulate(w, design)
 

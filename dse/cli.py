@@ -84,10 +84,12 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) ->
     out.print(t)
 
 
-def _workload_from_flags(model, phase, batch, seq, context, dtype, arch, hf_config):
+def _workload_from_flags(model, phase, batch, seq, context, dtype, arch, hf_config,
+                         kv_update=None):
     from dse import api
     return api.workload(model, phase=phase, batch=batch, seq=seq, context=context, dtype=dtype,
-                        arch=parse_pairs(arch, "--arch"), hf_config=hf_config)
+                        arch=parse_pairs(arch, "--arch"), hf_config=hf_config,
+                        kv_update=kv_update)
 
 
 PhaseOpt = typer.Option(None, "--phase", help="prefill | decode | forward (default: the model's first).")
@@ -97,6 +99,8 @@ ContextOpt = typer.Option(None, "--context", help="KV-cache length in tokens (de
 DtypeOpt = typer.Option("bf16", "--dtype", help="fp32 | fp16 | bf16 | fp8 | int8.")
 ArchOpt = typer.Option(None, "--arch", help="Architecture override KEY=VALUE (repeatable).")
 HfOpt = typer.Option(None, "--hf-config", help="A Hugging Face config.json (needs transformers).")
+KvUpdateOpt = typer.Option(None, "--kv-update", help="in_place | concat: how decode updates the "
+                           "KV cache (default: as the model does; zoo in_place, HF concat).")
 
 
 @app.command()
@@ -104,11 +108,11 @@ def workload(model: str = typer.Argument(..., help="Zoo model name (see `dse mod
              phase: Optional[str] = PhaseOpt, batch: Optional[int] = BatchOpt,
              seq: Optional[int] = SeqOpt, context: Optional[int] = ContextOpt,
              dtype: str = DtypeOpt, arch: Optional[list[str]] = ArchOpt,
-             hf_config: Optional[Path] = HfOpt,
+             hf_config: Optional[Path] = HfOpt, kv_update: Optional[str] = KvUpdateOpt,
              as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Capture a model with torch.export and summarise its op graph."""
     w = _workload_from_flags(model, phase, batch, seq, context, dtype, arch,
-                             str(hf_config) if hf_config else None)
+                             str(hf_config) if hf_config else None, kv_update)
     s = w.summary()
     if as_json:
         _print_json(s)
@@ -163,14 +167,14 @@ def simulate(model: str = typer.Argument(..., help="Zoo model name."),
              phase: Optional[str] = PhaseOpt, batch: Optional[int] = BatchOpt,
              seq: Optional[int] = SeqOpt, context: Optional[int] = ContextOpt,
              dtype: str = DtypeOpt, arch: Optional[list[str]] = ArchOpt,
-             hf_config: Optional[Path] = HfOpt,
+             hf_config: Optional[Path] = HfOpt, kv_update: Optional[str] = KvUpdateOpt,
              as_json: bool = typer.Option(False, "--json", help="Print the Result as JSON."),
              trace: Optional[Path] = typer.Option(None, "--trace", help="Write a Chrome trace (Perfetto)."),
              report: Optional[Path] = typer.Option(None, "--report", help="Write a one-design HTML report.")) -> None:
     """Simulate one design on one model: latency, energy, area, power, timeline."""
     from dse import api
     w = _workload_from_flags(model, phase, batch, seq, context, dtype, arch,
-                             str(hf_config) if hf_config else None)
+                             str(hf_config) if hf_config else None, kv_update)
     design = api.accelerator(accelerator, parse_pairs(hw, "--hw"))
     r = api.simulate(w, design)
     if trace:
@@ -194,6 +198,8 @@ def _print_result(r) -> None:
     out.print(f"latency {_si(r.latency_s, 's')}   energy {_si(r.energy_j, 'J')}   "
               f"area {r.area_mm2:,.1f} mm²   avg power {_si(r.avg_power_w, 'W')}   "
               f"throughput {r.throughput:,.4g} {r.throughput_unit}")
+    if r.accelerator.get("latency_is"):
+        out.print(f"latency is {r.accelerator['latency_is']}")
     out.print("energy: " + "  ".join(f"{k} {_si(v, 'J')}" for k, v in r.energy_breakdown_j.items() if v))
     if r.memory:
         m = r.memory
@@ -215,10 +221,13 @@ def _print_result(r) -> None:
 # ----------------------------------------------------------------------------- reproduce
 @app.command()
 def reproduce(name: str = typer.Argument(..., help="pim-gpt | neupims | ngpc | waferllm"),
-              as_json: bool = typer.Option(False, "--json", help='Print {"rows": [...]}.')) -> None:
+              as_json: bool = typer.Option(False, "--json", help='Print {"rows": [...]}.'),
+              gpu_hw: Optional[list[str]] = typer.Option(
+                  None, "--gpu-hw", help="GPU baseline KEY=VALUE (pim-gpt), e.g. runtime=eager "
+                  "host_profile=FILE (repeatable).")) -> None:
     """Reproduce a seed paper's headline numbers: metric, paper, ours, ratio."""
     from dse.reproduce import run_reproduction
-    rows = run_reproduction(name)
+    rows = run_reproduction(name, parse_pairs(gpu_hw, "--gpu-hw"))
     if as_json:
         _print_json({"rows": [r.to_dict() for r in rows]})
         return

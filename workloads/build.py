@@ -24,6 +24,7 @@ import dse
 from dse.errors import BadInput
 from workloads import ir
 from workloads.capture import capture
+from workloads.kv_update import check_kv_update, with_kv_update
 from workloads.zoo import get_model
 
 #: Default sizes when the caller gives none.
@@ -85,20 +86,23 @@ def _key(args: dict[str, Any]) -> str:
 
 def build_workload(model: str, phase: str | None = None, batch: int | None = None,
                    seq: int | None = None, context: int | None = None, dtype: str = "bf16",
-                   arch: dict[str, Any] | None = None, use_cache: bool = True) -> ir.Workload:
-    """The workload of zoo ``model`` (captured once per distinct arguments)."""
+                   arch: dict[str, Any] | None = None, use_cache: bool = True,
+                   kv_update: str = "in_place") -> ir.Workload:
+    """The workload of zoo ``model`` (captured once per distinct arguments; the KV-cache update
+    semantics are applied to the cached capture, :mod:`workloads.kv_update`)."""
+    check_kv_update(kv_update)
     args = resolve(model, phase, batch, seq, context, dtype, arch)
     key = _key(args)
     if use_cache:
         hit = _MEMORY.get(key) or _load(key)
         if hit is not None:
             _remember(key, hit)
-            return hit
+            return with_kv_update(hit, kv_update)
     w = _capture_zoo(args)
     if use_cache:
         _remember(key, w)
         _store(key, w)
-    return w
+    return with_kv_update(w, kv_update)
 
 
 def _capture_zoo(args: dict[str, Any]) -> ir.Workload:

@@ -3,6 +3,9 @@
 Decoder LLMs (``*ForCausalLM`` architectures or a known causal ``model_type``) are built with
 ``AutoModelForCausalLM``, everything else with ``AutoModel``; always with ``attn_implementation=
 "sdpa"`` so attention is one op. Phases: ``prefill`` for causal LMs, ``forward`` otherwise.
+The workload records the KV-cache update the model's cache does: ``concat`` by default, what
+transformers' default ``DynamicCache`` does (``torch.cat`` of the whole cache every step);
+``in_place`` for its ``StaticCache``.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ def is_causal(config) -> bool:
 
 def workload_from_hf_config(path: str | Path, phase: str | None = None, batch: int | None = None,
                             seq: int | None = None, context: int | None = None,
-                            dtype: str = "bf16") -> ir.Workload:
+                            dtype: str = "bf16", kv_update: str = "concat") -> ir.Workload:
     import transformers
     config = load_hf_config(path)
     causal = is_causal(config)
@@ -77,6 +80,6 @@ def workload_from_hf_config(path: str | Path, phase: str | None = None, batch: i
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return capture(module, (ids,), kwargs, model=f"hf:{config.model_type}", phase=phase,
-                       dtype=dtype, batch=batch, seq=seq,
+                       dtype=dtype, batch=batch, seq=seq, kv_update=kv_update,
                        arch={k: v for k, v in config.to_diff_dict().items()
                              if isinstance(v, (int, float, str, bool))})

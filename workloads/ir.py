@@ -27,8 +27,17 @@ EMBEDDING = "embedding"
 HASHGRID = "hashgrid"
 DATA_MOVEMENT = "data_movement"
 UNKNOWN = "unknown"
+#: Host-side work a template adds when it plans a workload (a framework dispatching an op, a
+#: graph launch); never produced by capture.
+HOST = "host"
 OP_KINDS = (MATMUL, CONV, ATTENTION, ELEMENTWISE, NORM, SOFTMAX, REDUCTION, EMBEDDING,
-            HASHGRID, DATA_MOVEMENT, UNKNOWN)
+            HASHGRID, DATA_MOVEMENT, UNKNOWN, HOST)
+
+#: How a decode step updates the KV cache: ``in_place`` writes the new token's keys and values
+#: into a preallocated cache (serving engines, Hugging Face's static cache); ``concat`` builds a
+#: new cache tensor each step, reading and writing the whole cache (``torch.cat``: Hugging
+#: Face's default dynamic cache).
+KV_UPDATES = ("in_place", "concat")
 
 #: Bytes per element of each supported dtype.
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
@@ -101,7 +110,10 @@ class Workload:
     """A captured model: its op graph plus what it was captured with.
 
     ``params`` is the number of unique parameters (tied weights counted once), and
-    ``weight_footprint_bytes`` = ``params`` x bytes per element.
+    ``weight_footprint_bytes`` = ``params`` x bytes per element. ``kv_update`` is the KV-cache
+    update the append ops are costed with (:data:`KV_UPDATES`); ``free_ops`` counts the view
+    ops capture dropped, ``(ATen name, count)`` pairs (no bytes move, but an eager framework
+    dispatches each).
     """
 
     graph: nx.DiGraph
@@ -114,6 +126,8 @@ class Workload:
     arch: dict[str, Any] = field(default_factory=dict)
     params: int = 0
     unknown_targets: dict[str, int] = field(default_factory=dict)
+    kv_update: str = "in_place"
+    free_ops: tuple[tuple[str, int], ...] = ()
 
     @cached_property
     def ops(self) -> list[Op]:
@@ -188,4 +202,6 @@ class Workload:
                 "weights_read": traffic["weights"],
             },
             "unknown_ops": dict(self.unknown_targets),
+            "kv_update": self.kv_update,
+            "free_ops": dict(self.free_ops),
         }
