@@ -506,8 +506,9 @@ def flex_mask_mod(cfg: GNAConfig) -> Callable:
     """``mask_mod(b, h, q_idx, kv_idx)`` of ``cfg`` for torch's ``flex_attention`` and
     ``create_block_mask``, over the token indices of one problem in ``cfg.layout`` order (for
     the tiled layout with dilation, each dilation group is a separate batch entry of
-    ``problem_tokens`` tokens, as NATTEN runs it). Uses only integer tensor ops (vmap and
-    torch.compile friendly)."""
+    ``problem_tokens`` tokens, as NATTEN runs it). Integer tensor ops only (vmap and
+    torch.compile friendly); operations that are identities for this pattern (a unit stride,
+    dilation or tile axis) are left out, so the traced graph counts what a kernel evaluates."""
     import torch
 
     grid = cfg.problem_grid()
@@ -521,34 +522,93 @@ def flex_mask_mod(cfg: GNAConfig) -> Callable:
         tiles = tuple(g // t for g, t in zip(grid, tile))
         tile_c = _torch_coords(idx // size, tiles)
         off_c = _torch_coords(idx % size, tile)
-        return [tc * t + oc for tc, t, oc in zip(tile_c, tile, off_c)]
+        return [_add(_mul(tc, t), oc) for tc, t, oc in zip(tile_c, tile, off_c)]
+
+    def axis_mask(x, y, n, w, s, d, causal):
+        if d > 1:
+            g = x % d
+            cq, ck, ng = x // d, y // d, (n - g + d - 1) // d
+        else:
+            cq, ck, ng = x, y, n
+        if causal:
+            if s == 1:
+                return (ck <= cq) & (ck > cq - w)
+            leader = _at_most(_add(_mul(cq // s, s), s - 1), ng - 1)
+            return (ck <= cq) & (ck > leader - w)
+        if s == 1:
+            leader = cq
+        else:
+            leader = _add(_mul(cq // s, s), s // 2)
+            leader = _at_most(leader, ng - 1) if d > 1 or n % s else leader
+        lo = _at_most(torch.clamp(leader - w // 2, min=0), ng - w)
+        return (ck >= lo) & (ck < lo + w)
 
     def mask_mod(b, h, q_idx, kv_idx):
         qc, kc = coords(q_idx, cfg.q_tile), coords(kv_idx, cfg.tile)
         keep = None
         for x, y, (n, w, s, d, causal) in zip(qc, kc, params):
-            g = x % d
-            cq, ck = x // d, y // d
-            ng = (n - g + d - 1) // d
-            if causal:
-                leader = torch.minimum((cq // s) * s + (s - 1), ng - 1)
-                ok = (ck <= cq) & (ck > leader - w)
-            else:
-                leader = torch.minimum((cq // s) * s + s // 2, ng - 1)
-                lo = torch.minimum(torch.clamp(leader - w // 2, min=0), ng - w)
-                ok = (ck >= lo) & (ck < lo + w)
+            ok = axis_mask(x, y, n, w, s, d, causal)
             if d > 1:
-                ok = ok & (y % d == g)
+                ok = ok & (y % d == x % d)
             keep = ok if keep is None else keep & ok
         return keep
 
     return mask_mod
 
 
+def _at_most(x, limit):
+    """``min(x, limit)`` for an int or tensor ``limit``."""
+    import torch
+    return torch.clamp(x, max=limit) if isinstance(limit, int) else torch.minimum(x, limit)
+
+
+def _mul(x, k: int):
+    return x if k == 1 else x * k
+
+
+def _add(x, k):
+    return x if isinstance(k, int) and k == 0 else x + k
+
+
 def _torch_coords(idx, shape: tuple[int, ...]) -> list:
+    """Row-major coordinates of ``idx`` over ``shape``; no division by 1 and no modulo on the
+    outermost axis (``idx`` is in range)."""
     out = []
     stride = 1
-    for s in reversed(shape):
-        out.append((idx // stride) % s)
+    for i, s in enumerate(reversed(shape)):
+        x = idx // stride if stride > 1 else idx
+        out.append(x % s if i < len(shape) - 1 and s > 1 else (x if s > 1 else x * 0))
         stride *= s
     return list(reversed(out))
+
+
+# ----------------------------------------------------------------------------- captured ops
+def op_tiles(attrs: Mapping[str, Any], block_q: int, block_kv: int) -> TileCounts:
+    """Tile counts of one attention map of a captured ``sparse_attention`` op (its ``attrs``,
+    :mod:`workloads.sparse_attention`). A ``gna`` pattern is recounted for ``block_q`` x
+    ``block_kv`` tiles; its ``extra_kv`` keys (attended by every query) add
+    ``ceil(extra / block_kv)`` tiles per query block, full where both blocks are whole. A
+    captured ``block_mask`` keeps the tiles of its own block size (the kernel skips at that
+    granularity), whatever ``block_q`` / ``block_kv`` say."""
+    q_len, kv_len = int(attrs["q_len"]), int(attrs["kv_len"])
+    if "gna" not in attrs:
+        bm = attrs["block_mask"]
+        bq, bkv = int(bm["block_q"]), int(bm["block_kv"])
+        return TileCounts(bq, bkv, int(bm["q_blocks"]), int(bm["kv_blocks_full"]),
+                          int(bm["kv_blocks_partial"]), int(bm["max_visited"]),
+                          int(attrs["attended_pairs"]), q_len * kv_len,
+                          -(-q_len // bq) * -(-kv_len // bkv))
+    cfg = GNAConfig.from_mapping(attrs["gna"])
+    base = tile_counts(cfg, block_q, block_kv)
+    extra = int(attrs.get("extra_kv", 0) or 0)
+    if extra <= 0:
+        return base
+    whole_kv, tail_kv = divmod(extra, block_kv)
+    whole_q = (cfg.problem_tokens // block_q) * cfg.groups
+    full = whole_kv * whole_q
+    partial = base.q_blocks * (whole_kv + (tail_kv > 0)) - full
+    n = cfg.tokens
+    return TileCounts(block_q, block_kv, base.q_blocks, base.full + full,
+                      base.partial + partial, base.max_visited + -(-extra // block_kv),
+                      base.attended_pairs + n * extra, n * (n + extra),
+                      -(-n // block_q) * -(-(n + extra) // block_kv))

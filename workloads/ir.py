@@ -27,8 +27,9 @@ EMBEDDING = "embedding"
 HASHGRID = "hashgrid"
 DATA_MOVEMENT = "data_movement"
 UNKNOWN = "unknown"
+SPARSE_ATTENTION = "sparse_attention"
 OP_KINDS = (MATMUL, CONV, ATTENTION, ELEMENTWISE, NORM, SOFTMAX, REDUCTION, EMBEDDING,
-            HASHGRID, DATA_MOVEMENT, UNKNOWN)
+            HASHGRID, DATA_MOVEMENT, UNKNOWN, SPARSE_ATTENTION)
 
 #: Bytes per element of each supported dtype.
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
@@ -52,6 +53,9 @@ class Op:
       * conv: ``n, c, h, w, k, r, s, p, q, stride, padding, groups`` (input NCHW, k filters of
         r x s, output p x q); ``gemm_m, gemm_n, gemm_k`` its im2col GEMM per group.
       * attention: ``batch, heads, kv_heads, q_len, kv_len, head_dim, causal, causal_flops``.
+      * sparse_attention: the attention keys plus ``dense_flops``, ``attended_pairs`` and the
+        pattern (``gna`` or a captured ``block_mask``); FLOPs count attended pairs only
+        (:mod:`workloads.sparse_attention`).
       * hashgrid: ``points, levels, features, log2_table_size, base_resolution,
         finest_resolution, dims``.
       * elementwise/norm/softmax/reduction/embedding/data_movement: ``elements`` (output).
