@@ -148,7 +148,8 @@ class OpCost:
     :class:`Resources` (the simulator makes concurrent ops share them); ``bytes_by_level`` the
     bytes per memory level, for reporting. ``energy_j`` is dynamic energy by component (keys from
     ``ENERGY_COMPONENTS`` except ``static``). ``also_holds`` names further units held exclusively
-    for the op's duration. The simulator reproduces ``latency_s`` exactly when nothing contends.
+    for the op's duration. ``details``: op-specific figures for the result (the tiles of a
+    sparse attention op). The simulator reproduces ``latency_s`` exactly when nothing contends.
     """
 
     unit: str
@@ -160,6 +161,7 @@ class OpCost:
     energy_j: Mapping[str, float] = field(default_factory=dict)
     bound: str = "compute"
     also_holds: tuple[str, ...] = ()
+    details: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def cycles(self) -> float:

@@ -1,4 +1,4 @@
-"""``gpu``: a CUDA GPU (A100, H100, H200, T4, RTX 3090 presets) running PyTorch eager kernels.
+"""``gpu``: a CUDA GPU (A100, H100, H200, B200, T4, RTX 3090 presets) running PyTorch eager kernels.
 
 The baseline every seed paper compares against. Each op is one kernel (ops on one stream
 serialise: one ``sm`` unit), costed in closed form by :mod:`accelerators.gpu_efficiency`:
@@ -11,6 +11,8 @@ serialise: one ``sm`` unit), costed in closed form by :mod:`accelerators.gpu_eff
   transforms.
 * ``attention``: flash-attention style (K/V read once per query block, causal blocks stop at
   the diagonal); decode (few query rows) bandwidth-bound over the KV cache with split-KV.
+* ``sparse_attention``: the same kernel visiting only the tiles the pattern needs, masked
+  tiles paying the mask (:mod:`accelerators.gpu_sparse_attention`).
 * everything else (elementwise, norm, softmax, reduction, embedding, data movement, unknown):
   bandwidth-bound kernels at the calibrated copy bandwidth times a per-operator efficiency,
   plus a kernel floor.
@@ -37,6 +39,7 @@ from typing import Any
 from accelerators import technology as tech
 from accelerators.base import OpCost, Param, Resources, Template
 from accelerators.gpu_efficiency import DEFAULT_KNOBS, Chip, KernelModel
+from accelerators.gpu_sparse_attention import MASK_POLICIES, sparse_attention_time
 from dse.errors import BadInput
 from workloads import ir
 from workloads.ir import DTYPE_BYTES, Op, Workload
@@ -106,6 +109,14 @@ PARAMS = (
     Param("calibration", str, "", "", "calibration file: a shipped name (h200) or a path to "
           "a JSON written by `dse calibrate gpu`; empty: datasheet and estimated "
           "efficiencies only"),
+    Param("attention_block_q", int, "tokens", 128, "queries per tile of a block-sparse "
+          "attention kernel (sparse_attention ops skip whole tiles)", 16, 1024, log=True),
+    Param("attention_block_kv", int, "tokens", 128, "keys per tile of a block-sparse "
+          "attention kernel", 16, 1024, log=True),
+    Param("attention_mask_policy", str, "", "partial_tiles", "which visited tiles of a "
+          "sparse_attention op evaluate the mask: partial_tiles (flex_attention) or "
+          "whole_problem (every tile unless none needs it: NATTEN's FNA kernels)",
+          choices=MASK_POLICIES),
 )
 
 #: Presets from datasheets [D] (REFERENCES.md): dense peaks (no sparsity), memory, L2, SMs,
@@ -142,6 +153,18 @@ PRESETS: dict[str, dict[str, Any]] = {
                     memory_bandwidth_Bps=936e9, memory_capacity_bytes=24e9,
                     memory_kind="gddr6", l2_bytes=6 * 2**20, tdp_w=350.0, idle_power_w=30.0,
                     die_area_mm2=628.0),
+    # B200 (HGX B200, SXM, 1000 W): dense (no sparsity) fp16/bf16 2.25 PFLOP/s, fp8 and int8
+    # 4.5 P, 8 TB/s HBM3e, 180 GB per GPU (1.44 TB per 8-GPU board) [D: NVIDIA HGX B200
+    # datasheet]; fp32 75 TFLOP/s = 148 SMs x 128 lanes x 2 x 1.98 GHz [D]; 148 SMs (74 of 80
+    # enabled per die) and a 126 MB L2 read off a device [R: Chips and Cheese, "Nvidia's B200:
+    # Keeping the CUDA Juggernaut Rolling", 2025]; boost clock as the H100 SXM [E, same source];
+    # two reticle-limited dies, ~800 mm^2 each [D: NVIDIA Blackwell brief, 208 B transistors];
+    # idle power with a CUDA context [E].
+    "b200": dict(sms=148, clock_hz=1.98e9, peak_bf16_flops=2.25e15, peak_fp16_flops=2.25e15,
+                 peak_fp32_flops=75e12, peak_fp8_flops=4.5e15, peak_int8_ops=4.5e15,
+                 memory_bandwidth_Bps=8.0e12, memory_capacity_bytes=180e9,
+                 memory_kind="hbm3e", l2_bytes=126e6, tdp_w=1000.0, idle_power_w=150.0,
+                 die_area_mm2=1600.0),
 }
 
 _MEMORY_KINDS = (ir.ELEMENTWISE, ir.NORM, ir.SOFTMAX, ir.REDUCTION, ir.EMBEDDING,
@@ -260,6 +283,7 @@ class GPU(Template):
         dtype = self.hw.dtype
         a = op.attrs
         l2_bytes = nbytes
+        details: dict[str, Any] = {}
         if op.kind == ir.MATMUL and _has(a, "m", "n", "k"):
             m, n, k, batch = int(a["m"]), int(a["n"]), int(a["k"]), int(a.get("batch", 1))
             lat, comp, mem = self.model.gemm(m, n, k, batch, dtype, bytes_hbm=nbytes)
@@ -284,6 +308,14 @@ class GPU(Template):
             kv = op.kv_bytes_read * scale or nbytes / 2
             l2_bytes = nbytes + kv * (math.ceil(int(a["q_len"]) / qb) - 1)
             bound = "compute" if comp >= mem else "memory"
+        elif op.kind == ir.SPARSE_ATTENTION and _has(a, "heads", "q_len", "kv_len", "head_dim"):
+            hw = self.hw
+            sparse = sparse_attention_time(self.model, a, dtype, hw.attention_block_q,
+                                           hw.attention_block_kv, hw.attention_mask_policy,
+                                           hw.peak_fp32_flops / 2)
+            lat, comp, mem = sparse.latency_s, sparse.compute_s, sparse.memory_s
+            flops, details = sparse.executed_flops, sparse.details()
+            bound = "compute" if comp >= mem else "memory"
         else:
             width, rows = _rows(op)
             lat, mem = self.model.memory(nbytes, op.target, op.kind, rows=rows, width=width,
@@ -292,14 +324,15 @@ class GPU(Template):
             bound = "memory"
         lat = max(lat, nbytes / self.hw.memory_bandwidth_Bps)
         e = self._energy
-        flop_dtype = dtype if op.kind in (ir.MATMUL, ir.CONV, ir.ATTENTION) else "fp32"
+        flop_dtype = dtype if op.kind in (ir.MATMUL, ir.CONV, ir.ATTENTION,
+                                          ir.SPARSE_ATTENTION) else "fp32"
         out = OpCost(
             unit="sm", latency_s=lat, compute_s=min(comp, lat), clock_hz=self.hw.clock_hz,
             traffic={"hbm": nbytes}, bytes_by_level={"hbm": nbytes, "l2": l2_bytes},
             energy_j={"compute": flops * e["flop"][flop_dtype],
                       "offchip_memory": nbytes * e["dram"],
                       "onchip_memory": nbytes * e["onchip"]},
-            bound=bound)
+            bound=bound, details=details)
         self._cache[key] = out
         return out
 

@@ -90,7 +90,8 @@ def simulate(workload: Workload, accelerator: Template,
         records[i] = OpRecord(
             name=op.name, kind=op.kind, unit=cost.unit, start_s=start, end_s=env.now,
             cycles=(env.now - start) * cost.clock_hz, compute_cycles=cost.compute_cycles,
-            flops=op.flops, bytes=op.total_bytes, energy_j=cost.total_energy_j, bound=cost.bound)
+            flops=op.flops, bytes=op.total_bytes, energy_j=cost.total_energy_j, bound=cost.bound,
+            details=dict(cost.details))
         done[op.name].succeed()
 
     for i, (op, cost) in enumerate(zip(ops, costs)):

@@ -131,7 +131,7 @@ def to_layout(x: torch.Tensor, cfg: GNAConfig, queries: bool = False) -> torch.T
     lead = x.dim() - 2
     y = x.reshape(*x.shape[:lead], *sizes, x.shape[-1])
     y = y.permute(*range(lead), *(lead + i for i in order), lead + len(sizes))
-    return y.contiguous().reshape(x.shape)
+    return y.clone(memory_format=torch.contiguous_format).reshape(x.shape)
 
 
 def from_layout(x: torch.Tensor, cfg: GNAConfig) -> torch.Tensor:
@@ -143,7 +143,7 @@ def from_layout(x: torch.Tensor, cfg: GNAConfig) -> torch.Tensor:
     y = x.reshape(*x.shape[:lead], *(sizes[i] for i in order), x.shape[-1])
     inverse = [order.index(i) for i in range(len(order))]
     y = y.permute(*range(lead), *(lead + i for i in inverse), lead + len(sizes))
-    return y.contiguous().reshape(x.shape)
+    return y.clone(memory_format=torch.contiguous_format).reshape(x.shape)
 
 
 # ----------------------------------------------------------------------------- capture side
