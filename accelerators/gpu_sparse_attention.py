@@ -20,8 +20,9 @@ visited key blocks of ``block_kv`` keys.
   ``is_fully_block_sparse`` flag per problem [R: SHI-Labs/NATTEN csrc, FNA mainloops]).
 * Thread blocks fill the SMs in waves: ``compute = max(ceil(blocks / sms) x mean block time,
   longest block)``, which is the dense kernel's ``waves x tile`` when every block is alike.
-* Memory: Q read and O written once; K and V once per problem when one head's K/V fit a
-  quarter of the L2 (neighbouring query blocks hit the L2), else once per visit.
+* Memory: Q read and O written once; K and V once when one head's K/V fit a quarter of the
+  L2, else once per wave of query blocks (the blocks in flight share tiles through the L2;
+  the dense kernel's rule), at most once per visit.
 """
 
 from __future__ import annotations
@@ -94,7 +95,8 @@ def sparse_attention_time(model: KernelModel, attrs: Mapping[str, Any], dtype: s
     kv_bytes = es * batch * kv_heads * kv_len * (d + dv)
     fits = kv_bytes / max(1, batch * kv_heads) <= model.chip.l2_bytes / 4
     visits = tiles.visited / max(1, math.ceil(kv_len / bkv))
-    memory = (q_bytes + kv_bytes * (1.0 if fits else max(1.0, visits))) / model.copy_Bps
+    reads = 1.0 if fits else max(1.0, min(visits, math.ceil(tiles.q_blocks / sms)))
+    memory = (q_bytes + kv_bytes * reads) / model.copy_Bps
     latency = kn["attention_launch_s"] + max(compute, memory)
     executed = 2.0 * maps * tiles.visited * bq * bkv * (d + dv)
     return SparseAttentionTime(latency, compute, memory, executed, masked, tiles)

@@ -148,9 +148,8 @@ class GNAConfig:
         c = parse_causal(causal, prefix + "causal", nd)
         if layout not in LAYOUTS:
             raise BadInput(prefix + "layout", layout, "expected one of " + ", ".join(LAYOUTS))
-        t = DEFAULT_TILES[nd] if tile is None or tile == "" else parse_shape(
-            tile, prefix + "tile", nd)
-        qt = t if q_tile is None or q_tile == "" else parse_shape(q_tile, prefix + "q_tile", nd)
+        t = DEFAULT_TILES[nd] if _unset(tile) else parse_shape(tile, prefix + "tile", nd)
+        qt = t if _unset(q_tile) else parse_shape(q_tile, prefix + "q_tile", nd)
         for i in range(nd):
             if w[i] * d[i] > g[i]:
                 raise BadInput(prefix + "window", "x".join(map(str, w)),
@@ -229,6 +228,11 @@ class GNAConfig:
             per_problem *= int(ax.pairs(np.array([0]), np.array([n]), np.array([0]),
                                         np.array([n]))[0])
         return per_problem * self.groups
+
+
+def _unset(value: Any) -> bool:
+    """An optional shape left out: None, "" or an empty list."""
+    return value is None or (isinstance(value, (str, list, tuple)) and len(value) == 0)
 
 
 def _txt(shape: tuple[int, ...]) -> str:

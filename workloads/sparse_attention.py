@@ -22,8 +22,8 @@ kv_len, head_dim, value_dim`` as for dense attention; ``dense_flops`` (the dense
 FLOPs, 2 per MAC over every pair); ``attended_pairs`` (per batch entry and head; ``Op.flops``
 counts these only); either ``gna`` (the :class:`~workloads.gna.GNAConfig` as a dict) and
 ``extra_kv``, or ``block_mask`` (``block_q, block_kv, q_blocks, kv_blocks_full,
-kv_blocks_partial, max_visited`` of the captured mask); ``mask_ops``: elementwise operations to
-evaluate the mask for one score when the mask came from a graph.
+kv_blocks_partial, max_visited`` of the captured mask); ``mask_ops``: operations per score
+that apply the mask (:func:`score_ops`).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ MAX_CPU_PAIRS = 1 << 26
 # ----------------------------------------------------------------------------- the custom op
 def config_of(grid, window, stride, dilation, causal, layout, tile, q_tile) -> GNAConfig:
     return GNAConfig.parse(list(grid), list(window), list(stride), list(dilation),
-                           list(causal), layout, list(tile) or None, list(q_tile) or None)
+                           list(causal), layout, list(tile), list(q_tile))
 
 
 def _check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: GNAConfig) -> int:
@@ -179,13 +179,33 @@ def capture_attrs(node, shapes: list[tuple[int, ...]]) -> dict[str, Any]:
 
 @lru_cache(maxsize=128)
 def mask_op_count(cfg: GNAConfig) -> int:
-    """Elementwise tensor operations that evaluate ``cfg``'s mask for one score: the nodes of
-    :func:`workloads.gna.flex_mask_mod` traced on scalars (what a kernel evaluating the mask
-    per score runs, before its compiler's simplifications)."""
+    """Per-score operations of ``cfg``'s mask (:func:`score_ops` of
+    :func:`workloads.gna.flex_mask_mod` traced on scalars)."""
     from torch.fx.experimental.proxy_tensor import make_fx
-    zero = torch.zeros((), dtype=torch.int32)
-    graph = make_fx(flex_mask_mod(cfg))(zero, zero, zero, zero).graph
-    return sum(1 for n in graph.nodes if n.op == "call_function")
+    b, h, q, kv = (torch.zeros((), dtype=torch.int32) for _ in range(4))  # distinct inputs
+    return score_ops(make_fx(flex_mask_mod(cfg))(b, h, q, kv).graph)
+
+
+def score_ops(graph) -> int:
+    """Operations a kernel runs per score to apply a ``mask_mod(b, h, q_idx, kv_idx)`` graph:
+    the nodes that depend on both the query and the key index (a tile evaluates the others
+    once per row or column, as flex_attention's generated kernels do), plus one select that
+    applies the mask."""
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    deps: dict[Any, frozenset] = {n: frozenset({i}) for i, n in enumerate(placeholders)}
+    count = 0
+
+    def of(a) -> frozenset:
+        if isinstance(a, (list, tuple)):
+            return frozenset().union(*(of(x) for x in a)) if a else frozenset()
+        return deps.get(a, frozenset())
+
+    for n in graph.nodes:
+        if n.op != "call_function":
+            continue
+        deps[n] = of(list(n.args) + list(n.kwargs.values()))
+        count += {2, 3} <= deps[n]
+    return count + 1
 
 
 def _flex_mask_stats(node, dims: dict[str, int]) -> tuple[int, dict[str, Any]]:
@@ -229,7 +249,7 @@ def _flex_mask_stats(node, dims: dict[str, int]) -> tuple[int, dict[str, Any]]:
     # counts per (batch, head) problem: averaged when the mask varies across them
     scale = batches * heads
     q_blocks = -(-sq // block_q)
-    mask_ops = sum(1 for n in mask_graph.graph.nodes if n.op == "call_function")
+    mask_ops = score_ops(mask_graph.graph)
     return pairs // scale, {"block_mask": {
         "block_q": block_q, "block_kv": block_kv, "q_blocks": q_blocks,
         "kv_blocks_full": full // scale, "kv_blocks_partial": partial // scale,
