@@ -325,3 +325,63 @@ def test_flex_capture_refuses_masks_it_cannot_evaluate():
             assert "dse::gna_attention" in str(exc)
         else:   # torch folded the tensor into the mask graph: then it must be exact
             assert w.ops[-1].attrs["attended_pairs"] == 64 * 65 // 2
+
+
+# ----------------------------------------------------------------------------- benchmark, study
+def test_flex_benchmark_dry_run_and_compare(tmp_path):
+    """The GPU benchmark's script on tiny CPU cases: every case measured, the BlockMask's tiles
+    equal ours, and the comparison costs every case."""
+    from benchmarks import gna_flex_attention as bench
+    out = tmp_path / "flex.json"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        bench.main(["measure", "--dry-run", "--out", str(out)])
+    data = json.loads(out.read_text())
+    assert [c["name"] for c in data["cases"]] == [c[0] for c in bench.DRY_CASES]
+    res = bench.compare(out)
+    assert len(res["rows"]) == len(bench.DRY_CASES) and all(r["tiles_exact"]
+                                                            for r in res["rows"])
+
+
+def test_measured_h200_flex_cases_against_the_model():
+    """Runs once the H200 measurements are in tests/data (benchmarks/gna_flex_attention.py)."""
+    from benchmarks import gna_flex_attention as bench
+    path = bench.ROOT / "tests" / "data" / bench.OUT_NAME
+    if not path.exists():
+        pytest.skip(f"no {bench.OUT_NAME} yet: run benchmarks/gna_flex_attention.py measure "
+                    "on an H200")
+    res = bench.compare(path)
+    assert len(res["rows"]) >= 10 and all(r["tiles_exact"] for r in res["rows"])
+
+
+@pytest.mark.slow
+def test_gna_dit_study_runs_with_few_trials(tmp_path):
+    from pathlib import Path
+
+    from dse.study.driver import run_study
+    from dse.study.loader import load_study
+    study = load_study(Path(__file__).resolve().parent.parent / "studies" / "gna_dit.yaml")
+    r = run_study(study, trials=3, out=tmp_path / "gna", show_progress=False,
+                  write_report=False)
+    assert r.states["COMPLETE"] == 3
+
+
+def test_example_quality_function_is_the_prior_mass_kept():
+    """dse.quality.gna_locality against a brute-force sum over every query-key pair."""
+    import numpy as np
+
+    from dse.quality.gna_locality import LOCALITY_FRACTION, attention_mass_retained
+    arch = {"grid": "12x10", "window": "5x4", "stride": "2x3", "dilation": "2x1",
+            "causal": "0x1"}
+    cfg = GNAConfig.parse("12x10", "5x4", "2x3", "2x1", "0x1")
+    idx = np.arange(cfg.tokens)
+    r, c = idx // 10, idx % 10
+    weight = np.exp(-abs(r[:, None] - r[None, :]) / (LOCALITY_FRACTION * 12)
+                    - abs(c[:, None] - c[None, :]) / (LOCALITY_FRACTION * 10))
+    reference = weight * (c[None, :] <= c[:, None])       # causal on the second axis
+    kept = (weight * dense_mask(cfg).numpy()).sum(1) / reference.sum(1)
+    assert attention_mass_retained(arch) == pytest.approx(kept.mean(), rel=1e-12)
+    assert attention_mass_retained({**arch, "attention": "dense"}) == 1.0
+    wide = attention_mass_retained({"grid": "64x64", "window": "32x32"})
+    assert wide > attention_mass_retained({"grid": "64x64", "window": "16x16"})
+    assert wide > attention_mass_retained({"grid": "64x64", "window": "32x32", "stride": "16"})
