@@ -187,6 +187,9 @@ class Template(ABC):
     PARAMS: ClassVar[tuple[Param, ...]]
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
     DEFAULT_PRESET: ClassVar[str | None] = None
+    #: Whether ``cost`` handles ``sparse_attention`` ops (skipping tiles); a template without
+    #: it is given the dense attention each one stands for (no block-sparse kernel there).
+    SPARSE_ATTENTION: ClassVar[bool] = False
 
     def __init__(self, preset: str | None = None, **values: Any):
         params = self.params()

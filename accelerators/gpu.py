@@ -209,6 +209,7 @@ class GPU(Template):
     PARAMS = PARAMS
     PRESETS = PRESETS
     DEFAULT_PRESET = "h200"
+    SPARSE_ATTENTION = True
 
     def __init__(self, preset: str | None = None, **values: Any):
         super().__init__(preset, **values)

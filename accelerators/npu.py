@@ -190,6 +190,7 @@ class NPU(Template):
     PARAMS = PARAMS
     PRESETS = PRESETS
     DEFAULT_PRESET = "datacenter-bf16"
+    SPARSE_ATTENTION = True
 
     def __init__(self, preset: str | None = None, **values: Any):
         super().__init__(preset, **values)

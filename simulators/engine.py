@@ -17,6 +17,7 @@ from accelerators.base import ENERGY_COMPONENTS, OpCost, Template
 from dse.errors import InfeasibleDesign
 from simulators.channel import FluidChannel
 from simulators.result import OpRecord, Result
+from workloads.gna import dense_equivalent
 from workloads.ir import Op, Workload
 
 
@@ -42,7 +43,8 @@ def simulate(workload: Workload, accelerator: Template,
         reason = accelerator.check(workload)
         if reason:
             raise InfeasibleDesign(reason)
-        workload = accelerator.plan(workload)
+        workload = accelerator.plan(workload if accelerator.SPARSE_ATTENTION
+                                    else dense_equivalent(workload))
         costs = accelerator.costs(workload)
     ops = workload.ops
     costs = list(costs)

@@ -385,3 +385,18 @@ def test_example_quality_function_is_the_prior_mass_kept():
     wide = attention_mass_retained({"grid": "64x64", "window": "32x32"})
     assert wide > attention_mass_retained({"grid": "64x64", "window": "16x16"})
     assert wide > attention_mass_retained({"grid": "64x64", "window": "32x32", "stride": "16"})
+
+
+@pytest.mark.parametrize("template", ["pim", "wafer", "neural_graphics"])
+def test_designs_without_a_sparse_kernel_run_the_dense_attention(template):
+    """No block-sparse attention kernel on these templates: a GNA op costs what the dense
+    attention it stands for costs there (never a free lunch from an unknown op kind)."""
+    from accelerators.registry import make_accelerator
+    from workloads.gna import dense_equivalent
+    w, _ = _gna_op(grid="64x64", window="16x16")
+    design = make_accelerator(template)
+    r = simulate(w, design)
+    dense = dense_equivalent(w)
+    assert [o.kind for o in dense.ops] == ["attention"]
+    assert r.latency_s == simulate(dense, design).latency_s
+    assert dense.ops[0].flops == w.ops[0].attrs["dense_flops"]

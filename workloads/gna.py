@@ -616,3 +616,25 @@ def op_tiles(attrs: Mapping[str, Any], block_q: int, block_kv: int) -> TileCount
                       base.partial + partial, base.max_visited + -(-extra // block_kv),
                       base.attended_pairs + n * extra, n * (n + extra),
                       -(-n // block_q) * -(-(n + extra) // block_kv))
+
+
+def dense_equivalent(workload):
+    """``workload`` with every ``sparse_attention`` op replaced by the dense attention it
+    stands for (same shapes and bytes, FLOPs ``dense_flops``): what a design without a
+    block-sparse attention kernel runs. The workload itself when it has none."""
+    from dataclasses import replace as _replace
+
+    from workloads import ir
+    if not any(op.kind == ir.SPARSE_ATTENTION for op in workload.ops):
+        return workload
+    graph = workload.graph.copy()
+    keys = ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim", "value_dim")
+    for name in graph.nodes:
+        op = graph.nodes[name]["op"]
+        if op.kind == ir.SPARSE_ATTENTION:
+            flops = int(op.attrs["dense_flops"])
+            graph.nodes[name]["op"] = _replace(
+                op, kind=ir.ATTENTION, target="scaled_dot_product_attention", flops=flops,
+                attrs={**{k: op.attrs[k] for k in keys}, "causal": False,
+                       "causal_flops": flops})
+    return _replace(workload, graph=graph)
