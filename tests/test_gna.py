@@ -400,3 +400,36 @@ def test_designs_without_a_sparse_kernel_run_the_dense_attention(template):
     assert [o.kind for o in dense.ops] == ["attention"]
     assert r.latency_s == simulate(dense, design).latency_s
     assert dense.ops[0].flops == w.ops[0].attrs["dense_flops"]
+
+
+# ----------------------------------------------------------------------------- reproduction
+def test_reproduction_kernel_rows_and_orderings():
+    """15 of 17 kernel rows within 35 %; the two misses are the 1-D neighbourhood rows
+    (docs/validation.md, GNA); neighbourhood slower than strided / blocked everywhere."""
+    from dse.reproduce import gna as rep
+    rows = {r.metric: r for r in rep.kernel_rows()}
+    misses = sorted(m for m, r in rows.items() if not r.within())
+    assert misses == ["1d neighbourhood: B200 speed-up over dense",
+                      "1d neighbourhood: H100 speed-up over dense"]
+    assert all(rows[m].ratio > 1 for m in misses)   # we are optimistic there, not pessimistic
+    for case, c in rep.CASES.items():
+        assert rows[next(m for m in rows if m.startswith(case) and "FLOP-bound" in m)].within(
+            0.01)
+        variants = list(c["strides"])
+        for device in rep.DEVICES:
+            ours = [rows[f"{case} {v}: {device.upper()} speed-up over dense"].ours
+                    for v in variants]
+            paper = [rep.PAPER_SPEEDUP[(case, v)][device] for v in variants]
+            assert ours[0] < min(ours[1:]) and paper[0] < min(paper[1:])
+
+
+@pytest.mark.slow
+def test_reproduction_end_to_end_rows():
+    """The attention share of a dense HunyuanVideo step is STA's measured one within 35 %;
+    a step with GNA in every layer is faster than the paper's end-to-end range (its recipe
+    keeps dense attention in part of the run: docs/validation.md)."""
+    from dse.reproduce import gna as rep
+    rows = rep.e2e_rows()
+    share = rows[-1]
+    assert share.within()
+    assert all(r.ours > rep.PAPER_E2E[1] for r in rows[:-1])
