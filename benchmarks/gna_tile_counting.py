@@ -8,14 +8,13 @@ Usage: python benchmarks/gna_tile_counting.py [--repeats 3]
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.run import _median_s  # noqa: E402
 from workloads.gna import GNAConfig, flex_mask_mod, tile_counts  # noqa: E402
 
 #: (grid, window, stride, layout, tile) of the paper-sized rows, 128 x 128 tiles.
@@ -26,15 +25,6 @@ LARGE = [("32768", "2048", "1", "row_major", None), ("32768", "2048", "256", "ro
 #: Rows also counted by create_block_mask (CPU, eager).
 VERSUS = [("8192", "1024", "1", "row_major", None), ("64x64", "24x24", "1", "tiled", "8x16"),
           ("8x16x32", "4x8x8", "1", "row_major", None)]
-
-
-def _median_s(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -290,11 +290,6 @@ def _dit_inputs(name: str):
     return inputs
 
 
-def _gna_defaults(grid: str, window: str, stride: str, tile: str) -> dict[str, Any]:
-    return {"grid": grid, "window": window, "stride": stride, "dilation": "1", "causal": "0",
-            "layout": "tiled", "tile": tile, "q_tile": ""}
-
-
 register(ModelSpec(
     name="gna", family="micro",
     description="one generalized neighborhood attention op on a 1-D/2-D/3-D token grid",
@@ -305,20 +300,22 @@ register(ModelSpec(
     build=GNAMicro, inputs=_gna_inputs))
 
 _DIT = {"d_model": 3072, "heads": 24, "mlp_ratio": 4, "in_features": 64, "txt_dim": 4096,
-        "vec_dim": 768, "attention": "dense"}
+        "vec_dim": 768, "attention": "dense", "dilation": "1", "causal": "0", "layout": "tiled",
+        "q_tile": ""}
 
-register(ModelSpec(
-    name="flux-dit", family="vision",
-    description="FLUX.1-like 2-D diffusion transformer (12 B), dense or GNA attention",
-    arch={**_DIT, "double_blocks": 19, "single_blocks": 38, "refiner_blocks": 0,
-          "txt_tokens": 512, **_gna_defaults("256x256", "80x80", "16x16", "16x8")},
-    arch_choices=dict(_CHOICES, refiner_blocks=tuple(range(0, 9))),
-    build=MMDiT, inputs=_dit_inputs("flux-dit"), published_params=12_000_000_000))
 
-register(ModelSpec(
-    name="hunyuan-dit", family="vision",
-    description="HunyuanVideo-like 3-D diffusion transformer (13 B), dense or GNA attention",
-    arch={**_DIT, "double_blocks": 20, "single_blocks": 40, "refiner_blocks": 2,
-          "txt_tokens": 256, **_gna_defaults("30x48x80", "18x24x24", "16x8x8", "2x8x8")},
-    arch_choices=dict(_CHOICES, refiner_blocks=tuple(range(0, 9))),
-    build=MMDiT, inputs=_dit_inputs("hunyuan-dit"), published_params=13_000_000_000))
+def _register_dit(name: str, description: str, published: int, **arch: Any) -> None:
+    register(ModelSpec(
+        name=name, family="vision", description=description, arch={**_DIT, **arch},
+        arch_choices=dict(_CHOICES, refiner_blocks=tuple(range(0, 9))), build=MMDiT,
+        inputs=_dit_inputs(name), published_params=published))
+
+
+_register_dit("flux-dit", "FLUX.1-like 2-D diffusion transformer (12 B), dense or GNA attention",
+              12_000_000_000, double_blocks=19, single_blocks=38, refiner_blocks=0,
+              txt_tokens=512, grid="256x256", window="80x80", stride="16x16", tile="16x8")
+_register_dit("hunyuan-dit",
+              "HunyuanVideo-like 3-D diffusion transformer (13 B), dense or GNA attention",
+              13_000_000_000, double_blocks=20, single_blocks=40, refiner_blocks=2,
+              txt_tokens=256, grid="30x48x80", window="18x24x24", stride="16x8x8",
+              tile="2x8x8")
