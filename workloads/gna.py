@@ -31,8 +31,9 @@ in it attends, *partial* when some do (it needs the mask), *skipped* when none d
 :func:`tile_counts` counts them exactly (the same numbers as torch's ``create_block_mask``:
 padded tail blocks are never full) without visiting pairs: per axis the attended keys of a
 query are an interval whose ends never decrease along the axis, so pairs between two
-coordinate intervals come from prefix sums (O(log n)); a block is a union of at most
-``2 D - 1`` boxes of the grid, and a box pair's count is the product of its axes' counts. When
+coordinate intervals come from prefix sums (O(log n)); a block is a union of a few boxes of
+the grid (at most ``2 D - 1`` per run of whole rows or tiles, and per partial tile at either
+end), and a box pair's count is the product of its axes' counts. When
 every block is one box of a product grid (tiled layouts, aligned row-major grids) the totals are
 products over axes and no block pair is visited at all.
 """
