@@ -1,4 +1,4 @@
-"""``gpu``: a GPU (A100, H100, H200, L40S, T4, RTX 3090/4090, MI300X presets) running PyTorch.
+"""``gpu``: a GPU (A100, H100, H200, B200, L40S, T4, RTX 3090/4090, MI300X presets) running PyTorch.
 
 The baseline every seed paper compares against. Each op is one kernel (ops on one stream
 serialise, in program order: one ``sm`` unit), costed in closed form by
@@ -12,6 +12,8 @@ serialise, in program order: one ``sm`` unit), costed in closed form by
   transforms.
 * ``attention``: flash-attention style (K/V read once per query block, causal blocks stop at
   the diagonal); decode (few query rows) bandwidth-bound over the KV cache with split-KV.
+* ``sparse_attention``: the same kernel visiting only the tiles the pattern needs, masked
+  tiles paying the mask (:mod:`accelerators.gpu_sparse_attention`).
 * everything else (elementwise, norm, softmax, reduction, embedding, data movement, unknown):
   bandwidth-bound kernels at the calibrated copy bandwidth times a per-operator efficiency,
   plus a kernel floor.
@@ -56,6 +58,7 @@ from accelerators.gpu_runtime import RUNTIMES, START_TARGET, stream_plan
 from accelerators.host_profile import load_host_profile
 from accelerators.memory_standards import STANDARD_NAMES, memory_system
 from accelerators.physical import HOST_INTERFACES, Floorplan
+from accelerators.gpu_sparse_attention import MASK_POLICIES, sparse_attention_time
 from dse.errors import BadInput
 from workloads import ir
 from workloads.ir import DTYPE_BYTES, Op, Workload
@@ -153,6 +156,14 @@ PARAMS = (
     Param("host_profile", str, "", "", "host profile for runtime eager / cuda_graphs: a "
           "shipped name or the path of a JSON written by `python -m dse.calibrate."
           "host_profile` (per-op dispatch times measured on a machine's CPU)"),
+    Param("attention_block_q", int, "tokens", 128, "queries per tile of a block-sparse "
+          "attention kernel (sparse_attention ops skip whole tiles)", 16, 1024, log=True),
+    Param("attention_block_kv", int, "tokens", 128, "keys per tile of a block-sparse "
+          "attention kernel", 16, 1024, log=True),
+    Param("attention_mask_policy", str, "", "partial_tiles", "which visited tiles of a "
+          "sparse_attention op evaluate the mask: partial_tiles (flex_attention) or "
+          "whole_problem (every tile unless none needs it: NATTEN's FNA kernels)",
+          choices=MASK_POLICIES),
 )
 
 #: Presets from datasheets and architecture whitepapers [D]: dense peaks (never the 2x "with
@@ -282,6 +293,22 @@ PRESETS: dict[str, dict[str, Any]] = {
                    l2_bytes=256 * 2**20, tdp_w=750.0, idle_power_w=140.0, sms_on_die=320,
                    tensor_macs_per_sm=1024, fp32_lanes_per_sm=128, l1_kb_per_sm=96, node_nm=5,
                    host_interface="pcie5x16", peer_links=7),
+    # B200 (HGX B200, SXM, 1000 W): dense (no sparsity) fp16/bf16 2.25 PFLOP/s, fp8 and int8
+    # 4.5 P, 8 TB/s of HBM3e, 180 GB per GPU usable (1.44 TB per 8-GPU board; eight 24 GB
+    # stacks), 18 NVLink 5 links [D: NVIDIA HGX B200 datasheet]; fp32 75 TFLOP/s = 148 SMs x
+    # 128 lanes x 2 x 1.98 GHz [D]; 148 of 160 SMs enabled (74 of 80 per die), 256 KiB L1 per
+    # SM and a 126 MB L2 read off a device [R: Chips and Cheese, "Nvidia's B200: Keeping the
+    # CUDA Juggernaut Rolling", 2025]; boost clock as the H100 SXM [E, same source]; 4096 dense
+    # fp16 MACs per SM per cycle (2.25 P / 148 SMs / 1.86 GHz tensor clock / 2) [D-derived];
+    # TSMC 4NP as the 4 nm node; the NVLink 5 PHY area is NVLink 4's [E]; idle power with a
+    # CUDA context [E]. The two reticle-sized dies are the floorplan's to split.
+    "b200": dict(sms=148, clock_hz=1.98e9, peak_bf16_flops=2.25e15, peak_fp16_flops=2.25e15,
+                 peak_fp32_flops=75e12, peak_fp8_flops=4.5e15, peak_int8_ops=4.5e15,
+                 memory_bandwidth_Bps=8.0e12, memory_capacity_bytes=180e9,
+                 memory_kind="hbm3e", memory_devices=8, memory_device_gb=24, l2_bytes=126e6,
+                 tdp_w=1000.0, idle_power_w=150.0, sms_on_die=160, tensor_macs_per_sm=4096,
+                 fp32_lanes_per_sm=128, l1_kb_per_sm=256, node_nm=4,
+                 host_interface="pcie5x16", peer_links=18),
 }
 
 #: The preset of each device name torch reports (``torch.cuda.get_device_properties().name``):
@@ -290,7 +317,7 @@ DEVICE_PRESETS = {
     "NVIDIA A100-SXM4-80GB": "a100", "NVIDIA A100-SXM4-40GB": "a100-40gb",
     "NVIDIA H100 80GB HBM3": "h100", "NVIDIA H100 PCIe": "h100-pcie", "NVIDIA H200": "h200",
     "NVIDIA L40S": "l40s", "Tesla T4": "t4", "NVIDIA GeForce RTX 3090": "rtx3090",
-    "NVIDIA GeForce RTX 4090": "rtx4090", "AMD Instinct MI300X": "mi300x",
+    "NVIDIA GeForce RTX 4090": "rtx4090", "AMD Instinct MI300X": "mi300x", "NVIDIA B200": "b200",
 }
 
 
@@ -389,6 +416,7 @@ class GPU(Template):
     PARAMS = PARAMS
     PRESETS = PRESETS
     DEFAULT_PRESET = "h200"
+    SPARSE_ATTENTION = True
 
     def __init__(self, preset: str | None = None, **values: Any):
         if "dtype" in values:
@@ -480,6 +508,7 @@ class GPU(Template):
         b = op.bytes_per_element
         a = op.attrs
         l2_bytes = nbytes
+        details: dict[str, Any] = {}
         if op.kind == ir.MATMUL and _has(a, "m", "n", "k"):
             m, n, k, batch = int(a["m"]), int(a["n"]), int(a["k"]), int(a.get("batch", 1))
             lat, comp, mem = self.model.gemm(m, n, k, batch, dtype, bytes_hbm=nbytes)
@@ -504,6 +533,14 @@ class GPU(Template):
             kv = op.kv_bytes_read or nbytes / 2
             l2_bytes = nbytes + kv * (math.ceil(int(a["q_len"]) / qb) - 1)
             bound = "compute" if comp >= mem else "memory"
+        elif op.kind == ir.SPARSE_ATTENTION and _has(a, "heads", "q_len", "kv_len", "head_dim"):
+            hw = self.hw
+            sparse = sparse_attention_time(self.model, a, dtype, hw.attention_block_q,
+                                           hw.attention_block_kv, hw.attention_mask_policy,
+                                           hw.peak_fp32_flops / 2)
+            lat, comp, mem = sparse.latency_s, sparse.compute_s, sparse.memory_s
+            flops, details = sparse.executed_flops, sparse.details()
+            bound = "compute" if comp >= mem else "memory"
         else:
             width, rows = _rows(op)
             lat, mem = self.model.memory(nbytes, op.target, op.kind, rows=rows, width=width,
@@ -512,14 +549,15 @@ class GPU(Template):
             bound = "memory"
         lat = max(lat, nbytes / self.hw.memory_bandwidth_Bps)
         e = self._energy
-        flop_dtype = dtype if op.kind in (ir.MATMUL, ir.CONV, ir.ATTENTION) else "fp32"
+        flop_dtype = dtype if op.kind in (ir.MATMUL, ir.CONV, ir.ATTENTION,
+                                          ir.SPARSE_ATTENTION) else "fp32"
         out = OpCost(
             unit="sm", latency_s=lat, compute_s=min(comp, lat), clock_hz=self.hw.clock_hz,
             traffic={"hbm": nbytes}, bytes_by_level={"hbm": nbytes, "l2": l2_bytes},
             energy_j={"compute": flops * e["flop"][flop_dtype],
                       "offchip_memory": nbytes * e["dram"],
                       "onchip_memory": nbytes * e["onchip"]},
-            bound=bound)
+            bound=bound, details=details)
         self._cache[key] = out
         return out
 

@@ -348,7 +348,9 @@ class KernelModel:
                 tile = kn["attention_tile_s"] + qb * kv_len * per_score
                 compute = math.ceil(tiles / sms) * tile
             l2_fit = kv_bytes / (batch * kv_heads) <= self.chip.l2_bytes / 4
-            kv_reads = 1 if (l2_fit or nqb == 1) else nqb
+            # a wave of up to `sms` query blocks of one head sweeps K/V together: one HBM read
+            # per wave (the L2 shares the tiles in flight), once when a head's K/V fit the L2
+            kv_reads = 1 if (l2_fit or nqb == 1) else math.ceil(nqb / sms)
             mem_s = (q_bytes + kv_bytes * kv_reads) / self.copy_Bps
             out = (kn["attention_launch_s"] + max(compute, mem_s), compute, mem_s)
         self._cache[key] = out

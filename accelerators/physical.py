@@ -38,8 +38,9 @@ from accelerators.memory_standards import MemorySystem
 RETICLE_MM2 = 26.0 * 33.0
 #: Most chiplets one package joins [E: B200 joins 2 reticle dies, MI300X 8 compute dies].
 MAX_CHIPLETS = 8
-#: Largest silicon interposer, mm^2 [D: TSMC CoWoS-L at 3.3 reticles, 2024].
-MAX_INTERPOSER_MM2 = 3.3 * RETICLE_MM2
+#: Largest silicon interposer, mm^2 [D: TSMC CoWoS-L at 3.5 reticles in volume (B200, 2025),
+#: announced to grow to 5.5].
+MAX_INTERPOSER_MM2 = 3.5 * RETICLE_MM2
 #: Share of a die's perimeter memory PHYs may take [E: three of four edges, as GA102 and
 #: TU104 place their GDDR PHYs; A100 / H100 put six HBM sites on the two long edges (~58 % of
 #: the perimeter), leaving a short edge to NVLink / PCIe].
@@ -90,9 +91,10 @@ SUBSTRATE_USD_PER_MM2 = 0.01
 SUBSTRATE_AREA_PER_SILICON = 3.0
 ASSEMBLY_USD = 10.0
 #: Silicon interposer (2.5-D) wafer price, US$ [E: a 65-nm-class wafer with TSVs and a
-#: CoWoS-class premium], area = 1.2 x what sits on it, yield per interposer [E].
+#: CoWoS-class premium], area = 1.1 x what sits on it (spacing, seal ring), yield per
+#: interposer [E].
 INTERPOSER_WAFER_USD = 6000.0
-INTERPOSER_AREA_FACTOR = 1.2
+INTERPOSER_AREA_FACTOR = 1.1
 INTERPOSER_YIELD = 0.9
 
 

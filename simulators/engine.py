@@ -17,6 +17,7 @@ from accelerators.base import ENERGY_COMPONENTS, OpCost, Template
 from dse.errors import InfeasibleDesign
 from simulators.channel import FluidChannel
 from simulators.result import OpRecord, Result
+from workloads.gna import dense_equivalent
 from workloads.ir import Op, Workload
 
 
@@ -42,7 +43,8 @@ def simulate(workload: Workload, accelerator: Template,
         reason = accelerator.check(workload)
         if reason:
             raise InfeasibleDesign(reason)
-        workload = accelerator.plan(workload)
+        workload = accelerator.plan(workload if accelerator.SPARSE_ATTENTION
+                                    else dense_equivalent(workload))
         costs = accelerator.costs(workload)
     ops = workload.ops
     costs = list(costs)
@@ -90,7 +92,8 @@ def simulate(workload: Workload, accelerator: Template,
         records[i] = OpRecord(
             name=op.name, kind=op.kind, unit=cost.unit, start_s=start, end_s=env.now,
             cycles=(env.now - start) * cost.clock_hz, compute_cycles=cost.compute_cycles,
-            flops=op.flops, bytes=op.total_bytes, energy_j=cost.total_energy_j, bound=cost.bound)
+            flops=op.flops, bytes=op.total_bytes, energy_j=cost.total_energy_j, bound=cost.bound,
+            details=dict(cost.details))
         done[op.name].succeed()
 
     for i, (op, cost) in enumerate(zip(ops, costs)):

@@ -12,7 +12,8 @@ SIMULATOR_VERSION = "0.1.0"
 
 @dataclass(frozen=True, slots=True)
 class OpRecord:
-    """One op as simulated: when it ran (s), where, and what it cost."""
+    """One op as simulated: when it ran (s), where, and what it cost; ``details``: the
+    template's op-specific figures (tiles of a sparse attention op), empty for most ops."""
 
     name: str
     kind: str
@@ -25,6 +26,7 @@ class OpRecord:
     bytes: int
     energy_j: float
     bound: str
+    details: dict[str, Any] = field(default_factory=dict)
 
     @property
     def duration_s(self) -> float:
@@ -94,7 +96,8 @@ class Result:
              "utilisation": self.utilisation, "events": self.events, "fidelity": self.fidelity,
              "simulator_version": self.simulator_version}
         if ops:
-            d["ops"] = [asdict(r) for r in self.ops]
+            d["ops"] = [{k: v for k, v in asdict(r).items() if k != "details" or v}
+                        for r in self.ops]
         return d
 
     def to_chrome_trace(self) -> dict[str, Any]:

@@ -201,7 +201,7 @@ def test_bad_params_raise_badinput(values):
 
 def test_bad_preset_and_calibration_files(tmp_path):
     with pytest.raises(BadInput):
-        GPU("b200")
+        GPU("no-such-gpu")
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(BadInput):

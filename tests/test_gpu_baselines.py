@@ -241,7 +241,7 @@ def test_presets_hold_dense_datasheet_peaks():
     assert PRESETS["a100"]["memory_bandwidth_Bps"] == 2.039e12
     assert PRESETS["l40s"]["peak_bf16_flops"] == 362.05e12
     assert PRESETS["mi300x"]["memory_capacity_bytes"] == 192e9
-    assert "b200" not in PRESETS
+    assert PRESETS["b200"]["peak_bf16_flops"] == 2.25e15             # dense (4.5 P is sparse)
     for name in PRESETS:
         g = GPU(name)
         assert g.hw.idle_power_w < g.hw.tdp_w

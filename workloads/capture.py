@@ -49,7 +49,8 @@ def export_module(module: torch.nn.Module, args: tuple, kwargs: dict | None = No
     """``torch.export`` the module in eval mode; :class:`CaptureError` on rejection."""
     module.eval()
     try:
-        return torch.export.export(module, tuple(args), kwargs or {}, strict=False)
+        with torch.no_grad():  # inference graphs (flex_attention refuses to trace autograd on CPU)
+            return torch.export.export(module, tuple(args), kwargs or {}, strict=False)
     except Exception as exc:  # torch raises many types; the user gets one line
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise CaptureError(f"torch.export rejected the module: {type(exc).__name__}: {first}") from None
@@ -260,6 +261,10 @@ def _make_op(node, op_name: str, name: str, kind: str, inputs: list[_Tensor], ou
         elif kind == ir.HASHGRID:
             attrs = _hashgrid_attrs(node, inputs)
             flops = attrs["points"] * attrs["levels"] * (2 ** attrs["dims"]) * attrs["features"] * 2
+        elif kind == ir.SPARSE_ATTENTION:
+            from workloads.sparse_attention import capture_attrs
+            attrs = capture_attrs(node, [t.shape for t in inputs])
+            flops = attrs.pop("_flops")
         else:
             attrs["elements"] = out_elems
     act_w = sum(_bytes(t) for t in outputs) if out_role == ACT else 0

@@ -30,8 +30,9 @@ UNKNOWN = "unknown"
 #: Host-side work a template adds when it plans a workload (a framework dispatching an op, a
 #: graph launch); never produced by capture.
 HOST = "host"
+SPARSE_ATTENTION = "sparse_attention"
 OP_KINDS = (MATMUL, CONV, ATTENTION, ELEMENTWISE, NORM, SOFTMAX, REDUCTION, EMBEDDING,
-            HASHGRID, DATA_MOVEMENT, UNKNOWN, HOST)
+            HASHGRID, DATA_MOVEMENT, UNKNOWN, HOST, SPARSE_ATTENTION)
 
 #: How a decode step updates the KV cache: ``in_place`` writes the new token's keys and values
 #: into a preallocated cache (serving engines, Hugging Face's static cache); ``concat`` builds a
@@ -61,6 +62,9 @@ class Op:
       * conv: ``n, c, h, w, k, r, s, p, q, stride, padding, groups`` (input NCHW, k filters of
         r x s, output p x q); ``gemm_m, gemm_n, gemm_k`` its im2col GEMM per group.
       * attention: ``batch, heads, kv_heads, q_len, kv_len, head_dim, causal, causal_flops``.
+      * sparse_attention: the attention keys plus ``dense_flops``, ``attended_pairs`` and the
+        pattern (``gna`` or a captured ``block_mask``); FLOPs count attended pairs only
+        (:mod:`workloads.sparse_attention`).
       * hashgrid: ``points, levels, features, log2_table_size, base_resolution,
         finest_resolution, dims``.
       * elementwise/norm/softmax/reduction/embedding/data_movement: ``elements`` (output).
