@@ -207,7 +207,7 @@ def _print_result(r) -> None:
 
 # ----------------------------------------------------------------------------- reproduce
 @app.command()
-def reproduce(name: str = typer.Argument(..., help="pim-gpt | neupims | ngpc | waferllm"),
+def reproduce(name: str = typer.Argument(..., help="pim-gpt | neupims | ngpc | waferllm | nasaic"),
               as_json: bool = typer.Option(False, "--json", help='Print {"rows": [...]}.')) -> None:
     """Reproduce a seed paper's headline numbers: metric, paper, ours, ratio."""
     from dse.reproduce import run_reproduction

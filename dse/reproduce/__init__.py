@@ -16,6 +16,7 @@ _REPRODUCTIONS = {
     "neupims": "dse.reproduce.neupims",
     "ngpc": "dse.reproduce.ngpc",
     "waferllm": "dse.reproduce.waferllm",
+    "nasaic": "dse.reproduce.nasaic",
 }
 
 

@@ -276,6 +276,7 @@ def resolve(data: Any, source: str | None = None) -> ResolvedStudy:
     """Parsed YAML -> :class:`ResolvedStudy` (see the module docstring)."""
     spec = validate_spec(data)
     _check_forms(spec)
+    _check_quality_source(spec)
     workloads = [_resolve_workload(i, w) for i, w in enumerate(spec.workloads)]
     designs = _resolve_designs(spec)
     space = _build_space(spec, designs, workloads)
@@ -296,11 +297,6 @@ def resolve(data: Any, source: str | None = None) -> ResolvedStudy:
     quality = QualityConfig(python=q.python, tokens=q.tokens, tokens_per_param=q.tokens_per_param,
                             steps=q.steps, source=q.source, table=q.table) if q else QualityConfig()
     published = quality.source == "published"
-    if published and quality.python:
-        raise bad("quality.python", quality.python, "expected either python or source: "
-                  "published, not both")
-    if quality.table and not published:
-        raise bad("quality.table", quality.table, "expected source: published with a table")
     uses = [(f"objectives[{i}]", o.metric) for i, o in enumerate(objectives)] + \
            [(f"constraints[{i}]", c.metric) for i, c in enumerate(constraints)]
     needs_quality = False
@@ -360,6 +356,15 @@ def _check_forms(spec: StudySpec) -> None:
         for i, n in enumerate(names):
             if n in names[:i]:
                 raise bad(f"{group}[{i}].name", n, "expected a name of its own")
+
+
+def _check_quality_source(spec: StudySpec) -> None:
+    q = spec.quality
+    if q is not None and q.source == "published" and q.python:
+        raise bad("quality.python", q.python, "expected either python or source: published, "
+                  "not both")
+    if q is not None and q.table and q.source != "published":
+        raise bad("quality.table", q.table, "expected source: published with a table")
 
 
 def _remap(prefix: str, exc: BadInput) -> BadInput:
