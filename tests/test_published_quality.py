@@ -211,6 +211,7 @@ def test_trials_csv_says_which_quality_source_rated_each_trial(tmp_path):
         assert x["arch.resnet18.blocks3"] == {"resnet18": "2", "resnet34": "6"}[net]
         width = {"0.5": "0.5", "1.0": "1.0"}[x["arch.mobilenetv2.width_mult"]]
         mobilenet = f"mobilenet_v2_{width}_{x['arch.mobilenetv2.image_size']}"
-        assert x["mobilenetv2.quality_source"] == f"published: {mobilenet} (tf-slim-mobilenet-v2, [R])"
+        assert x["mobilenetv2.quality_source"] == (
+            f"published: {mobilenet} (tf-slim-mobilenet-v2, [R])")
         top1 = {"resnet18": 69.758, "resnet34": 73.314}[net]
         assert float(x["resnet18.quality"]) == pytest.approx(top1 / 69.758)

@@ -140,7 +140,7 @@ def parse_table(text: str, path: str = "table", field_name: str = "quality.table
         raise BadInput(field_name, path, "expected a JSON object with 'sources' and 'entries'")
     sources = data.get("sources")
     if not isinstance(sources, dict) or not sources or not all(
-            isinstance(v, dict) and isinstance(v.get("url"), str) and isinstance(v.get("licence"), str)
+            isinstance(v, dict) and all(isinstance(v.get(k), str) for k in ("url", "licence"))
             for v in sources.values()):
         raise BadInput(f"{field_name} sources", sources, "expected a mapping of source name -> "
                        "{citation, url, licence}")

@@ -109,13 +109,14 @@ class Evaluator:
     def top1(self, nets: Sequence[str]) -> list[float]:
         return [self.entries[n].top1_pct for n in nets]
 
-    def _sub(self, name: str, hw: tuple[int, int, float]):
+    def sub_accelerator(self, name: str, hw: tuple[int, int, float]):
+        """Sub-accelerator ``name`` (its dataflow) of the preset with ``(rows, cols, B/s)``."""
         from accelerators.npu import NPU
 
         rows, cols, bw = hw
         return NPU(PRESET, dataflow=SUBS[name], rows=rows, cols=cols, dram_bandwidth_Bps=bw)
 
-    def _run(self, net: str, sub: str, hw: tuple[int, int, float]) -> tuple[float, float]:
+    def run_alone(self, net: str, sub: str, hw: tuple[int, int, float]) -> tuple[float, float]:
         """(latency_s, dynamic energy_j) of one network alone on one sub-accelerator."""
         key = (net, sub, hw)
         if key not in self._runs:
@@ -126,18 +127,18 @@ class Evaluator:
                 e = self.entries[net]
                 self._workloads[net] = build_workload(e.model, phase="forward", batch=1,
                                                       dtype=DTYPE, arch=e.arch)
-            r = simulate(self._workloads[net], self._sub(sub, hw))
+            r = simulate(self._workloads[net], self.sub_accelerator(sub, hw))
             self._runs[key] = (r.latency_s, r.energy_j - r.energy_breakdown_j.get("static", 0.0))
         return self._runs[key]
 
     def metrics(self, d: Design) -> dict[str, float]:
         from dse.study.heterogeneous import Heterogeneous, offchip_bandwidth_Bps, pe_count
 
-        subs = {name: self._sub(name, hw) for name, hw in zip(SUBS, d.hw)}
+        subs = {name: self.sub_accelerator(name, hw) for name, hw in zip(SUBS, d.hw)}
         busy = dict.fromkeys(SUBS, 0.0)
         dynamic_j = 0.0
         for net, sub in zip(d.nets, d.assign):
-            latency_s, energy_j = self._run(net, sub, d.hw[list(SUBS).index(sub)])
+            latency_s, energy_j = self.run_alone(net, sub, d.hw[list(SUBS).index(sub)])
             busy[sub] += latency_s
             dynamic_j += energy_j
         whole = Heterogeneous(subs)
@@ -178,7 +179,10 @@ class Specs:
 def reference(ev: Evaluator) -> tuple[Design, dict[str, float]]:
     """The reference design (the preset's sub-accelerators, the zoo's default networks) in
     the one-task-each assignment of lower latency, and its metrics."""
-    hw = tuple((32, 32, 1.28e10) for _ in SUBS)
+    from accelerators.npu import PRESETS
+
+    p = PRESETS[PRESET]
+    hw = tuple((p["rows"], p["cols"], p["dram_bandwidth_Bps"]) for _ in SUBS)
     nets = ev.reference_nets()
     subs = list(SUBS)
     options = [Design(nets, hw, (subs[0], subs[1])), Design(nets, hw, (subs[1], subs[0]))]
@@ -196,6 +200,8 @@ def specs_of(ev: Evaluator, scale: float = 1.0) -> Specs:
 
 @dataclass
 class Record:
+    """One evaluated design: its metrics and each spec's and budget's relative violation."""
+
     design: Design
     metrics: dict[str, float]
     violations: dict[str, float]
