@@ -127,13 +127,14 @@ def _result(workload: Workload, accelerator: Template, costs: Sequence[OpCost],
 
 
 def physical_fields(accelerator: Template) -> dict[str, Any]:
-    """A design's ``area_breakdown_mm2``, ``cost_usd``, ``tdp_w`` and ``memory`` for a result
+    """A design's ``area_breakdown_mm2``, ``cost_usd`` (and its breakdown), ``tdp_w`` and
+    ``memory`` for a result
     (NaN cost and TDP for a template that does not model its silicon)."""
     phys = accelerator.physical()
     if phys is None:
         return {"area_breakdown_mm2": {"total": accelerator.area_mm2()}}
     return {"area_breakdown_mm2": dict(phys.area_breakdown_mm2), "cost_usd": phys.cost_usd,
-            "tdp_w": phys.tdp_w, "memory": phys.memory.to_dict() if phys.memory else None}
+            "cost_breakdown_usd": dict(phys.cost_breakdown_usd), "tdp_w": phys.tdp_w, "memory": phys.memory.to_dict() if phys.memory else None}
 
 
 def _event_count(env: simpy.Environment) -> int:

@@ -33,7 +33,8 @@ class OpRecord:
 
 @dataclass
 class Result:
-    """Latency (s), energy (J) by component, area (mm^2) and its breakdown, cost per chip (US$),
+    """Latency (s), energy (J) by component, area (mm^2) and its breakdown, cost per chip (US$)
+    and its breakdown,
     TDP (W), off-chip memory (standard, devices, capacity B, bandwidth B/s), average power (W),
     utilisation per unit (0-1), and per-op records. ``throughput`` is items/s where the item is a token for LLM phases and a
     sample otherwise (``throughput_unit`` says which)."""
@@ -53,6 +54,7 @@ class Result:
     events: int = 0
     area_breakdown_mm2: dict[str, float] = field(default_factory=dict)
     cost_usd: float = float("nan")
+    cost_breakdown_usd: dict[str, float] = field(default_factory=dict)
     tdp_w: float = float("nan")
     memory: dict[str, Any] | None = None
     fidelity: str = "event"
@@ -85,6 +87,7 @@ class Result:
              "latency_s": self.latency_s, "energy_j": self.energy_j,
              "energy_breakdown_j": self.energy_breakdown_j, "area_mm2": self.area_mm2,
              "area_breakdown_mm2": self.area_breakdown_mm2, "cost_usd": self.cost_usd,
+             "cost_breakdown_usd": self.cost_breakdown_usd,
              "tdp_w": self.tdp_w, "memory": self.memory,
              "avg_power_w": self.avg_power_w, "edp": self.edp,
              "throughput": self.throughput, "throughput_unit": self.throughput_unit,
