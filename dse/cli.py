@@ -220,7 +220,7 @@ def _print_result(r) -> None:
 
 # ----------------------------------------------------------------------------- reproduce
 @app.command()
-def reproduce(name: str = typer.Argument(..., help="pim-gpt | neupims | ngpc | waferllm | gna"),
+def reproduce(name: str = typer.Argument(..., help="pim-gpt | neupims | ngpc | waferllm | gna | nasaic"),
               as_json: bool = typer.Option(False, "--json", help='Print {"rows": [...]}.'),
               gpu_hw: Optional[list[str]] = typer.Option(
                   None, "--gpu-hw", help="GPU baseline KEY=VALUE (pim-gpt), e.g. runtime=eager "

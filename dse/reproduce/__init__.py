@@ -17,6 +17,7 @@ _REPRODUCTIONS = {
     "ngpc": "dse.reproduce.ngpc",
     "waferllm": "dse.reproduce.waferllm",
     "gna": "dse.reproduce.gna",
+    "nasaic": "dse.reproduce.nasaic",
 }
 
 

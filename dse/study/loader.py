@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 from dse.errors import BadInput
 from dse.quality import BUILTIN, QualityConfig, load_function
 from dse.study import objectives as obj
+from dse.study.networks import NETWORK_KEY, check_published_coverage, network_dimension
 from dse.study.space import (Dimension, Fixed, SearchSpace, Shown, Target, _NOTHING, bad,
                              parse_range)
 from dse.study.spec import StudySpec
@@ -275,6 +276,7 @@ def resolve(data: Any, source: str | None = None) -> ResolvedStudy:
     """Parsed YAML -> :class:`ResolvedStudy` (see the module docstring)."""
     spec = validate_spec(data)
     _check_forms(spec)
+    _check_quality_source(spec)
     workloads = [_resolve_workload(i, w) for i, w in enumerate(spec.workloads)]
     designs = _resolve_designs(spec)
     space = _build_space(spec, designs, workloads)
@@ -293,17 +295,20 @@ def resolve(data: Any, source: str | None = None) -> ResolvedStudy:
                 constraints.append(obj.Constraint(key, "<=", float(value)))
     q = spec.quality
     quality = QualityConfig(python=q.python, tokens=q.tokens, tokens_per_param=q.tokens_per_param,
-                            steps=q.steps) if q else QualityConfig()
+                            steps=q.steps, source=q.source, table=q.table) if q else QualityConfig()
+    published = quality.source == "published"
     uses = [(f"objectives[{i}]", o.metric) for i, o in enumerate(objectives)] + \
            [(f"constraints[{i}]", c.metric) for i, c in enumerate(constraints)]
     needs_quality = False
+    rated: set[str] = set()
     for where, metric in uses:
         if obj.base_metric(metric) != "quality":
             continue
         needs_quality = True
         scope = [w for w in workloads if "." not in metric or metric.split(".")[0] == w.label]
+        rated.update(w.label for w in scope)
         for w in scope:
-            if not quality.python and w.family not in BUILTIN:
+            if not quality.python and not published and w.family not in BUILTIN:
                 raise bad(where, metric, f"expected a quality proxy for {w.model} "
                           f"({w.family} models "
                           "have none built in); give quality: {python: 'package.module:function'}")
@@ -317,6 +322,8 @@ def resolve(data: Any, source: str | None = None) -> ResolvedStudy:
                               f"cols); {d.name} ({d.template}) has none")
     if quality.python:
         load_function(quality.python)
+    if published and rated:
+        check_published_coverage(space, workloads, rated, _table(spec))
     _check_sampler(spec, objectives)
     if spec.storage is not None:
         spec.storage = check_storage_url(spec.storage, "storage")
@@ -349,6 +356,15 @@ def _check_forms(spec: StudySpec) -> None:
         for i, n in enumerate(names):
             if n in names[:i]:
                 raise bad(f"{group}[{i}].name", n, "expected a name of its own")
+
+
+def _check_quality_source(spec: StudySpec) -> None:
+    q = spec.quality
+    if q is not None and q.source == "published" and q.python:
+        raise bad("quality.python", q.python, "expected either python or source: published, "
+                  "not both")
+    if q is not None and q.table and q.source != "published":
+        raise bad("quality.table", q.table, "expected source: published with a table")
 
 
 def _remap(prefix: str, exc: BadInput) -> BadInput:
@@ -500,6 +516,7 @@ def _build_space(spec: StudySpec, designs: list[ResolvedDesign],
             dims.append(got)
     labels = [w.label for w in workloads]
     fixed_arch: dict[str, dict[str, Any]] = {w: {} for w in labels}
+    networks: dict[str, dict[str, dict[str, Any]]] = {}
     arch_raw = _names_or_mapping(spec.search.architecture, "search.architecture")
     for key, raw in arch_raw.items():
         where = f"search.architecture.{key}"
@@ -511,10 +528,23 @@ def _build_space(spec: StudySpec, designs: list[ResolvedDesign],
         else:
             wlabel, akey = labels[0], key
         w = workloads[labels.index(wlabel)]
+        opt_name = f"arch.{wlabel}.{akey}" if len(workloads) > 1 else f"arch.{akey}"
+        if akey == NETWORK_KEY and akey not in w.arch_defaults:
+            others = [k for k in arch_raw if k != key and (len(workloads) == 1
+                                                           or k.startswith(wlabel + "."))]
+            if others:
+                raise bad(f"search.architecture.{others[0]}", arch_raw[others[0]],
+                          f"expected no other architecture key of {wlabel} beside {key}")
+            got, archs = network_dimension(where, opt_name, raw, w.model, _table(spec))
+            if isinstance(got, Fixed):
+                fixed_arch[wlabel].update(archs[got.value])
+            else:
+                networks[wlabel] = archs
+                dims.append(got)
+            continue
         if akey not in w.arch_defaults:
             raise bad(where, raw, f"expected a {w.model} architecture key: "
                       + ", ".join(w.arch_defaults))
-        opt_name = f"arch.{wlabel}.{akey}" if len(workloads) > 1 else f"arch.{akey}"
         got = parse_range(where, opt_name, raw,
                           _arch_target(w.model, akey, w.arch_defaults[akey]))
         if isinstance(got, Fixed):
@@ -532,7 +562,15 @@ def _build_space(spec: StudySpec, designs: list[ResolvedDesign],
         raise bad("search", spec.search.model_dump(), "expected at least one searched "
                   "parameter in search.hardware or search.architecture")
     return SearchSpace(dimensions=dims, designs=names, workloads=labels, fixed_hw=fixed_hw,
-                       fixed_arch=fixed_arch, segments=segments, alternatives=spec.alternatives)
+                       fixed_arch=fixed_arch, segments=segments, alternatives=spec.alternatives,
+                       networks=networks)
+
+
+def _table(spec: StudySpec):
+    """The accuracy table a study's ``quality.table`` names (default: the shipped one)."""
+    from dse.quality.published import load_table
+
+    return load_table(spec.quality.table if spec.quality else None)
 
 
 def _check_sampler(spec: StudySpec, objectives: list[obj.Objective]) -> None:

@@ -3,8 +3,10 @@
 Columns: ``number``, ``state`` (COMPLETE, PRUNED = infeasible design, FAIL, RUNNING),
 ``feasible``, ``reason`` (why infeasible or failed), ``duration_s``, then every design
 parameter (``design``, ``hw.*``, ``arch.*``, ``assign.*``: the searched ones under their
-Optuna names plus the fixed ones and the preset's), every metric (the objectives first), each
-constraint's relative violation (``violation:latency_s<=0.02``), and ``simulator_version``.
+Optuna names plus the fixed ones and the preset's), ``quality_source`` (``WORKLOAD.
+quality_source`` with several workloads: the proxy or published table entry that rated the
+trial), every metric (the objectives first), each constraint's relative violation
+(``violation:latency_s<=0.02``), and ``simulator_version``.
 Rows are in trial order; files are written atomically (temporary file + rename).
 """
 
@@ -17,6 +19,7 @@ from typing import Any, Sequence
 
 from optuna.trial import FrozenTrial, TrialState
 
+from dse.quality import source_text
 from dse.study.loader import ResolvedStudy
 from dse.study.objectives import METRICS
 from dse.study.pareto import ParetoFront
@@ -40,6 +43,9 @@ def design_columns(t: FrozenTrial, resolved: ResolvedStudy) -> dict[str, Any]:
     for w, subs in (d.get("assign") or {}).items():
         for i, s in enumerate(subs):
             out[f"assign.{w}.{i}"] = s
+    for w, q in (d.get("quality") or {}).items():  # which quality source rated the trial
+        prefix = f"{w}." if many_workloads else ""
+        out[f"{prefix}quality_source"] = source_text(q)
     for k, v in t.params.items():  # searched values, also when the design attr is missing
         out.setdefault(k, v)
     return out

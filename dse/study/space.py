@@ -309,6 +309,8 @@ class SearchSpace:
     fixed_arch: dict[str, dict[str, Any]]
     segments: int = 0
     alternatives: bool = False
+    #: workload label -> published network name -> its full architecture (the ``network`` key)
+    networks: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     def names(self) -> list[str]:
         return [d.name for d in self.dimensions]
@@ -337,7 +339,10 @@ class SearchSpace:
                 hw[d][key] = v
             elif parts[0] == "arch":
                 w, key = (parts[1], parts[2]) if many_workloads else (self.workloads[0], parts[1])
-                arch[w][key] = v
+                if w in self.networks:  # its one key: the name of a published network
+                    arch[w].update(self.networks[w][v])
+                else:
+                    arch[w][key] = v
             elif parts[0] == "assign":
                 assign[parts[1]][int(parts[2])] = v
         if self.alternatives:

@@ -153,6 +153,12 @@ class QualitySpec(_Strict):
         20.0, description="LLM training tokens per parameter when `tokens` is not given")
     steps: Annotated[int, Field(ge=1, le=100000)] = Field(
         200, description="neural fields: optimiser steps of the image fit")
+    source: Literal["proxy", "published"] = Field(
+        "proxy", description="proxy: the family's built-in proxy; published: measured top-1 of "
+                             "trained networks from a table (`quality: published` for short)")
+    table: Optional[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
+        None, description="with source published: a JSON accuracy table (default: the shipped "
+                          "ImageNet top-1 table)")
 
 
 class SamplerSpec(_Strict):
@@ -194,7 +200,10 @@ class StudySpec(_Strict):
                     "params, flops (or WORKLOAD.metric), each minimised or maximised")
     constraints: list[Annotated[Any, WithJsonSchema(_CONSTRAINT_SCHEMA)]] = Field(
         default_factory=list, description="thresholds such as 'latency_s <= 0.02'")
-    quality: Optional[QualitySpec] = None
+    quality: Annotated[Optional[QualitySpec], WithJsonSchema({
+        "anyOf": [{"enum": ["proxy", "published"]}, QualitySpec.model_json_schema(),
+                  {"type": "null"}]})] = Field(
+        None, description="how quality is computed: a mapping, or proxy / published")
     sampler: Annotated[SamplerSpec, WithJsonSchema({
         "anyOf": [{"enum": list(SAMPLERS)}, SamplerSpec.model_json_schema()]})] = Field(
         default_factory=SamplerSpec, description="sampler name or {name, ...}")
@@ -213,6 +222,11 @@ class StudySpec(_Strict):
     @classmethod
     def _sampler_name(cls, v: Any) -> Any:
         return {"name": v} if isinstance(v, str) else v
+
+    @field_validator("quality", mode="before")
+    @classmethod
+    def _quality_source(cls, v: Any) -> Any:
+        return {"source": v} if isinstance(v, str) else v
 
     # ---------------------------------------------------------------- derived views
     @property
