@@ -65,12 +65,16 @@ def models() -> list[dict[str, Any]]:
 
 
 def accelerators() -> list[dict[str, Any]]:
-    """Templates with their presets and parameters (units, defaults, ranges)."""
+    """Templates with their presets and parameters (units, defaults, ranges); ``defaults``
+    holds the values a design gets with no preset or value given (the default preset's)."""
     out = []
     for name in template_names():
         cls = get_template(name)
+        defaults = {p.name: p.default for p in cls.PARAMS}
+        defaults.update(cls.PRESETS.get(cls.DEFAULT_PRESET) or {})
         out.append({"name": name, "description": cls.description,
                     "default_preset": cls.DEFAULT_PRESET,
                     "presets": {k: dict(v) for k, v in cls.PRESETS.items()},
+                    "defaults": defaults,  # what runs when no preset or value is given
                     "params": [p.to_dict() for p in cls.PARAMS]})
     return out
