@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from accelerators.base import Template
+from dse.errors import BadInput
 from accelerators.registry import get_template, make_accelerator, template_names
 from simulators.engine import simulate as _simulate
 from simulators.result import Result
@@ -69,7 +70,11 @@ def accelerators() -> list[dict[str, Any]]:
     holds the values a design gets with no preset or value given (the default preset's)."""
     out = []
     for name in template_names():
-        cls = get_template(name)
+        try:
+            cls = get_template(name)
+        except BadInput as exc:  # another package's template that does not load
+            out.append({"name": name, "error": str(exc)})
+            continue
         defaults = {p.name: p.default for p in cls.PARAMS}
         defaults.update(cls.PRESETS.get(cls.DEFAULT_PRESET) or {})
         out.append({"name": name, "description": cls.description,

@@ -70,6 +70,9 @@ def accelerators_text(rows: Iterable[dict[str, Any]], width: int = 80) -> str:
     width = max(width, 40)
     out: list[str] = []
     for a in rows:
+        if "error" in a:
+            out += _wrap(f"{a['name']} — not loaded: {a['error']}", width, "") + [""]
+            continue
         out += _wrap(f"{a['name']} — {a['description']}", width, "")
         presets = [f"{n} (default)" if n == a["default_preset"] else n for n in a["presets"]]
         out += _wrap("presets: " + (", ".join(presets) or "none"), width, "  ")
