@@ -86,6 +86,9 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) ->
 
 def _workload_from_flags(model, phase, batch, seq, context, dtype, arch, hf_config):
     from dse import api
+    if not hf_config:
+        from workloads.build import check_sizes_apply
+        check_sizes_apply(model, phase, seq, context)
     with _busy(f"capturing {hf_config or model} with torch.export"):
         return api.workload(model, phase=phase, batch=batch, seq=seq, context=context,
                             dtype=dtype, arch=parse_pairs(arch, "--arch"), hf_config=hf_config)

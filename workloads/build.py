@@ -99,7 +99,6 @@ def resolve(model: str, phase: str | None = None, batch: int | None = None,
         raise BadInput("phase", phase, f"{model} runs phases " + ", ".join(spec.phases))
     if dtype not in ir.DTYPE_BYTES:
         raise BadInput("dtype", dtype, "expected one of " + ", ".join(ir.DTYPE_BYTES))
-    _check_applies(model, spec.family, phase, seq, context)
     batch = check_size("batch", batch if batch is not None else DEFAULT_BATCH.get(spec.family, 1))
     seq = check_size("seq", seq if seq is not None else DEFAULT_SEQ.get(spec.family, 1))
     arch_values = spec.resolve_arch(arch)
@@ -114,9 +113,14 @@ def resolve(model: str, phase: str | None = None, batch: int | None = None,
             "dtype": dtype, "arch": arch_values}
 
 
-def _check_applies(model: str, family: str, phase: str, seq: Any, context: Any) -> None:
-    """Refuse a size the phase would ignore: ``seq`` in decode (one token per step) or outside
-    LLMs and encoders, ``context`` outside decode."""
+def check_sizes_apply(model: str, phase: str | None, seq: Any, context: Any) -> None:
+    """Refuse a size the phase would ignore (:func:`resolve` ignores it): ``seq`` in decode
+    (one token per step) or outside LLMs and encoders, ``context`` outside decode. The CLI and
+    study files call this, so what a user types is never silently dropped."""
+    spec = get_model(model)
+    family, phase = spec.family, phase or spec.phases[0]
+    if phase not in spec.phases:
+        return  # resolve() names the phases
     if seq is not None:
         if family == "llm" and phase == "decode" and seq != 1:
             raise BadInput("seq", seq, "expected no seq in decode, which makes one token per "

@@ -119,8 +119,9 @@ def _expanded_nodes(root: yaml.Node, limit: int) -> int:
 
 def parse_yaml(text: str, source: str = "study file") -> Any:
     """``text`` as YAML (safe types only); syntax errors become one :class:`BadInput` line."""
-    loader = _UniqueKeyLoader(text)
+    loader = None
     try:
+        loader = _UniqueKeyLoader(text)
         node = loader.get_single_node()
         if node is None:
             return None
@@ -142,7 +143,8 @@ def parse_yaml(text: str, source: str = "study file") -> Any:
     except RecursionError:
         raise BadInput(source, Shown(_NOTHING), "invalid YAML (nested too deeply)") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 # ------------------------------------------------------------------------------ pydantic errors
@@ -440,7 +442,7 @@ def _remap(prefix: str, exc: BadInput) -> BadInput:
 
 
 def _resolve_workload(i: int, w) -> ResolvedWorkload:
-    from workloads.build import resolve as resolve_capture
+    from workloads.build import check_sizes_apply, resolve as resolve_capture
     from workloads.zoo import get_model
 
     where = f"workloads[{i}]"
@@ -449,6 +451,7 @@ def _resolve_workload(i: int, w) -> ResolvedWorkload:
     except BadInput as exc:
         raise BadInput(f"{where}.model", Shown(w.model), exc.allowed) from None
     try:
+        check_sizes_apply(w.model, w.phase, w.seq, w.context)
         args = resolve_capture(w.model, phase=w.phase, batch=w.batch, seq=w.seq,
                                context=w.context, dtype=w.dtype)
     except BadInput as exc:

@@ -60,8 +60,8 @@ class _Strict(BaseModel):
         if isinstance(v, (bool, str)):
             kind = _numeric_kind(cls.model_fields[info.field_name].annotation)
             if kind is not None:
-                raise ValueError(f"expected {kind}, not "
-                                 + ("true/false" if isinstance(v, bool) else "text"))
+                raise ValueError(f"expected {kind}" + (", not true/false" if isinstance(v, bool)
+                                                       else ""))
         return v
 
 
@@ -255,8 +255,10 @@ class StudySpec(_Strict):
         """The named accelerators (alternatives or sub-accelerators); one for ``accelerator``."""
         if self.accelerator is not None:
             a = self.accelerator
-            return [NamedAcceleratorSpec(name=a.template, template=a.template, preset=a.preset,
-                                         hw=a.hw)]
+            # not validated: the template name labels it and may be any string here (the
+            # loader then says which templates exist)
+            return [NamedAcceleratorSpec.model_construct(name=a.template, template=a.template,
+                                                         preset=a.preset, hw=a.hw)]
         return list(self.accelerators or self.sub_accelerators or [])
 
     @property
