@@ -87,6 +87,8 @@ def _coerce(spec: ModelSpec, key: str, value: Any) -> Any:
         elif isinstance(default, int):
             if isinstance(value, bool):
                 raise ValueError
+            if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+                value = int(value)  # exact, however long
             if not isinstance(value, int):
                 f = float(value)
                 if f != int(f) or abs(f) > 2**53:  # beyond 2**53 a float is not one int
