@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from dse.errors import BadInput
+from dse.errors import BadInput, redact_url
 from dse.quality import BUILTIN, QualityConfig, load_function
 from dse.study import objectives as obj
 from dse.study.space import (Dimension, Fixed, SearchSpace, Shown, Target, _NOTHING, bad,
@@ -653,31 +653,35 @@ def load_quality_function(study: "ResolvedStudy"):
     return load_function(study.quality.python) if study.quality.python else None
 
 
+def _masked(url: Any) -> Any:
+    return redact_url(url) if isinstance(url, str) else url
+
+
 def check_storage_url(url: Any, field_name: str = "storage") -> str:
     """``url`` if it names a storage a study can use (normalised: ``postgresql://`` gets the
     installed driver, since SQLAlchemy 2.1 defaults to psycopg 3); :class:`BadInput` otherwise."""
     if not isinstance(url, str) or "://" not in url:
-        raise bad(field_name, url, "expected a URL like sqlite:///path/study.db or "
+        raise bad(field_name, _masked(url), "expected a URL like sqlite:///path/study.db or "
                   "postgresql://user:password@host/db")
     scheme, rest = url.split("://", 1)
     scheme = scheme.lower()
     if scheme not in STORAGE_SCHEMES:
-        raise bad(field_name, url, "expected a sqlite:/// or postgresql:// URL")
+        raise bad(field_name, _masked(url), "expected a sqlite:/// or postgresql:// URL")
     if scheme.startswith("postgresql"):
         drivers = {"postgresql+psycopg2": "psycopg2", "postgresql+psycopg": "psycopg"}
         if scheme == "postgresql":
             found = [s for s, mod in drivers.items() if importlib.util.find_spec(mod)]
             if not found:
-                raise bad(field_name, url, "expected psycopg2 to be installed for PostgreSQL: "
+                raise bad(field_name, _masked(url), "expected psycopg2 to be installed for PostgreSQL: "
                           "pip install 'accel-dse[postgres]'")
             return f"{found[0]}://{rest}"
         if importlib.util.find_spec(drivers[scheme]) is None:
-            raise bad(field_name, url, f"expected {drivers[scheme]} to be installed for "
+            raise bad(field_name, _masked(url), f"expected {drivers[scheme]} to be installed for "
                       "PostgreSQL: pip install 'accel-dse[postgres]'")
         return url
     if url.rstrip("/") in ("sqlite:", "sqlite:/", "sqlite://"):
-        raise bad(field_name, url, "expected a file: sqlite:///path/study.db")
+        raise bad(field_name, _masked(url), "expected a file: sqlite:///path/study.db")
     if ":memory:" in url:
-        raise bad(field_name, url, "expected a file (an in-memory database cannot be shared or "
+        raise bad(field_name, _masked(url), "expected a file (an in-memory database cannot be shared or "
                   "resumed)")
     return url
