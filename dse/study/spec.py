@@ -234,7 +234,8 @@ class StudySpec(_Strict):
         "anyOf": [{"enum": list(SAMPLERS)}, SamplerSpec.model_json_schema()]})] = Field(
         default_factory=SamplerSpec, description="sampler name or {name, ...}")
     trials: Annotated[int, Field(ge=1, le=10_000_000)] = Field(
-        50, description="total trials of the study (finished ones from earlier runs count)")
+        50, description="designs to evaluate in total (evaluated ones from earlier runs count; "
+                        "failed trials are re-asked)")
     timeout_s: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
         None, description="stop starting trials after this many seconds, s")
     storage: Optional[str] = Field(None, description="Optuna storage URL (default: SQLite "
