@@ -193,7 +193,7 @@ def _load(key: str) -> ir.Workload | None:
             blob = f.read(MAX_CACHE_FILE_BYTES + 1)
         if len(blob) > MAX_CACHE_FILE_BYTES:
             return None
-        return ir_json.from_data(json.loads(blob), key)
+        return ir_json.loads(blob, key)
     except FileNotFoundError:
         return None
     except (OSError, EOFError, ValueError, RecursionError):  # corrupt: rebuilt
@@ -204,7 +204,7 @@ def _store(key: str, w: ir.Workload) -> None:
     d = check_cache_dir()
     tmp = None
     try:
-        blob = json.dumps(ir_json.to_data(w, key), separators=(",", ":")).encode()
+        blob = ir_json.dumps(w, key)
         d.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
         with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb",

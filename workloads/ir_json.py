@@ -10,6 +10,7 @@ hold exactly (a dict with non-string keys, an object) makes :func:`to_data` rais
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any
 
 import networkx as nx
@@ -36,14 +37,19 @@ def _encode(v: Any) -> Any:
     raise TypeError(f"cannot store {type(v).__name__} in the workload cache")
 
 
-def _decode(v: Any) -> Any:
-    if isinstance(v, list):
-        return [_decode(x) for x in v]
-    if isinstance(v, dict):
-        if len(v) == 1 and _TUPLE in v:
-            return tuple(_decode(x) for x in v[_TUPLE])
-        return {k: _decode(x) for k, x in v.items()}
-    return v
+def _tuples(d: dict[str, Any]) -> Any:
+    """``json.loads`` hook: a ``{"(": [...]}`` object is a tuple."""
+    return tuple(d[_TUPLE]) if len(d) == 1 and _TUPLE in d else d
+
+
+def dumps(w: Workload, key: str) -> bytes:
+    """``w`` as compact JSON (UTF-8), tagged with its cache ``key``."""
+    return json.dumps(to_data(w, key), separators=(",", ":")).encode()
+
+
+def loads(blob: bytes, key: str) -> Workload | None:
+    """The workload in ``blob`` (see :func:`from_data`); ``ValueError`` if it is not JSON."""
+    return from_data(json.loads(blob, object_hook=_tuples), key)
 
 
 def to_data(w: Workload, key: str) -> dict[str, Any]:
@@ -61,17 +67,15 @@ def to_data(w: Workload, key: str) -> dict[str, Any]:
 
 
 def from_data(data: Any, key: str) -> Workload | None:
-    """The workload in ``data``, or None when it is not a file of this format for ``key``."""
+    """The workload in ``data`` (parsed with tuples restored), or None when it is not a file
+    of this format for ``key``."""
     if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("key") != key:
         return None
     try:
-        graph = nx.DiGraph(**_decode(data["graph"]))
-        for node in data["nodes"]:
-            op = Op(**{f: _decode(node["op"][f]) for f in _OP_FIELDS})
-            graph.add_node(node["name"], op=op, **_decode(node["attrs"]))
-        for u, v, attrs in data["edges"]:
-            graph.add_edge(u, v, **_decode(attrs))
-        fields = {f: _decode(data["workload"][f]) for f in _WORKLOAD_FIELDS}
-        return Workload(graph=graph, **fields)
+        graph = nx.DiGraph(**data["graph"])
+        graph.add_nodes_from((node["name"], {**node["attrs"], "op": Op(**node["op"])})
+                             for node in data["nodes"])
+        graph.add_edges_from((u, v, attrs) for u, v, attrs in data["edges"])
+        return Workload(graph=graph, **{f: data["workload"][f] for f in _WORKLOAD_FIELDS})
     except (KeyError, TypeError, ValueError):
         return None
