@@ -264,7 +264,9 @@ def confirm_pareto(s: optuna.Study, study: ResolvedStudy, on_trial=None,
         for number in front.keys():
             if number in confirmed:
                 continue
-            with lock.held() if lock is not None else contextlib.nullcontext():
+            with (lock.held() if lock is not None else contextlib.nullcontext(),
+                  warnings.catch_warnings()):
+                warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
                 s.enqueue_trial(by_number[number].params, user_attrs={"confirms": number})
                 trial = s.ask()
                 if heartbeat is not None:
