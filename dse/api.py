@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from accelerators.base import Template
-from dse.errors import BadInput
 from accelerators.registry import get_template, make_accelerator, template_names
+from dse.errors import BadInput
 from simulators.engine import simulate as _simulate
 from simulators.result import Result
 from workloads.build import build_workload

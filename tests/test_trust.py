@@ -147,7 +147,8 @@ def test_a_kill_mid_write_leaves_the_old_report(tmp_path, monkeypatch):
     ("postgresql://me:s3cret@db:5432/x", "postgresql://me:***@db:5432/x"),
     ("postgresql+psycopg2://me:p%40ss@db/x?sslmode=require",
      "postgresql+psycopg2://me:***@db/x?sslmode=require"),
-    ("postgresql://me@db/x?password=s3cret&sslmode=x", "postgresql://me@db/x?password=***&sslmode=x"),
+    ("postgresql://me@db/x?password=s3cret&sslmode=x",
+     "postgresql://me@db/x?password=***&sslmode=x"),
     ("sqlite:////tmp/a.db", "sqlite:////tmp/a.db"),
 ])
 def test_passwords_are_masked(url, shown):

@@ -6,10 +6,11 @@ designs (COMPLETE and PRUNED trials) count toward ``trials``, RUNNING trials lef
 run are failed first (:func:`~dse.study.storage.fail_orphans`), failed trials are re-asked (a
 run stops after ``trials`` failures of its own), and a study made from a different spec (other
 objectives, space, workloads...) is refused rather than mixed. Before anything is written the
-run imports the study's ``quality.python`` function and checks the capture cache directory. With one worker the run is
-in-process; with K, K spawned processes share the storage, each with its own seed
-(:func:`~dse.study.workers.derive_seed`); the same command on several machines with one
-PostgreSQL ``--storage`` grows one study the same way. This module imports no plotting library.
+run imports the study's ``quality.python`` function and checks the capture cache directory.
+With one worker the run is in-process; with K, K spawned processes share the storage, each
+with its own seed (:func:`~dse.study.workers.derive_seed`); the same command on several
+machines with one PostgreSQL ``--storage`` grows one study the same way. This module imports
+no plotting library.
 """
 
 from __future__ import annotations

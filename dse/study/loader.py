@@ -672,8 +672,8 @@ def check_storage_url(url: Any, field_name: str = "storage") -> str:
         if scheme == "postgresql":
             found = [s for s, mod in drivers.items() if importlib.util.find_spec(mod)]
             if not found:
-                raise bad(field_name, _masked(url), "expected psycopg2 to be installed for PostgreSQL: "
-                          "pip install 'accel-dse[postgres]'")
+                raise bad(field_name, _masked(url), "expected psycopg2 to be installed for "
+                          "PostgreSQL: pip install 'accel-dse[postgres]'")
             return f"{found[0]}://{rest}"
         if importlib.util.find_spec(drivers[scheme]) is None:
             raise bad(field_name, _masked(url), f"expected {drivers[scheme]} to be installed for "
@@ -682,6 +682,6 @@ def check_storage_url(url: Any, field_name: str = "storage") -> str:
     if url.rstrip("/") in ("sqlite:", "sqlite:/", "sqlite://"):
         raise bad(field_name, _masked(url), "expected a file: sqlite:///path/study.db")
     if ":memory:" in url:
-        raise bad(field_name, _masked(url), "expected a file (an in-memory database cannot be shared or "
-                  "resumed)")
+        raise bad(field_name, _masked(url), "expected a file (an in-memory database cannot be "
+                  "shared or resumed)")
     return url
