@@ -69,7 +69,7 @@ class Param:
                 if isinstance(v, str):
                     v = float(v.strip())
                 if isinstance(v, float):
-                    if not math.isfinite(v) or v != int(v):
+                    if not math.isfinite(v) or v != int(v) or abs(v) > 2**53:
                         raise ValueError
                     v = int(v)
                 if not isinstance(v, int):

@@ -377,7 +377,27 @@ def load_calibration(name_or_path: str) -> dict[str, Any]:
             cal.get("efficiency"), dict):
         raise BadInput("hw.calibration", name_or_path, f"expected {allowed} (not a gpu "
                        "calibration)")
+    problem = _calibration_problem(cal)
+    if problem:
+        raise BadInput("hw.calibration", name_or_path, f"expected {allowed} ({problem})")
     return cal
+
+
+def _calibration_problem(cal: dict[str, Any]) -> str | None:
+    """What is wrong with a calibration's numbers: every efficiency knob finite and >= 0, and
+    > 0 unless it is a time (``_s``) or a size (``_bytes``); memory-op rows finite and >= 0."""
+    def number(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    for key, v in cal["efficiency"].items():
+        zero_ok = key.endswith(("_s", "_bytes"))
+        if not number(v) or v < 0 or (v == 0 and not zero_ok):
+            return f"efficiency.{key} = {v!r}: expected a finite number " + (
+                ">= 0" if zero_ok else "> 0")
+    rows = cal.get("memory_ops", {})
+    for key, row in (rows.items() if isinstance(rows, dict) else [("", rows)]):
+        if not isinstance(row, list) or not all(number(v) and v >= 0 for v in row):
+            return f"memory_ops.{key} = {row!r}: expected a list of finite numbers >= 0"
+    return None
 
 
 def shipped_calibrations() -> list[str]:

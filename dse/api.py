@@ -12,6 +12,7 @@ from typing import Any
 
 from accelerators.base import Template
 from accelerators.registry import get_template, make_accelerator, template_names
+from dse.errors import BadInput
 from simulators.engine import simulate as _simulate
 from simulators.result import Result
 from workloads.build import build_workload
@@ -70,12 +71,20 @@ def models() -> list[dict[str, Any]]:
 
 
 def accelerators() -> list[dict[str, Any]]:
-    """Templates with their presets and parameters (units, defaults, ranges)."""
+    """Templates with their presets and parameters (units, defaults, ranges); ``defaults``
+    holds the values a design gets with no preset or value given (the default preset's)."""
     out = []
     for name in template_names():
-        cls = get_template(name)
+        try:
+            cls = get_template(name)
+        except BadInput as exc:  # another package's template that does not load
+            out.append({"name": name, "error": str(exc)})
+            continue
+        defaults = {p.name: p.default for p in cls.PARAMS}
+        defaults.update(cls.PRESETS.get(cls.DEFAULT_PRESET) or {})
         out.append({"name": name, "description": cls.description,
                     "default_preset": cls.DEFAULT_PRESET,
                     "presets": {k: dict(v) for k, v in cls.PRESETS.items()},
+                    "defaults": defaults,  # what runs when no preset or value is given
                     "params": [p.to_dict() for p in cls.PARAMS]})
     return out

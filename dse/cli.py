@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from dse.errors import BadInput, DSEError
+from dse.errors import BadInput, DSEError, first_line
 from dse.report.cli import report_command
 from dse.study.cli import study_app
 
@@ -87,9 +87,19 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) ->
 def _workload_from_flags(model, phase, batch, seq, context, dtype, arch, hf_config,
                          kv_update=None):
     from dse import api
-    return api.workload(model, phase=phase, batch=batch, seq=seq, context=context, dtype=dtype,
-                        arch=parse_pairs(arch, "--arch"), hf_config=hf_config,
-                        kv_update=kv_update)
+    if not hf_config:
+        from workloads.build import check_sizes_apply
+        check_sizes_apply(model, phase, seq, context)
+    with _busy(f"capturing {hf_config or model} with torch.export"):
+        return api.workload(model, phase=phase, batch=batch, seq=seq, context=context,
+                            dtype=dtype, arch=parse_pairs(arch, "--arch"), hf_config=hf_config,
+                            kv_update=kv_update)
+
+
+def _busy(what: str):
+    """A spinner on stderr while a slow step runs, on a terminal only (so pipes and scripts
+    get nothing but the result or the one-line error)."""
+    return Console(stderr=True).status(f"{what}...")
 
 
 PhaseOpt = typer.Option(None, "--phase", help="prefill | decode | forward (default: the model's first).")
@@ -140,22 +150,12 @@ def workload(model: str = typer.Argument(..., help="Zoo model name (see `dse mod
 def accelerators(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Accelerator templates, their presets and parameters (units, defaults, ranges)."""
     from dse import api
+    from dse.cli_format import accelerators_text
     rows = api.accelerators()
     if as_json:
         _print_json(rows)
         return
-    for a in rows:
-        out.print(f"[bold]{a['name']}[/] — {a['description']}")
-        out.print("  presets: " + (", ".join(a["presets"]) or "(none)")
-                  + (f" (default {a['default_preset']})" if a["default_preset"] else ""))
-        t = Table(show_header=True, box=None, padding=(0, 2))
-        for col in ("param", "unit", "default", "allowed", "description"):
-            t.add_column(col)
-        for p in a["params"]:
-            allowed = (", ".join(map(str, p["choices"])) if p["choices"]
-                       else f"[{p['low']:g}, {p['high']:g}]" if p["low"] is not None else "")
-            t.add_row(p["name"], p["unit"], str(p["default"]), allowed, p["description"])
-        out.print(t)
+    sys.stdout.write(accelerators_text(rows, out.width))
 
 
 # ----------------------------------------------------------------------------- simulate
@@ -173,28 +173,45 @@ def simulate(model: str = typer.Argument(..., help="Zoo model name."),
              report: Optional[Path] = typer.Option(None, "--report", help="Write a one-design HTML report.")) -> None:
     """Simulate one design on one model: latency, energy, area, power, timeline."""
     from dse import api
+    from dse.files import atomic_write_text, output_errors
     w = _workload_from_flags(model, phase, batch, seq, context, dtype, arch,
                              str(hf_config) if hf_config else None, kv_update)
     design = api.accelerator(accelerator, parse_pairs(hw, "--hw"))
-    r = api.simulate(w, design)
+    with _busy(f"simulating {len(w)} ops on {accelerator}"):
+        r = api.simulate(w, design)
     if trace:
-        trace.write_text(json.dumps(r.to_chrome_trace()))
+        with output_errors("--trace", trace):
+            atomic_write_text(trace, json.dumps(r.to_chrome_trace()))
     if report:
         from dse.report import write_design_report
-        write_design_report(r, report)
+        with output_errors("--report", report):
+            write_design_report(r, report)
     if as_json:
         _print_json(r.to_dict())
         return
-    _print_result(r)
+    _print_result(r, w, design)
     if trace:
         out.print(f"trace: {trace}")
     if report:
         out.print(f"report: {report}")
 
 
-def _print_result(r) -> None:
+def _print_ran(w, design) -> None:
+    """What ran: the workload (sizes, architecture) and the design (every parameter)."""
+    from dse.cli_format import items_text, wrapped
+    sizes = {"batch": w.batch, "seq": w.seq, "context": w.context}
+    text = (f"workload: {w.dtype}, " + items_text({k: v for k, v in sizes.items() if v})
+            + f", {len(w)} ops" + (f"; arch {items_text(w.arch)}" if w.arch else ""))
+    units = {p.name: p.unit for p in design.PARAMS}
+    for line in (text, f"design: {items_text(dict(design.hw), units)}"):
+        out.print(wrapped(line, out.width), markup=False, highlight=False)
+
+
+def _print_result(r, w=None, design=None) -> None:
     out.print(f"[bold]{r.model}[/] {r.phase} on [bold]{r.accelerator['template']}"
               f"{':' + r.accelerator['preset'] if r.accelerator.get('preset') else ''}[/]")
+    if w is not None:
+        _print_ran(w, design)
     out.print(f"latency {_si(r.latency_s, 's')}   energy {_si(r.energy_j, 'J')}   "
               f"area {r.area_mm2:,.1f} mm²   avg power {_si(r.avg_power_w, 'W')}   "
               f"throughput {r.throughput:,.4g} {r.throughput_unit}")
@@ -270,8 +287,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(0)
     except click_exc.ClickException as exc:
         _fail(exc.format_message().replace("\n", " "))
-    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
-        _fail(f"{exc.filename}: {exc.strerror}")
+    except OSError as exc:  # the machine refused (a full disk, no permission, a missing path)
+        _fail(f"{exc.filename}: {exc.strerror}" if exc.filename else first_line(exc))
 
 
 def _fail(message: str) -> None:

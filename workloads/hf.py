@@ -10,7 +10,6 @@ transformers' default ``DynamicCache`` does (``torch.cat`` of the whole cache ev
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,8 @@ from typing import Any
 import torch
 
 from dse.errors import BadInput, CaptureError
-from workloads import ir
+from workloads import hf_checks, ir
+from workloads.build import check_size
 from workloads.capture import capture
 
 _CAUSAL_TYPES = {"gpt2", "llama", "mistral", "qwen2", "gpt_neox", "opt", "gptj", "phi", "gemma",
@@ -32,18 +32,15 @@ def load_hf_config(path: str | Path):
     except ImportError:
         raise BadInput("--hf-config", str(path),
                        "needs transformers: pip install 'accel-dse[hf]'") from None
+    data = hf_checks.read_config(path)
     try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise BadInput("--hf-config", str(path), "expected an existing config.json") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadInput("--hf-config", str(path), f"expected a readable JSON file ({exc})") from None
-    if not isinstance(data, dict) or "model_type" not in data:
-        raise BadInput("--hf-config", str(path), "expected a config with a model_type")
-    try:
-        return transformers.AutoConfig.for_model(**data)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise BadInput("--hf-config", str(path), f"a config transformers understands ({exc})") from None
+        with hf_checks.quiet_transformers():
+            config = transformers.AutoConfig.for_model(**data)
+    except Exception as exc:  # transformers raises many types on a bad config
+        raise BadInput("--hf-config", str(path), "expected a config transformers understands ("
+                       + hf_checks.error_text(exc) + ")") from None
+    hf_checks.check_sizes(config)
+    return config
 
 
 def is_causal(config) -> bool:
@@ -63,14 +60,14 @@ def workload_from_hf_config(path: str | Path, phase: str | None = None, batch: i
     if phase not in allowed:
         raise BadInput("phase", phase, f"a Hugging Face config captures phase {allowed[0]} "
                        "(use a zoo model for decode with a KV cache)")
-    batch = batch or 1
-    seq = seq or 128
-    if batch <= 0 or seq <= 0:
-        raise BadInput("batch/seq", (batch, seq), "expected positive ints")
+    batch = check_size("batch", batch if batch is not None else 1)
+    seq = check_size("seq", seq if seq is not None else 128)
+    if context is not None:
+        raise BadInput("context", context, f"expected no context: phase {phase} has no KV cache")
     config._attn_implementation = "sdpa"
     auto = transformers.AutoModelForCausalLM if causal else transformers.AutoModel
     try:
-        with torch.device("meta"):
+        with torch.device("meta"), hf_checks.quiet_transformers():
             module = auto.from_config(config)
     except Exception as exc:
         raise CaptureError(f"transformers could not build {config.model_type}: {exc}") from None
