@@ -36,6 +36,7 @@ from typing import Any
 
 from accelerators import technology as tech
 from accelerators.base import OpCost, Param, Resources, Template
+from accelerators.composite import cost_composite
 from accelerators.gpu_efficiency import DEFAULT_KNOBS, Chip, KernelModel
 from dse.errors import BadInput
 from workloads import ir
@@ -254,6 +255,10 @@ class GPU(Template):
         hit = self._cache.get(key)
         if hit is not None:
             return hit
+        if op.kind in ir.COMPOSITE_KINDS:   # grouped kernels: one launch for all parts
+            out = cost_composite(op, self.cost, fixed_s=self.knobs["gemm_launch_s"])
+            self._cache[key] = out
+            return out
         scale = self._b / op.bytes_per_element if op.bytes_per_element else 1.0
         nbytes = op.total_bytes * scale
         flops = op.flops

@@ -23,6 +23,7 @@ from typing import Any
 
 from accelerators import systolic, technology as tech
 from accelerators.base import OpCost, Param, Resources, Template
+from accelerators.composite import cost_composite
 from dse.errors import BadInput, InfeasibleDesign
 from workloads import ir
 from workloads.ir import DTYPE_BYTES, Op
@@ -236,7 +237,9 @@ class NPU(Template):
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        if op.kind in (ir.MATMUL, ir.CONV):
+        if op.kind in ir.COMPOSITE_KINDS:
+            out = cost_composite(op, self.cost)
+        elif op.kind in (ir.MATMUL, ir.CONV):
             out = self._gemm_op_cost(op)
         elif op.kind == ir.ATTENTION:
             out = self._attention_cost(op)

@@ -7,9 +7,11 @@ route their input through; everything unclassified becomes an ``unknown`` op.
 
 Bytes are counted in the requested ``dtype`` for floating-point tensors (the module may be built
 in fp32 on the meta device: nothing is allocated) and in their own dtype for integer tensors.
-Tensors reached from the user input named ``kv_cache`` are KV cache: a ``cat`` onto them is an
-in-place cache append (only the new entries are written), and attention reading them reads KV
-cache bytes.
+Tensors reached from the user input named ``kv_cache`` (or the names given as ``kv_input``,
+e.g. Hugging Face's ``past_key_values``) are KV cache: a ``cat`` onto them is an in-place cache
+append (only the new entries are written), and attention reading them reads KV cache bytes.
+Eager attention (matmul -> softmax -> matmul) is fused into one ``attention`` op
+(``workloads/patterns.py``).
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ import networkx as nx
 import torch
 
 from dse.errors import BadInput, CaptureError
-from workloads import ir
+from workloads import ir, op_attrs
 from workloads.op_kinds import FLOPS_PER_ELEMENT, classify
+from workloads.patterns import causal_visible, fuse_eager_attention
 
 KV_INPUT_NAME = "kv_cache"
 
@@ -56,11 +59,14 @@ def export_module(module: torch.nn.Module, args: tuple, kwargs: dict | None = No
 def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
             model: str | None = None, phase: str = "forward", dtype: str = "bf16",
             batch: int = 1, seq: int = 0, context: int = 0,
-            arch: dict[str, Any] | None = None) -> ir.Workload:
+            arch: dict[str, Any] | None = None, kv_input: str | tuple[str, ...] = KV_INPUT_NAME,
+            causal: bool = False) -> ir.Workload:
     """Export ``module`` on ``args``/``kwargs`` and build its :class:`~workloads.ir.Workload`.
 
     Works on any module torch.export accepts; pass meta tensors (and build the module under
     ``torch.device("meta")``) to capture large models without allocating their weights.
+    ``kv_input``: the forward argument name(s) holding the KV cache. ``causal``: eager attention
+    whose query and key lengths are equal is causal (a causal LM's prefill).
     """
     if dtype not in ir.DTYPE_BYTES:
         raise BadInput("dtype", dtype, "expected one of " + ", ".join(ir.DTYPE_BYTES))
@@ -68,7 +74,9 @@ def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
         raise BadInput("phase", phase, "expected one of " + ", ".join(ir.PHASES))
     ep = export_module(module, args, kwargs)
     params = _count_params(module)
-    graph, unknown = _build_graph(ep, dtype)
+    kv_names = (kv_input,) if isinstance(kv_input, str) else tuple(kv_input)
+    graph, unknown = _build_graph(ep, dtype, kv_names)
+    fuse_eager_attention(graph, causal)
     if unknown:
         warnings.warn("unknown ops (costed by their bytes only): "
                       + ", ".join(f"{k} x{v}" for k, v in sorted(unknown.items())), stacklevel=2)
@@ -86,7 +94,8 @@ def _count_params(module: torch.nn.Module) -> int:
 _WRAPPERS = ("wrap_with_set_grad_enabled", "wrap_with_autocast")
 
 
-def _build_graph(ep, dtype: str) -> tuple[nx.DiGraph, dict[str, int]]:
+def _build_graph(ep, dtype: str, kv_names: tuple[str, ...] = (KV_INPUT_NAME,)
+                 ) -> tuple[nx.DiGraph, dict[str, int]]:
     elem = ir.DTYPE_BYTES[dtype]
     sig = ep.graph_signature
     constant_inputs = set(sig.inputs_to_parameters) | set(sig.inputs_to_buffers) | set(
@@ -116,7 +125,7 @@ def _build_graph(ep, dtype: str) -> tuple[nx.DiGraph, dict[str, int]]:
                     continue
                 if node.name in constant_inputs:
                     role = WEIGHT
-                elif node.name.startswith(KV_INPUT_NAME):
+                elif node.name.startswith(kv_names):
                     role = KV
                 else:
                     role = ACT
@@ -241,12 +250,21 @@ def _make_op(node, op_name: str, name: str, kind: str, inputs: list[_Tensor], ou
                 kv_r += _bytes(t)
             else:
                 act_r += _bytes(t)
-        if kind == ir.MATMUL:
+        if name == "einsum":
+            attrs, flops = op_attrs.einsum_attrs(node, inputs)
+        elif kind == ir.MATMUL:
             attrs = _matmul_attrs(name, node, inputs)
             flops = 2 * attrs["batch"] * attrs["m"] * attrs["n"] * attrs["k"]
+        elif kind == ir.MOE:
+            attrs, flops, weight = (op_attrs.moe_experts_attrs(node, inputs)
+                                    if name == "moe_experts" else op_attrs.grouped_mm_attrs(node, inputs))
+        elif kind == ir.SCAN:
+            attrs, flops = op_attrs.scan_attrs(node, inputs, outputs)
+        elif kind == ir.RECURRENT:
+            attrs, flops = op_attrs.recurrent_attrs(name, node, inputs)
         elif kind == ir.CONV:
             attrs = _conv_attrs(name, node, inputs, outputs)
-            flops = 2 * attrs["n"] * attrs["k"] * attrs["p"] * attrs["q"] * attrs["gemm_k"]
+            flops = 2 * attrs["gemm_m"] * attrs["gemm_n"] * attrs["gemm_k"] * attrs["groups"]
         elif kind == ir.ATTENTION:
             attrs = _attention_attrs(node, inputs)
             flops = attrs.pop("_flops")
@@ -297,13 +315,21 @@ def _matmul_attrs(name: str, node, inputs: list[_Tensor]) -> dict[str, Any]:
 def _conv_attrs(name: str, node, inputs: list[_Tensor], outputs: list[_Tensor]) -> dict[str, Any]:
     x, w = inputs[0], inputs[1]
     args = list(node.args) + [None] * 10
+    transposed = name.startswith("conv_transpose")
     if name in ("convolution", "_convolution"):
         stride, padding, groups = args[3], args[4], args[8]
+        transposed = bool(args[6])
+    elif transposed:   # conv_transposeNd(input, weight, bias, stride, padding, output_padding, groups)
+        stride = node.kwargs.get("stride", args[3] if args[3] is not None else 1)
+        padding = node.kwargs.get("padding", args[4] if args[4] is not None else 0)
+        groups = node.kwargs.get("groups", args[6] if args[6] is not None else 1)
     else:
         stride = node.kwargs.get("stride", args[3] if args[3] is not None else 1)
         padding = node.kwargs.get("padding", args[4] if args[4] is not None else 0)
         groups = node.kwargs.get("groups", args[6] if args[6] is not None else 1)
     groups = int(groups or 1)
+    if transposed:   # weight [c_in, k_out / groups, ...]: a GEMM per input pixel (col2im after)
+        return _transposed_conv_attrs(x, w, groups, stride, padding)
     out = outputs[0].shape
     spatial_out = out[2:] if len(out) > 2 else (1,)
     spatial_w = w.shape[2:]
@@ -321,6 +347,23 @@ def _conv_attrs(name: str, node, inputs: list[_Tensor], outputs: list[_Tensor]) 
             "gemm_m": n * p * q, "gemm_n": k // groups, "gemm_k": gemm_k}
 
 
+def _transposed_conv_attrs(x: _Tensor, w: _Tensor, groups: int, stride, padding) -> dict[str, Any]:
+    """A transposed convolution as the GEMM torch's FlopCounterMode counts: every input pixel
+    times every filter tap, ``p x q`` = the input's spatial size, ``k`` = output channels."""
+    spatial_in = x.shape[2:] if len(x.shape) > 2 else (1,)
+    p = spatial_in[0]
+    q = math.prod(spatial_in[1:]) if len(spatial_in) > 1 else 1
+    taps = w.shape[2:]
+    r = taps[0] if taps else 1
+    s = math.prod(taps[1:]) if len(taps) > 1 else 1
+    n, c = x.shape[0], x.shape[1]
+    k = w.shape[1] * groups
+    return {"n": n, "c": c, "h": p, "w": q, "k": k, "r": r, "s": s, "p": p, "q": q,
+            "stride": _as_list(stride), "padding": _as_list(padding), "groups": groups,
+            "transposed": True, "gemm_m": n * p * q, "gemm_n": (k // groups) * r * s,
+            "gemm_k": c // groups}
+
+
 def _as_list(v) -> list:
     if isinstance(v, (list, tuple)):
         return [int(x) if not isinstance(x, str) else x for x in v]
@@ -335,9 +378,7 @@ def _attention_attrs(node, inputs: list[_Tensor]) -> dict[str, Any]:
     kv_heads, skv, dv = (k.shape[-3] if len(k.shape) >= 3 else 1), k.shape[-2], v.shape[-1]
     flops = 2 * b * heads * sq * skv * d + 2 * b * heads * sq * skv * dv
     if causal:  # torch's is_causal keeps the lower triangle of [sq, skv] (top-left aligned)
-        visible = sum(min(i + 1, skv) for i in range(sq)) if sq <= 4096 else (
-            min(sq, skv) * (min(sq, skv) + 1) // 2 + max(0, sq - skv) * skv)
-        causal_flops = flops * visible // (sq * skv)
+        causal_flops = flops * causal_visible(sq, skv) // (sq * skv)
     else:
         causal_flops = flops
     return {"batch": b, "heads": heads, "kv_heads": kv_heads, "q_len": sq, "kv_len": skv,
