@@ -16,7 +16,7 @@ import tempfile
 import warnings
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -88,13 +88,20 @@ def build_workload(model: str, phase: str | None = None, batch: int | None = Non
                    arch: dict[str, Any] | None = None, use_cache: bool = True) -> ir.Workload:
     """The workload of zoo ``model`` (captured once per distinct arguments)."""
     args = resolve(model, phase, batch, seq, context, dtype, arch)
+    return cached(args, lambda: _capture_zoo(args), use_cache)
+
+
+def cached(args: dict[str, Any], make: Callable[[], ir.Workload],
+           use_cache: bool = True) -> ir.Workload:
+    """The workload ``make()`` builds, from the two-level cache under the key of ``args`` (any
+    JSON-able dict that determines the capture: zoo arguments, a Hugging Face config's hash)."""
     key = _key(args)
     if use_cache:
         hit = _MEMORY.get(key) or _load(key)
         if hit is not None:
             _remember(key, hit)
             return hit
-    w = _capture_zoo(args)
+    w = make()
     if use_cache:
         _remember(key, w)
         _store(key, w)

@@ -16,8 +16,8 @@ import networkx as nx
 from workloads import ir
 
 #: Most elementwise ops between a matmul and the softmax, and between the softmax and the
-#: second matmul (scale, bias, mask, clamp, casts; dropout is free).
-_MAX_BETWEEN = 4
+#: second matmul (scale, bias, mask, soft-capping as div/tanh/mul, casts; dropout is free).
+_MAX_BETWEEN = 6
 _BETWEEN_KINDS = (ir.ELEMENTWISE, ir.DATA_MOVEMENT)
 
 
@@ -63,8 +63,8 @@ def _match(graph: nx.DiGraph, softmax: str) -> list[str] | None:
         (nxt,) = graph.successors(cur)
         op = _op(graph, nxt)
         if _activation_matmul(op):
-            out_shape = _op(graph, cur).output_shapes[0] if _op(graph, cur).output_shapes else None
-            if op.input_shapes and op.input_shapes[0] == out_shape:
+            out_shapes = _op(graph, cur).output_shapes
+            if op.input_shapes and out_shapes and math.prod(op.input_shapes[0]) == math.prod(out_shapes[0]):
                 return before + [softmax] + after + [nxt]
             return None
         if op.kind not in _BETWEEN_KINDS or graph.out_degree(nxt) != 1:

@@ -3,12 +3,14 @@ plain-torch module from architecture parameters, and whose ``inputs`` makes exam
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 
 from dse.errors import BadInput
+from workloads.limits import int_limit
 
 #: Model families. ``llm`` models support phases prefill and decode; the rest run ``forward``.
 FAMILIES = ("llm", "encoder", "vision", "neural_field", "micro")
@@ -36,11 +38,16 @@ class ModelSpec:
     phases: tuple[str, ...] = ("forward",)
     arch_choices: dict[str, tuple] = field(default_factory=dict)
     published_params: int | None = None
+    #: Parameters one token uses (mixture-of-experts models), as published.
+    published_active_params: int | None = None
+    #: Smallest allowed value of a number whose default allows zero (e.g. capacity_factor 0).
+    arch_min: dict[str, float] = field(default_factory=dict)
 
     def resolve_arch(self, overrides: dict[str, Any] | None) -> dict[str, Any]:
         """Defaults updated by ``overrides``, each coerced to its default's type; unknown keys and
         non-positive numbers raise :class:`BadInput` (a zero listed in ``arch_choices`` is
-        allowed, for keys such as a convolution's padding)."""
+        allowed, for keys such as a convolution's padding; ``arch_min`` lowers the bound), and
+        so do integers above ``workloads.limits.int_limit``."""
         arch = dict(self.arch)
         for key, value in (overrides or {}).items():
             if key not in arch:
@@ -72,12 +79,20 @@ def _coerce(spec: ModelSpec, key: str, value: Any) -> Any:
             # A value listed in ``arch_choices`` is allowed even when zero (e.g. padding 0).
             if value <= 0 and not (choices is not None and value in choices):
                 raise BadInput(field_name, value, "expected a positive int")
+            if value > int_limit(key):
+                raise BadInput(field_name, value, f"expected at most {int_limit(key)}")
         elif isinstance(default, float):
             value = float(value)
-            if not value > 0 and not (choices is not None and value in choices):
+            low = spec.arch_min.get(key)
+            if not math.isfinite(value) or (low is None and not value > 0
+                                             and not (choices is not None and value in choices)):
                 raise BadInput(field_name, value, "expected a positive number")
+            if low is not None and value < low:
+                raise BadInput(field_name, value, f"expected a number >= {low:g}")
         else:
             value = str(value)
+    except BadInput:
+        raise
     except (TypeError, ValueError, OverflowError):  # OverflowError: int(float("inf"))
         raise BadInput(field_name, value, f"expected a {type(default).__name__}") from None
     if choices is not None and value not in choices:
