@@ -37,13 +37,21 @@ WEIGHT, ACT, KV = "weight", "activation", "kv"
 
 @dataclass(frozen=True)
 class _Tensor:
-    """A tensor flowing through the graph: its producer op (None for graph inputs), role, meta."""
+    """A tensor flowing through the graph: its producer op (None for graph inputs), role, meta.
+    ``stored`` is the elements behind it in memory: fewer than ``numel`` for a broadcast view
+    (``expand``), whose reader reads the source once (e.g. grouped-query K/V repeated to every
+    query head by a view)."""
 
     producer: str | None
     role: str
     shape: tuple[int, ...]
     numel: int
     itemsize: int
+    stored: int | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return (self.numel if self.stored is None else min(self.stored, self.numel)) * self.itemsize
 
 
 def export_module(module: torch.nn.Module, args: tuple, kwargs: dict | None = None):
@@ -159,7 +167,10 @@ def _build_graph(ep, dtype: str, kv_names: tuple[str, ...] = (KV_INPUT_NAME,)
                     isinstance(v, torch.Tensor) and v.is_contiguous() for v in outs)):
                 src = inputs[0] if inputs else None
                 if src is not None:
-                    out_ts = tuple(meta_tensor(o, src.producer, src.role) for o in outs)
+                    stored = src.numel if src.stored is None else src.stored
+                    out_ts = tuple(None if t is None else _Tensor(
+                        t.producer, t.role, t.shape, t.numel, t.itemsize, min(stored, t.numel))
+                        for t in (meta_tensor(o, src.producer, src.role) for o in outs))
                     tensors[node.name] = out_ts if isinstance(val, (tuple, list)) else out_ts[0]
                 continue
             if kind is None:
@@ -179,7 +190,7 @@ def _build_graph(ep, dtype: str, kv_names: tuple[str, ...] = (KV_INPUT_NAME,)
             graph.add_node(op.name, op=op, index=graph.number_of_nodes())
             for t in inputs:
                 if t.producer is not None and t.producer in graph:
-                    b = t.numel * t.itemsize
+                    b = t.nbytes
                     if graph.has_edge(t.producer, op.name):
                         graph.edges[t.producer, op.name]["bytes"] += b
                     else:
@@ -218,7 +229,7 @@ def _tensor_inputs(node, value) -> list[_Tensor]:
 
 
 def _bytes(t: _Tensor) -> int:
-    return t.numel * t.itemsize
+    return t.nbytes
 
 
 def _make_op(node, op_name: str, name: str, kind: str, inputs: list[_Tensor], outputs: list[_Tensor],

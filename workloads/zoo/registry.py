@@ -77,8 +77,10 @@ def _coerce(spec: ModelSpec, key: str, value: Any) -> Any:
                 raise ValueError
             value = int(f)
             # A value listed in ``arch_choices`` is allowed even when zero (e.g. padding 0).
-            if value <= 0 and not (choices is not None and value in choices):
-                raise BadInput(field_name, value, "expected a positive int")
+            low = spec.arch_min.get(key, 1)
+            if value < low and not (choices is not None and value in choices):
+                raise BadInput(field_name, value, "expected a positive int" if low == 1
+                               else f"expected an int >= {low:g}")
             if value > int_limit(key):
                 raise BadInput(field_name, value, f"expected at most {int_limit(key)}")
         elif isinstance(default, float):
