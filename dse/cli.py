@@ -84,10 +84,17 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) ->
     out.print(t)
 
 
-def _workload_from_flags(model, phase, batch, seq, context, dtype, arch, hf_config):
+def _workload_from_flags(model, phase, batch, seq, context, dtype, arch, hf_config,
+                         module=None, strict=False):
     from dse import api
+    if module:   # package.module:factory -> (nn.Module, inputs)
+        from workloads.user_module import capture_module, load_factory
+        mod, args, kwargs = load_factory(module)
+        w = capture_module(mod, args, kwargs, phase=phase or "forward", dtype=dtype,
+                           model=module, batch=batch or 1, seq=seq or 0, context=context or 0)
+        return api.check_unknown_ops(w, strict)
     return api.workload(model, phase=phase, batch=batch, seq=seq, context=context, dtype=dtype,
-                        arch=parse_pairs(arch, "--arch"), hf_config=hf_config)
+                        arch=parse_pairs(arch, "--arch"), hf_config=hf_config, strict=strict)
 
 
 PhaseOpt = typer.Option(None, "--phase", help="prefill | decode | forward (default: the model's first).")
@@ -97,18 +104,25 @@ ContextOpt = typer.Option(None, "--context", help="KV-cache length in tokens (de
 DtypeOpt = typer.Option("bf16", "--dtype", help="fp32 | fp16 | bf16 | fp8 | int8.")
 ArchOpt = typer.Option(None, "--arch", help="Architecture override KEY=VALUE (repeatable).")
 HfOpt = typer.Option(None, "--hf-config", help="A Hugging Face config.json (needs transformers).")
+ModuleOpt = typer.Option(None, "--module", help="Your own model: package.module:factory, a "
+                         "function returning (nn.Module, inputs).")
 
 
 @app.command()
-def workload(model: str = typer.Argument(..., help="Zoo model name (see `dse models`)."),
+def workload(model: Optional[str] = typer.Argument(
+                 None, help="Zoo model name (see `dse models`); omit with --hf-config or --module."),
              phase: Optional[str] = PhaseOpt, batch: Optional[int] = BatchOpt,
              seq: Optional[int] = SeqOpt, context: Optional[int] = ContextOpt,
              dtype: str = DtypeOpt, arch: Optional[list[str]] = ArchOpt,
-             hf_config: Optional[Path] = HfOpt,
+             hf_config: Optional[Path] = HfOpt, module: Optional[str] = ModuleOpt,
+             strict: bool = typer.Option(False, "--strict", help="Unknown ops are an error."),
              as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Capture a model with torch.export and summarise its op graph."""
-    w = _workload_from_flags(model, phase, batch, seq, context, dtype, arch,
-                             str(hf_config) if hf_config else None)
+    import warnings
+    with warnings.catch_warnings():   # unknown ops are listed below (or refused by --strict)
+        warnings.simplefilter("ignore")
+        w = _workload_from_flags(model, phase, batch, seq, context, dtype, arch,
+                                 str(hf_config) if hf_config else None, module, strict)
     s = w.summary()
     if as_json:
         _print_json(s)
@@ -156,21 +170,21 @@ def accelerators(as_json: bool = typer.Option(False, "--json", help="Print JSON.
 
 # ----------------------------------------------------------------------------- simulate
 @app.command()
-def simulate(model: str = typer.Argument(..., help="Zoo model name."),
+def simulate(model: Optional[str] = typer.Argument(None, help="Zoo model name."),
              accelerator: str = typer.Option("npu", "--accelerator", "-a",
                                              help="TEMPLATE[:PRESET], e.g. gpu:h200."),
              hw: Optional[list[str]] = typer.Option(None, "--hw", help="Hardware KEY=VALUE (repeatable)."),
              phase: Optional[str] = PhaseOpt, batch: Optional[int] = BatchOpt,
              seq: Optional[int] = SeqOpt, context: Optional[int] = ContextOpt,
              dtype: str = DtypeOpt, arch: Optional[list[str]] = ArchOpt,
-             hf_config: Optional[Path] = HfOpt,
+             hf_config: Optional[Path] = HfOpt, module: Optional[str] = ModuleOpt,
              as_json: bool = typer.Option(False, "--json", help="Print the Result as JSON."),
              trace: Optional[Path] = typer.Option(None, "--trace", help="Write a Chrome trace (Perfetto)."),
              report: Optional[Path] = typer.Option(None, "--report", help="Write a one-design HTML report.")) -> None:
     """Simulate one design on one model: latency, energy, area, power, timeline."""
     from dse import api
     w = _workload_from_flags(model, phase, batch, seq, context, dtype, arch,
-                             str(hf_config) if hf_config else None)
+                             str(hf_config) if hf_config else None, module)
     design = api.accelerator(accelerator, parse_pairs(hw, "--hw"))
     r = api.simulate(w, design)
     if trace:
