@@ -123,8 +123,9 @@ def small_hf_config(model_type: str, **extra: Any) -> dict[str, Any]:
 
 
 def _reference_flops(module, kwargs) -> int:
-    from workloads.hf import selective_scan_as_one_op
-    with FlopCounterMode(display=False) as fc, selective_scan_as_one_op(), warnings.catch_warnings():
+    from workloads.hf import as_if_traced, selective_scan_as_one_op
+    with FlopCounterMode(display=False) as fc, selective_scan_as_one_op(), as_if_traced(), \
+            warnings.catch_warnings():
         warnings.simplefilter("ignore")
         module(**kwargs)
     return int(fc.get_total_flops())

@@ -388,7 +388,7 @@ def _accepts(module: nn.Module, name: str) -> bool:
 
 
 @contextlib.contextmanager
-def _as_if_traced():
+def as_if_traced():
     """Run a probe forward on meta tensors the way an export runs it: transformers then skips
     the data-dependent shortcuts (``.item()`` on masks) that meta tensors cannot take."""
     original = torch.compiler.is_compiling
@@ -410,7 +410,7 @@ def module_and_inputs(config, kind: str, phase: str, batch: int, seq: int, conte
             if phase == "prefill":
                 kw = {"input_ids": _ids(batch, seq, config.vocab_size), "use_cache": False}
                 return model, ({**kw, "logits_to_keep": 1} if keep else kw)
-            with _as_if_traced():
+            with as_if_traced():
                 out = model(input_ids=_ids(batch, context, config.vocab_size), use_cache=True)
             cache = getattr(out, "past_key_values", None)
             if cache is None or not hasattr(cache, "layers"):
@@ -425,7 +425,7 @@ def module_and_inputs(config, kind: str, phase: str, batch: int, seq: int, conte
             if phase == "forward":
                 return encoder, enc_in
             start = _ids(batch, context, getattr(config, "vocab_size", None))
-            with _as_if_traced():
+            with as_if_traced():
                 hidden = encoder(**enc_in).last_hidden_state
                 out = model(decoder_input_ids=start, encoder_outputs=(hidden,), use_cache=True)
             cache = out.past_key_values

@@ -104,7 +104,7 @@ def _fuse(graph: nx.DiGraph, chain: list[str], causal_hint: bool) -> None:
     skv, dv = int(qk.attrs.get("n", k_shape[-1])), int(pv.attrs.get("n", v_shape[-1]))
     flops = qk.flops + pv.flops
     causal = causal_hint and sq == skv and sq > 1
-    masked = any(u not in members for n in chain[1:-1] for u in graph.predecessors(n))
+    masked = any(len(o.input_shapes) > 1 for o in ops[1:-1])   # a mask or bias tensor joins
     attrs = {"batch": batch, "heads": heads, "kv_heads": heads, "q_len": sq, "kv_len": skv,
              "head_dim": d, "value_dim": dv, "causal": causal,
              "causal_flops": flops * causal_visible(sq, skv) // (sq * skv) if causal else flops,
