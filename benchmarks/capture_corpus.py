@@ -224,13 +224,7 @@ def _arg_names(module) -> list[str]:
 
 
 def vision_library_rows(simulate: bool = True) -> list[Row]:
-    """torchvision and timm classification models, when both import."""
-    try:
-        lib = torch.library.Library("torchvision", "DEF")   # torchvision's C ops do not load
-        lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")  # beside a
-        lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")  # CPU torch
-    except RuntimeError:
-        pass
+    """torchvision and timm classification models, when they import."""
     rows: list[Row] = []
     try:
         import torchvision.models as tvm
@@ -243,9 +237,11 @@ def vision_library_rows(simulate: bool = True) -> list[Row]:
 
     def maker(build, size=224):
         def make():
-            with torch.device("meta"):
-                module = build().eval()
-                return module, {"x": torch.zeros(1, 3, size, size)}
+            try:
+                with torch.device("meta"):
+                    return build().eval(), {"x": torch.zeros(1, 3, size, size)}
+            except NotImplementedError:   # a constructor that reads its own weights: on CPU
+                return build().eval(), {"x": torch.zeros(1, 3, size, size)}
         return make
     if tvm is not None:
         for name in TORCHVISION:
@@ -259,7 +255,21 @@ def vision_library_rows(simulate: bool = True) -> list[Row]:
     return rows
 
 
+def torchvision_shim() -> None:
+    """torchvision's C++ ops do not load beside this CPU torch; its Python models need only
+    the schemas of two ops it registers fake kernels for. Define them before anything imports
+    torchvision (transformers may)."""
+    try:
+        lib = torch.library.Library("torchvision", "DEF")
+        lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        torchvision_shim.lib = lib   # keep the definitions alive
+    except RuntimeError:   # already defined (torchvision's own library loaded)
+        pass
+
+
 def main() -> None:
+    torchvision_shim()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--all-hf", action="store_true", help="every model type transformers builds")
     ap.add_argument("--only", nargs="*", help="names (model types, zoo names) to run")

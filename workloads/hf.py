@@ -507,14 +507,7 @@ def _capture(config, data, moe, sizes, dtype) -> ir.Workload:
         warnings.simplefilter("ignore")
         return capture(module, (), kwargs, model=f"hf:{config.model_type}", phase=phase,
                        dtype=dtype, batch=sizes["batch"], seq=sizes["seq"],
-                       context=sizes["context"], arch={**arch, **moe},
+                       context=sizes["context"],
+                       arch={**arch, **{k: v for k, v in moe.items() if v != MOE_KEYS[k]}},
                        causal=kind == "causal")
 
-
-def load_hf_config(path: str | Path):
-    """The ``transformers`` config object of a config.json file."""
-    return make_config(read_config(path))
-
-
-def is_causal(config) -> bool:
-    return task(config) == "causal"
