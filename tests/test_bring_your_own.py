@@ -27,9 +27,10 @@ FAST = [("llama", ("prefill", "decode")), ("gemma2", ("prefill",)), ("bloom", ("
         ("clip", ("forward",))]
 
 
-def _assert_rows(rows):
+def _assert_rows(rows, simulated=True):
     for r in rows:
-        assert r.captured and r.flops_match and r.analytic_match and r.simulated, r
+        assert r.captured and r.flops_match and r.analytic_match, r
+        assert r.simulated or not simulated, r
         assert not r.unknown_ops, r
 
 
@@ -42,8 +43,7 @@ def test_hugging_face_family_captures_matches_flop_counter_and_simulates(entry):
 def test_whole_hugging_face_corpus():
     rows = hf_rows(HF_CORPUS, simulate=False)
     assert len(rows) >= 60
-    _assert_rows([r for r in rows if not r.error] or rows)
-    assert [r.name for r in rows if r.error] == []
+    _assert_rows(rows, simulated=False)
 
 
 def test_decode_from_a_config_reads_the_kv_cache_once():

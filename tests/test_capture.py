@@ -168,14 +168,15 @@ def test_edges_carry_tensor_bytes(tiny):
 @pytest.mark.parametrize("config", ["gpt2_tiny", "llama_tiny", "bert_tiny"])
 def test_hugging_face_configs_match_flop_counter(config):
     pytest.importorskip("transformers")
-    from workloads.hf import module_and_inputs, read_config, resolve, workload_from_hf_config
+    from workloads.hf import (as_if_traced, module_and_inputs, read_config, resolve,
+                              workload_from_hf_config)
     path = f"tests/data/hf/{config}.json"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         w = workload_from_hf_config(path, batch=2, seq=16, use_cache=False)
         cfg, _, moe, sizes = resolve(read_config(path), None, 2, 16, None, None)
         module, kwargs = module_and_inputs(cfg, sizes["kind"], sizes["phase"], 2, 16, 0, moe)
-        with FlopCounterMode(display=False) as fc:
+        with FlopCounterMode(display=False) as fc, as_if_traced():
             module(**kwargs)
     assert gemm_flops(w) == fc.get_total_flops()
     assert w.params == sum(p.numel() for p in module.parameters())

@@ -54,6 +54,8 @@ SMALL = {
     "linear": {"m": 8, "k": 16, "n": 4},
     "conv2d": {"c": 4, "h": 8, "w": 8, "k": 8, "groups": 2},
     "sdpa": {"b": 1, "h": 4, "sq": 8, "skv": 8, "d": 16, "kv_heads": 2},
+    **{n: {**_TINY_LLAMA, "moe_d_ff": 16, "n_experts": 4, "top_k": 2}
+       for n in ("mixtral-8x7b", "deepseek-moe-16b")},
 }
 
 

@@ -227,6 +227,8 @@ def build_module(config, kind: str, moe: dict[str, float] | None = None) -> nn.M
     """The model on the meta device, its experts routed through ``dse::moe_experts``."""
     _register_experts()
     auto = _model_class(config, kind)
+    if getattr(config, "architectures", None) is None:   # transformers iterates over it (DeiT)
+        config.architectures = []
     try:
         with torch.device("meta"), warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -40,6 +40,8 @@ class MoE(nn.Module):
         self.w_up = nn.Parameter(torch.empty(experts, 2 * moe_d_ff, d))   # gate and up
         self.w_down = nn.Parameter(torch.empty(experts, d, moe_d_ff))
         self.shared = SwiGLU(d, shared * moe_d_ff) if shared else None
+        for w, fan_in in ((self.w_up, d), (self.w_down, moe_d_ff)):   # as nn.Linear's default
+            nn.init.uniform_(w, -fan_in ** -0.5, fan_in ** -0.5)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, d = x.shape
