@@ -50,7 +50,7 @@ HF_CORPUS: list[tuple[str, tuple[str, ...]]] = [
     ("mixtral", ("prefill", "decode")), ("qwen3_moe", ("prefill", "decode")),
     ("qwen2_moe", ("prefill", "decode")), ("olmoe", ("prefill", "decode")),
     # state space
-    ("mamba", ("prefill",)), ("falcon_mamba", ("prefill",)),
+    ("mamba", ("prefill", "decode")), ("falcon_mamba", ("prefill", "decode")),
     # encoders
     ("bert", ("forward",)), ("roberta", ("forward",)), ("deberta", ("forward",)),
     ("deberta-v2", ("forward",)), ("electra", ("forward",)), ("distilbert", ("forward",)),

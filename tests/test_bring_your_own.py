@@ -21,7 +21,7 @@ from benchmarks.capture_corpus import HF_CORPUS, check, hf_maker, hf_rows  # noq
 
 #: One model per family, each phase: the default run's representative subset of the corpus.
 FAST = [("llama", ("prefill", "decode")), ("gemma2", ("prefill",)), ("bloom", ("prefill",)),
-        ("qwen3_moe", ("decode",)), ("mamba", ("prefill",)), ("deberta", ("forward",)),
+        ("qwen3_moe", ("decode",)), ("mamba", ("prefill", "decode")), ("deberta", ("forward",)),
         ("t5", ("forward", "decode")), ("whisper", ("decode",)), ("vit", ("forward",)),
         ("swin", ("forward",)), ("convnext", ("forward",)), ("resnet", ("forward",)),
         ("clip", ("forward",))]
@@ -118,6 +118,21 @@ def test_mamba_scan_is_one_op_with_the_reference_flops():
     a = scans[0].attrs
     assert (a["batch"], a["channels"], a["seq"], a["state"]) == (2, 64, 64, 8)
     assert scans[0].flops == scan_flops(2, 64, 64, 8, True, True) == 9 * 2 * 64 * 64 * 8 + 2 * 2 * 64 * 64
+
+
+def test_mamba_decode_reads_and_writes_its_fixed_size_state():
+    from workloads.hf import workload_from_hf_config
+    data = {"model_type": "mamba", "num_hidden_layers": 2, "hidden_size": 32, "state_size": 8,
+            "expand": 2, "conv_kernel": 4, "vocab_size": 64}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        short, long = (workload_from_hf_config(data, phase="decode", batch=2, context=c,
+                                               dtype="fp32", use_cache=False) for c in (16, 4096))
+    assert short.traffic_bytes()["kv_cache"] == long.traffic_bytes()["kv_cache"]  # no growth
+    scans = [op for op in short.ops if op.kind == "scan"]
+    state = 2 * 64 * 8 * 4   # batch x channels x state x fp32
+    assert len(scans) == 2 and all(op.attrs["seq"] == 1 and op.kv_bytes_read == state
+                                   for op in scans)
 
 
 def test_scan_op_matches_transformers_sequential_scan():

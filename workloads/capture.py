@@ -249,6 +249,14 @@ def _make_op(node, op_name: str, name: str, kind: str, inputs: list[_Tensor], ou
         out_role = KV
         attrs["kv_append"] = True
         attrs["elements"] = sum(t.numel for t in new)
+    elif name in ("copy_", "copy") and len(inputs) >= 2 and inputs[0].role == KV:
+        # In-place update of a cached state (a recurrent state, a conv window): read the
+        # source, write the cache.
+        src = inputs[1]
+        kv_r, act_r = (_bytes(src), 0) if src.role == KV else (0, _bytes(src))
+        kv_w = _bytes(inputs[0])
+        out_role = KV
+        attrs["elements"] = inputs[0].numel
     elif kind == ir.EMBEDDING and inputs and inputs[0].role == WEIGHT:
         weight = sum(_bytes(t) for t in outputs)  # only the gathered rows are read
         act_r = sum(_bytes(t) for t in inputs[1:])

@@ -5,7 +5,8 @@ Every family transformers builds from a config, by what the config describes:
 * **causal** (``*ForCausalLM``: GPT-2, Llama, Mistral, Gemma, Bloom, Mixtral, Qwen3-MoE, Mamba,
   ...): ``prefill`` over ``seq`` tokens and ``decode`` of one token per sequence with a KV cache
   of ``context`` tokens (the cache enters as the ``kv_cache`` argument of a small wrapper that
-  rebuilds transformers' cache object, so the capture sees it as KV cache).
+  rebuilds transformers' cache object, so the capture sees it as KV cache; for Mamba the cache
+  is each layer's fixed-size conv and recurrent state).
 * **seq2seq** (T5, BART, Whisper, Marian, ...): ``forward`` runs the encoder over ``seq`` tokens
   (Whisper: its fixed mel frames); ``decode`` runs one decoder step with a self-attention cache
   of ``context`` tokens and cross-attention reading the encoder's cached keys and values for
@@ -288,17 +289,26 @@ def selective_scan_as_one_op():
         y, last = selective_scan(hidden_states, dt, A, B, C, D, z, delta_bias, None,
                                  bool(delta_softplus), bool(return_last_state))
         return (y, last) if return_last_state else y
+
+    def step(state, hidden_states, dt, A, B, C, D=None, dt_bias=None, dt_softplus=False, z=None,
+             **_):   # one decode token: the scan over one step from the cached state
+        y, last = selective_scan(hidden_states[..., None], dt[..., None], A, B[..., None],
+                                 C[..., None], D, None if z is None else z[..., None], dt_bias,
+                                 state, bool(dt_softplus), True)
+        state.copy_(last)
+        return y[..., 0]
     patched = []
     for name in ("mamba", "falcon_mamba"):
         mod = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
-        if hasattr(mod, "mamba_selective_scan"):
-            patched.append((mod, mod.mamba_selective_scan))
-            mod.mamba_selective_scan = scan
+        for attr, fn in (("mamba_selective_scan", scan), ("mamba_selective_state_update", step)):
+            if hasattr(mod, attr):
+                patched.append((mod, attr, getattr(mod, attr)))
+                setattr(mod, attr, fn)
     try:
         yield
     finally:
-        for mod, original in patched:
-            mod.mamba_selective_scan = original
+        for mod, attr, original in patched:
+            setattr(mod, attr, original)
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -380,6 +390,26 @@ class _Seq2SeqDecode(nn.Module):
         return out.logits if hasattr(out, "logits") else out.last_hidden_state
 
 
+class _RecurrentDecode(nn.Module):
+    """One decode step of a state-space LM (Mamba) whose per-layer (conv, recurrent) states are
+    the ``kv_cache`` argument: the recurrent state is to Mamba what the KV cache is to
+    attention, of a fixed size whatever the context."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, kv_cache):
+        from transformers import DynamicCache
+        cache = DynamicCache(config=self.model.config)
+        for layer, (conv, state) in zip(cache.layers, kv_cache):
+            layer.conv_states[0], layer.recurrent_states[0] = conv, state
+            layer.conv_kernel_size[0] = conv.shape[-1]
+            layer.is_conv_states_initialized[0] = layer.is_recurrent_states_initialized[0] = True
+            layer.has_previous_state[0] = True
+        return self.model(input_ids=input_ids, cache_params=cache, use_cache=True).logits
+
+
 def _cache_pairs(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(layer.keys, layer.values) for layer in cache.layers]
 
@@ -412,9 +442,16 @@ def module_and_inputs(config, kind: str, phase: str, batch: int, seq: int, conte
             if phase == "prefill":
                 kw = {"input_ids": _ids(batch, seq, config.vocab_size), "use_cache": False}
                 return model, ({**kw, "logits_to_keep": 1} if keep else kw)
-            with as_if_traced():
+            with as_if_traced(), selective_scan_as_one_op():
                 out = model(input_ids=_ids(batch, context, config.vocab_size), use_cache=True)
             cache = getattr(out, "past_key_values", None)
+            states = getattr(out, "cache_params", None)
+            if cache is None and states is not None and all(
+                    hasattr(layer, "recurrent_states") for layer in states.layers):
+                return _RecurrentDecode(model), {
+                    "input_ids": _ids(batch, 1, config.vocab_size),
+                    "kv_cache": [(layer.conv_states[0], layer.recurrent_states[0])
+                                 for layer in states.layers]}
             if cache is None or not hasattr(cache, "layers"):
                 raise BadInput("phase", phase, f"{config.model_type} keeps no KV cache transformers "
                                "can hand over: expected prefill")
