@@ -338,11 +338,7 @@ def _conv_attrs(name: str, node, inputs: list[_Tensor], outputs: list[_Tensor]) 
     if name in ("convolution", "_convolution"):
         stride, padding, groups = args[3], args[4], args[8]
         transposed = bool(args[6])
-    elif transposed:   # conv_transposeNd(input, weight, bias, stride, padding, output_padding, groups)
-        stride = node.kwargs.get("stride", args[3] if args[3] is not None else 1)
-        padding = node.kwargs.get("padding", args[4] if args[4] is not None else 0)
-        groups = node.kwargs.get("groups", args[6] if args[6] is not None else 1)
-    else:
+    else:   # convNd / conv_transposeNd(input, weight, bias, stride, padding, ..., groups at 6)
         stride = node.kwargs.get("stride", args[3] if args[3] is not None else 1)
         padding = node.kwargs.get("padding", args[4] if args[4] is not None else 0)
         groups = node.kwargs.get("groups", args[6] if args[6] is not None else 1)
