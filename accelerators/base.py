@@ -15,7 +15,9 @@ from types import MappingProxyType
 from typing import Any, ClassVar, Mapping
 
 from dse.errors import BadInput
-from workloads.ir import Op, Workload
+from accelerators.capacity import capacity_problem
+from accelerators.physical import Floorplan, Physical, assess
+from workloads.ir import DTYPE_BYTES, Op, Workload
 
 #: Energy components of a result, J. ``static`` is added by the simulator (static power x time).
 ENERGY_COMPONENTS = ("compute", "onchip_memory", "offchip_memory", "network", "static")
@@ -185,6 +187,9 @@ class Template(ABC):
     PARAMS: ClassVar[tuple[Param, ...]]
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
     DEFAULT_PRESET: ClassVar[str | None] = None
+    #: True for a design that is part of a larger chip (a heterogeneous design's
+    #: sub-accelerator): :meth:`check` then leaves its die, package and power to the chip.
+    embedded: bool = False
 
     def __init__(self, preset: str | None = None, **values: Any):
         params = self.params()
@@ -236,17 +241,75 @@ class Template(ABC):
     def resources(self) -> Resources:
         """Units and shared channels offered to the simulator."""
 
-    @abstractmethod
-    def area_mm2(self) -> float:
-        """Die area, mm^2."""
-
-    @abstractmethod
-    def static_power_w(self) -> float:
-        """Leakage and always-on power, W."""
-
-    def check(self, workload: Workload) -> str | None:
-        """Why ``workload`` cannot run on this design at all (capacity), or None."""
+    def floorplan(self) -> Floorplan | None:
+        """What this design puts on silicon (:class:`accelerators.physical.Floorplan`): its
+        laid-out compute and SRAM, their peak power and leakage, and its off-chip memory.
+        :meth:`physical` adds memory PHYs, I/O, control, chiplets, package, cost and power
+        the same way for every template. None: the template does not model its silicon (it
+        must then implement :meth:`area_mm2` and :meth:`static_power_w` itself)."""
         return None
 
+    def physical(self) -> Physical | None:
+        """Area breakdown, cost, TDP and buildability of this design (computed once), or None
+        when the template has no :meth:`floorplan`."""
+        try:
+            return self._physical_cache
+        except AttributeError:
+            fp = self.floorplan()
+            self._physical_cache = assess(fp) if fp is not None else None
+            return self._physical_cache
+
+    def area_mm2(self) -> float:
+        """Silicon area, mm^2: every die (and off-die logic) of :meth:`physical`."""
+        phys = self.physical()
+        if phys is None:
+            raise NotImplementedError(f"{self.name} models neither floorplan() nor area_mm2()")
+        return phys.area_mm2
+
+    def static_power_w(self) -> float:
+        """Leakage and always-on power (memory background included), W."""
+        phys = self.physical()
+        if phys is None:
+            raise NotImplementedError(f"{self.name} models neither floorplan() nor "
+                                      "static_power_w()")
+        return phys.static_w
+
+    def memory_capacity_bytes(self) -> float | None:
+        """Bytes this design can hold a workload in: its off-chip memory by default (a
+        template that keeps data on chip, like the wafer, says so); None: unchecked."""
+        phys = self.physical()
+        return phys.memory.capacity_bytes if phys is not None and phys.memory else None
+
+    def element_bytes(self, workload: Workload) -> int:
+        """Bytes per element this design stores the workload's data in."""
+        return DTYPE_BYTES.get(self.hw.get("dtype"), workload.bytes_per_element)
+
+    def check(self, workload: Workload) -> str | None:
+        """Why ``workload`` cannot run on this design at all, or None: the design cannot be
+        built (:meth:`physical`'s problem), or the workload's weights, KV cache and live
+        activations exceed :meth:`memory_capacity_bytes`. Templates that override this call
+        it first."""
+        phys = self.physical()
+        if phys is not None and phys.problem and not self.embedded:
+            return phys.problem
+        capacity = self.memory_capacity_bytes()
+        if capacity is None:
+            return None
+        return capacity_problem(workload, capacity, self.element_bytes(workload),
+                                self.capacity_holder())
+
+    def capacity_holder(self) -> str:
+        """What :meth:`memory_capacity_bytes` is, for messages."""
+        phys = self.physical()
+        mem = phys.memory if phys is not None else None
+        if mem is None:
+            return "the design"
+        return (f"its memory ({mem.devices} {mem.standard.name} {mem.standard.device}"
+                f"{'s' if mem.devices != 1 else ''} x {mem.capacity_gb_per_device:.3g} GB)")
+
     def describe(self) -> dict[str, Any]:
-        return {"template": self.name, "preset": self.preset, "hw": dict(self.hw)}
+        out = {"template": self.name, "preset": self.preset, "hw": dict(self.hw)}
+        phys = self.physical()
+        if phys is not None and phys.memory is not None:
+            out["memory"] = phys.memory.to_dict()
+        return out

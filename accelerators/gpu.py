@@ -37,6 +37,8 @@ from typing import Any
 from accelerators import technology as tech
 from accelerators.base import OpCost, Param, Resources, Template
 from accelerators.composite import cost_composite
+from accelerators.memory_standards import STANDARD_NAMES, memory_system
+from accelerators.physical import HOST_INTERFACES, Floorplan
 from accelerators.gpu_efficiency import DEFAULT_KNOBS, Chip, KernelModel
 from dse.errors import BadInput
 from workloads import ir
@@ -73,14 +75,34 @@ PARAMS = (
           "(int8 ops run at the fp16 rate)", 0.0, 1e17),
     Param("memory_bandwidth_Bps", float, "B/s", 4.8e12, "DRAM bandwidth (datasheet)",
           1e10, 1e14, log=True),
-    Param("memory_capacity_bytes", float, "B", 141e9, "DRAM capacity", 1e8, 1e13, log=True),
-    Param("memory_kind", str, "", "hbm3e", "DRAM technology (energy per byte)",
-          choices=tuple(tech.DRAM_PJ_PER_BYTE)),
+    Param("memory_capacity_bytes", float, "B", 141e9, "DRAM capacity usable by kernels (at "
+          "most the devices' total)", 1e8, 1e13, log=True),
+    Param("memory_kind", str, "", "hbm3e", "off-chip memory standard "
+          "(accelerators.memory_standards)", choices=STANDARD_NAMES),
+    Param("memory_devices", int, "", 0, "memory devices installed (HBM stacks, GDDR chips); "
+          "0: the fewest that reach memory_bandwidth_Bps", 0, 32),
+    Param("memory_devices_on_die", int, "", 0, "memory PHYs on the die, disabled ones "
+          "included (A100 and H100 have six HBM sites and fill five); 0: memory_devices", 0, 32),
+    Param("memory_device_gb", float, "GB", 0.0, "capacity of each memory device; 0: the "
+          "standard's default", 0.0, 128.0),
     Param("l2_bytes", float, "B", 60 * 2**20, "L2 cache", 1e5, 1e10, log=True),
     Param("tdp_w", float, "W", 700.0, "board power limit", 1.0, 5000.0),
     Param("idle_power_w", float, "W", 119.0, "power with a CUDA context and no kernel "
           "running (static power)", 0.0, 2000.0),
-    Param("die_area_mm2", float, "mm^2", 814.0, "GPU die area", 10.0, 100000.0),
+    Param("sms_on_die", int, "SMs", 0, "SMs on the die, disabled ones included (area); 0: sms",
+          0, 1024),
+    Param("tensor_macs_per_sm", int, "MAC/cycle", 2048, "dense fp16 tensor-core multiply-"
+          "accumulates per SM per cycle (area)", 1, 65536, log=True),
+    Param("fp32_lanes_per_sm", int, "lanes", 128, "fp32 CUDA cores per SM (area)", 1, 4096,
+          log=True),
+    Param("l1_kb_per_sm", int, "KiB", 256, "L1 / shared memory per SM (area); the 256 KiB "
+          "register file is added", 1, 65536, log=True),
+    Param("node_nm", int, "nm", 4, "process node", choices=tech.NODES_NM),
+    Param("host_interface", str, "", "pcie5x16", "link to the host",
+          choices=tuple(HOST_INTERFACES)),
+    Param("peer_links", int, "links", 18, "GPU-to-GPU links (NVLink) on the die", 0, 64),
+    Param("peer_link_phy_mm2", float, "mm^2", 0.965, "PHY area of one peer link [R LLMCompass "
+          "cost model: NVLink 3 1.888, NVLink 4 0.965 mm^2]", 0.0, 100.0),
     Param("dtype", str, "", "bf16", "element type the kernels run in (ops are costed in it)",
           choices=tuple(DTYPE_BYTES)),
     Param("launch_overhead_s", float, "s", 2.0e-6, "time of the smallest kernel back to back "
@@ -109,8 +131,10 @@ PARAMS = (
           "efficiencies only"),
 )
 
-#: Presets from datasheets [D] (REFERENCES.md): dense peaks (no sparsity), memory, L2, SMs,
-#: TDP, die area; boost clocks [D: A100 1.41 GHz, H100/H200 SXM 1.98 GHz, T4 1.59 GHz,
+#: Presets from datasheets and architecture whitepapers [D] (REFERENCES.md): dense peaks (no
+#: sparsity), memory standard and devices (A100 and H100 fill five of six HBM sites), L2, SMs
+#: enabled / on the die (A100 108/128, H100 132/144, T4 40/48, RTX 3090 82/84), tensor MACs,
+#: fp32 lanes and L1 per SM, node, NVLink links, TDP; boost clocks [D: A100 1.41 GHz, H100/H200 SXM 1.98 GHz, T4 1.59 GHz,
 #: RTX 3090 1.695 GHz]. Idle power [E]: A100 ~50 W, H100 ~100 W, T4 ~10 W, RTX 3090 ~30 W;
 #: the H200's 119 W idle (a CUDA context, SM clock 1980 MHz) and its copy power fraction
 #: 0.855 = (616 W - 119 W) / (700 W - 119 W) were measured by the NVML energy counter
@@ -119,31 +143,49 @@ PRESETS: dict[str, dict[str, Any]] = {
     "a100": dict(sms=108, clock_hz=1.41e9, peak_bf16_flops=312e12, peak_fp16_flops=312e12,
                  peak_fp32_flops=19.5e12, peak_fp8_flops=0.0, peak_int8_ops=624e12,
                  memory_bandwidth_Bps=2.039e12, memory_capacity_bytes=80e9,
-                 memory_kind="hbm2e", l2_bytes=40 * 2**20, tdp_w=400.0, idle_power_w=50.0,
-                 die_area_mm2=826.0),
+                 memory_kind="hbm2e", memory_devices=5, memory_devices_on_die=6,
+                 memory_device_gb=16, l2_bytes=40 * 2**20, tdp_w=400.0, idle_power_w=50.0,
+                 sms_on_die=128, tensor_macs_per_sm=1024, fp32_lanes_per_sm=64,
+                 l1_kb_per_sm=192, node_nm=7, host_interface="pcie4x16", peer_links=12,
+                 peer_link_phy_mm2=1.888),
     "h100": dict(sms=132, clock_hz=1.98e9, peak_bf16_flops=989e12, peak_fp16_flops=989e12,
                  peak_fp32_flops=67e12, peak_fp8_flops=1979e12, peak_int8_ops=1979e12,
                  memory_bandwidth_Bps=3.35e12, memory_capacity_bytes=80e9,
-                 memory_kind="hbm3", l2_bytes=50 * 2**20, tdp_w=700.0, idle_power_w=100.0,
-                 die_area_mm2=814.0),
+                 memory_kind="hbm3", memory_devices=5, memory_devices_on_die=6,
+                 memory_device_gb=16, l2_bytes=50 * 2**20, tdp_w=700.0, idle_power_w=100.0,
+                 sms_on_die=144),
     "h200": dict(sms=132, clock_hz=1.98e9, peak_bf16_flops=989e12, peak_fp16_flops=989e12,
                  peak_fp32_flops=67e12, peak_fp8_flops=1979e12, peak_int8_ops=1979e12,
                  memory_bandwidth_Bps=4.8e12, memory_capacity_bytes=141e9,
-                 memory_kind="hbm3e", l2_bytes=60 * 2**20, tdp_w=700.0, idle_power_w=119.0,
-                 die_area_mm2=814.0, calibration="h200", memory_power_fraction=0.855),
+                 memory_kind="hbm3e", memory_devices=6, memory_device_gb=24,
+                 l2_bytes=60 * 2**20, tdp_w=700.0, idle_power_w=119.0, sms_on_die=144,
+                 calibration="h200", memory_power_fraction=0.855),
     # T4 has no bf16 tensor cores: bf16 is costed at the fp16 rate [E].
     "t4": dict(sms=40, clock_hz=1.59e9, peak_bf16_flops=65e12, peak_fp16_flops=65e12,
                peak_fp32_flops=8.1e12, peak_fp8_flops=0.0, peak_int8_ops=130e12,
                memory_bandwidth_Bps=320e9, memory_capacity_bytes=16e9, memory_kind="gddr6",
-               l2_bytes=4 * 2**20, tdp_w=70.0, idle_power_w=10.0, die_area_mm2=545.0),
+               memory_devices=8, memory_device_gb=2, l2_bytes=4 * 2**20, tdp_w=70.0,
+               idle_power_w=10.0, sms_on_die=48, tensor_macs_per_sm=512,
+               fp32_lanes_per_sm=64, l1_kb_per_sm=96, node_nm=12, host_interface="pcie4x16",
+               peer_links=0),
     # RTX 3090: dense tensor fp16/bf16 with fp32 accumulate (what PyTorch uses) 71 TFLOP/s,
-    # int8 284 TOPS dense [D, GA102 whitepaper]; GDDR6X costed as GDDR6 [E].
+    # int8 284 TOPS dense [D, GA102 whitepaper]; 24 GB of GDDR6X on a 384-bit bus (twelve
+    # x32 PHYs; 2 GB per PHY); Samsung 8N taken as a 10-nm-class node [E].
     "rtx3090": dict(sms=82, clock_hz=1.695e9, peak_bf16_flops=71e12, peak_fp16_flops=71e12,
                     peak_fp32_flops=35.6e12, peak_fp8_flops=0.0, peak_int8_ops=284e12,
                     memory_bandwidth_Bps=936e9, memory_capacity_bytes=24e9,
-                    memory_kind="gddr6", l2_bytes=6 * 2**20, tdp_w=350.0, idle_power_w=30.0,
-                    die_area_mm2=628.0),
+                    memory_kind="gddr6x", memory_devices=12, memory_device_gb=2,
+                    l2_bytes=6 * 2**20, tdp_w=350.0, idle_power_w=30.0, sms_on_die=84,
+                    tensor_macs_per_sm=512, fp32_lanes_per_sm=128, l1_kb_per_sm=128,
+                    node_nm=10, host_interface="pcie4x16", peer_links=4,
+                    peer_link_phy_mm2=1.888),
 }
+
+#: Register file per SM, B [D: 64K 32-bit registers per SM since Volta].
+REGISTER_FILE_BYTES_PER_SM = 256 * 1024
+#: The rest of an SM (schedulers, dispatch, load/store, special-function, texture, fp64 and
+#: integer units, crossbars) relative to its tensor and fp32 datapaths [E].
+SM_OVERHEAD = 3.0
 
 _MEMORY_KINDS = (ir.ELEMENTWISE, ir.NORM, ir.SOFTMAX, ir.REDUCTION, ir.EMBEDDING,
                  ir.DATA_MOVEMENT, ir.UNKNOWN, ir.HASHGRID)
@@ -217,6 +259,12 @@ class GPU(Template):
 
     def validate(self) -> tuple[str, Any, str] | None:
         hw = self.hw
+        self.memory = memory_system(hw.memory_kind, hw.memory_devices, hw.memory_device_gb,
+                                    hw.memory_bandwidth_Bps, bandwidth_field="memory_bandwidth_Bps")
+        if hw.memory_capacity_bytes > self.memory.capacity_bytes * (1 + 1e-9):
+            return ("hw.memory_capacity_bytes", hw.memory_capacity_bytes,
+                    f"expected at most the {self.memory.capacity_bytes / 1e9:g} GB of "
+                    f"{self.memory.devices} {hw.memory_kind} {self.memory.standard.device}s")
         if hw.idle_power_w >= hw.tdp_w:
             return ("hw.idle_power_w", hw.idle_power_w, f"expected less than tdp_w={hw.tdp_w:g}")
         if hw.calibration:
@@ -236,7 +284,7 @@ class GPU(Template):
         dynamic_w = hw.tdp_w - hw.idle_power_w
         per_flop = {d: dynamic_w / self.model.sustained_flops(d) for d in DTYPE_BYTES}
         per_byte = dynamic_w * hw.memory_power_fraction / self.model.copy_Bps
-        dram = tech.dram_energy_j_per_byte(hw.memory_kind)
+        dram = self.memory.energy_j_per_byte
         return {"flop": per_flop, "byte": per_byte, "dram": min(dram, per_byte),
                 "onchip": max(0.0, per_byte - dram)}
 
@@ -312,27 +360,35 @@ class GPU(Template):
     def resources(self) -> Resources:
         return Resources(units={"sm": 1}, channels={"hbm": self.hw.memory_bandwidth_Bps})
 
-    def area_mm2(self) -> float:
-        return self.hw.die_area_mm2
+    def floorplan(self) -> Floorplan:
+        """The die: SMs (tensor MACs as systolic-class PEs, fp32 lanes, and the rest of the SM
+        as ``SM_OVERHEAD`` of those), register files, L1 and L2 as SRAM, memory PHYs for every
+        site on the die, host and peer-link PHYs. Power is the datasheet's: ``tdp_w`` at full
+        load and ``idle_power_w`` idle (memory included)."""
+        hw = self.hw
+        node, sms = hw.node_nm, hw.sms_on_die or hw.sms
+        datapath = sms * (hw.tensor_macs_per_sm * tech.pe_area_mm2("fp16", node)
+                          + hw.fp32_lanes_per_sm * tech.pe_area_mm2("fp32", node))
+        sram = tech.sram_area_mm2(sms * (REGISTER_FILE_BYTES_PER_SM + hw.l1_kb_per_sm * 1024)
+                                  + hw.l2_bytes, node)
+        mem = self.memory
+        mem_w = mem.bandwidth_Bps * mem.energy_j_per_byte
+        phys_on_die = hw.memory_devices_on_die or mem.devices
+        extra_phy = (phys_on_die - mem.devices) * mem.standard.phy_area_mm2
+        return Floorplan(node_nm=node, compute_mm2=datapath * (1 + SM_OVERHEAD) + extra_phy
+                         + hw.peer_links * hw.peer_link_phy_mm2, sram_mm2=sram,
+                         peak_dynamic_w=max(0.0, hw.tdp_w - hw.idle_power_w - mem_w),
+                         leakage_w=max(0.0, hw.idle_power_w - mem.static_w), memory=mem,
+                         host_interface=hw.host_interface)
 
     def static_power_w(self) -> float:
         return self.hw.idle_power_w
 
-    def check(self, workload: Workload) -> str | None:
-        """Weights + KV cache + the largest op's activations must fit in DRAM."""
-        scale = self._b / workload.bytes_per_element
-        weights = workload.weight_footprint_bytes * scale
-        kv = (sum(op.kv_bytes_read for op in workload.ops if op.kind == ir.ATTENTION)
-              + sum(op.kv_bytes_written for op in workload.ops)) * scale
-        act = max((op.activation_bytes_read + op.activation_bytes_written
-                   for op in workload.ops), default=0) * scale
-        need = weights + kv + act
-        cap = self.hw.memory_capacity_bytes
-        if need > cap:
-            return (f"{workload.model} needs {need / 1e9:.1f} GB (weights {weights / 1e9:.1f} GB"
-                    f" + KV cache {kv / 1e9:.1f} GB + activations {act / 1e9:.1f} GB) but the "
-                    f"GPU holds {cap / 1e9:.1f} GB")
-        return None
+    def memory_capacity_bytes(self) -> float:
+        return self.hw.memory_capacity_bytes
+
+    def capacity_holder(self) -> str:
+        return f"the GPU ({self.memory.devices} {self.hw.memory_kind} {self.memory.standard.device}s)"
 
     def describe(self) -> dict[str, Any]:
         out = super().describe()

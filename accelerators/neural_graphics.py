@@ -31,13 +31,14 @@ Per op:
   ones ``fusion_speedup`` times faster than the unfused kernels they replace.
 
 Area and power: MACs, SRAM, hash and interpolation lanes from :mod:`accelerators.technology`
-at ``node_nm``; :meth:`area_mm2` is the cluster's silicon (what NGPC adds to the GPU die).
+at ``node_nm``; :meth:`cluster_area_mm2` is the cluster's silicon (what NGPC adds to the GPU
+die); the design (:meth:`floorplan`) is the GPU's die with the cluster on it.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import networkx as nx
@@ -46,6 +47,7 @@ from accelerators import hashgrid_cost as hc
 from accelerators import technology as tech
 from accelerators.base import OpCost, Param, Resources, Template
 from accelerators.composite import cost_composite
+from accelerators.physical import Floorplan
 from dse.errors import BadInput
 from workloads import ir
 from workloads import neural_frames as nf
@@ -214,9 +216,13 @@ class NGPC(Template):
                                           batch=items))
 
     def check(self, workload: Workload) -> str | None:
-        """Infeasible when a grid SRAM cannot hold one level's working set: the sectors of its
-        look-ups in flight (:func:`hashgrid_cost.min_sram_bytes`). Tables larger than the SRAM
-        are feasible: their misses spill to DRAM and cost time."""
+        """The base checks (buildable, fits the GPU's memory), then: infeasible when a grid
+        SRAM cannot hold one level's working set: the sectors of its look-ups in flight
+        (:func:`hashgrid_cost.min_sram_bytes`). Tables larger than the SRAM are feasible: their
+        misses spill to DRAM and cost time."""
+        problem = super().check(workload)
+        if problem:
+            return problem
         for op in workload.ops:
             if op.kind != ir.HASHGRID:
                 continue
@@ -378,21 +384,38 @@ class NGPC(Template):
         parts["control"] = NFP_CONTROL_OVERHEAD * sum(parts.values())
         return parts
 
-    def area_mm2(self) -> float:
-        """The cluster's area (all NFPs), mm^2: what NGPC adds beside the GPU."""
+    def cluster_area_mm2(self) -> float:
+        """The cluster's area (all NFPs), mm^2: what NGPC adds to the GPU die."""
         return self.hw.nfps * sum(self.nfp_area_breakdown_mm2().values())
 
-    def static_power_w(self) -> float:
-        """Leakage of the cluster plus the GPU's static power (the GPU stays on)."""
+    def floorplan(self) -> Floorplan:
+        """The GPU's die with the cluster on it: the cluster's logic and SRAM added to the
+        GPU's, its leakage and peak power (every look-up lane, MAC and vector lane busy) too;
+        the memory is the GPU's."""
+        hw = self.hw
         parts = self.nfp_area_breakdown_mm2()
-        sram_bytes = (self._sram_bytes * self.hw.encoding_units + self._buffer_bytes) * self.hw.nfps
-        sram_mm2 = (parts["grid_sram"] + parts["mlp_buffer"]) * self.hw.nfps
-        cluster = tech.leakage_w(self.area_mm2() - sram_mm2, sram_bytes, self.hw.node_nm)
-        return cluster + self.gpu.static_power_w()
+        sram_bytes = (self._sram_bytes * hw.encoding_units + self._buffer_bytes) * hw.nfps
+        sram_mm2 = (parts["grid_sram"] + parts["mlp_buffer"]) * hw.nfps
+        logic_mm2 = self.cluster_area_mm2() - sram_mm2
+        node = hw.node_nm
+        per_cycle_j = hw.nfps * (
+            hw.mlp_rows * hw.mlp_cols * tech.mac_energy_j(hw.dtype, node)
+            + hw.vector_lanes * tech.vector_op_energy_j(hw.dtype, node)
+            + hw.encoding_units * hw.lookups_per_cycle * (
+                INTERP_MACS_PER_LANE * tech.mac_energy_j("fp16", node)
+                + 2 * DTYPE_BYTES[hw.dtype] * tech.sram_energy_j_per_byte(self._sram_bytes, node)))
+        gpu = self.gpu.floorplan()
+        return replace(gpu, compute_mm2=gpu.compute_mm2 + logic_mm2,
+                       sram_mm2=gpu.sram_mm2 + sram_mm2,
+                       peak_dynamic_w=gpu.peak_dynamic_w + per_cycle_j * hw.clock_hz,
+                       leakage_w=gpu.leakage_w + tech.leakage_w(logic_mm2, sram_bytes, node))
+
+    def memory_capacity_bytes(self) -> float:
+        return self.gpu.memory_capacity_bytes()
 
     def describe(self) -> dict[str, Any]:
         d = super().describe()
-        d["cluster_area_mm2"] = self.area_mm2()
+        d["cluster_area_mm2"] = self.cluster_area_mm2()
         d["gpu_area_mm2"] = self.gpu.area_mm2()
         return d
 

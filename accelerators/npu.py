@@ -24,6 +24,8 @@ from typing import Any
 from accelerators import systolic, technology as tech
 from accelerators.base import OpCost, Param, Resources, Template
 from accelerators.composite import cost_composite
+from accelerators.memory_standards import STANDARD_NAMES, MemorySystem, memory_system
+from accelerators.physical import CONTROL_OVERHEAD, HOST_INTERFACES, Floorplan
 from dse.errors import BadInput, InfeasibleDesign
 from workloads import ir
 from workloads.ir import DTYPE_BYTES, Op
@@ -55,10 +57,6 @@ VECTOR_OPS_PER_ELEMENT = {
 #: share of a special-function unit (exp, reciprocal, rsqrt) and its operand registers.
 VECTOR_LANE_AREA_PER_MAC = 1.5
 
-#: Die-area overhead on MACs + SRAM + vector unit for control, DMA, on-chip interconnect and
-#: the DRAM / host interfaces [E]: in TPU v1 "the datapath is nearly two-thirds of the die"
-#: [P Jouppi et al., ISCA 2017, Sec. 2], the rest is control, I/O and misc; factor 1.5 = 1/(2/3).
-AREA_OVERHEAD = 1.5
 
 _ARRAY_KINDS = (ir.MATMUL, ir.CONV, ir.ATTENTION)
 
@@ -79,10 +77,18 @@ PARAMS = (
           1, 131072, log=True),
     Param("ofmap_sram_kb", int, "KiB", 4096, "output / accumulator scratchpad, 32-bit partial "
           "sums (double-buffered)", 1, 131072, log=True),
-    Param("dram_bandwidth_Bps", float, "B/s", 6.0e11, "off-chip memory bandwidth", 1.0e9, 1.0e13,
-          log=True),
-    Param("dram", str, "", "hbm2", "off-chip memory kind (energy per byte)",
-          choices=tuple(tech.DRAM_PJ_PER_BYTE)),
+    Param("dram_bandwidth_Bps", float, "B/s", 6.0e11, "off-chip bandwidth when dram_devices "
+          "is 0: realised by the fewest devices of the standard that reach it (ignored "
+          "otherwise)", 1.0e9, 1.0e13, log=True),
+    Param("dram", str, "", "hbm2", "off-chip memory standard (bandwidth, capacity, PHY area, "
+          "energy and price per device: accelerators.memory_standards)", choices=STANDARD_NAMES),
+    Param("dram_devices", int, "", 0, "off-chip memory devices (HBM stacks, GDDR / LPDDR chips, "
+          "DDR channels), run at their peak bandwidth; 0: the fewest that reach "
+          "dram_bandwidth_Bps", 0, 32),
+    Param("dram_device_gb", float, "GB", 0.0, "capacity of each memory device, one of the "
+          "standard's options; 0: the standard's default", 0.0, 128.0),
+    Param("host_interface", str, "", "pcie4x16", "link to the host (PHY area and die edge): "
+          "none for an SoC block", choices=tuple(HOST_INTERFACES)),
     Param("vector_lanes", int, "lanes", 1024, "vector-unit elements per cycle (softmax, norm, "
           "elementwise, reductions, data movement)", 1, 65536, log=True),
     Param("node_nm", int, "nm", 7, "process node", choices=tech.NODES_NM),
@@ -98,8 +104,8 @@ PRESETS: dict[str, dict[str, Any]] = {
                             vector_lanes=1024, node_nm=7),
     # TPU v1 [P Jouppi et al., ISCA 2017]: 256x256 int8 MACs, weight-stationary, 700 MHz, 28 nm,
     # 24 MiB Unified Buffer (activations) -> ifmap, 4 MiB of 32-bit accumulators -> ofmap,
-    # weight FIFO of four 64 KiB tiles -> filter, 8 GiB DDR3 at 34 GB/s, 256-wide activation
-    # pipeline -> vector lanes.
+    # weight FIFO of four 64 KiB tiles -> filter, 8 GiB DDR3 at 34 GB/s (two DDR3-2133
+    # channels of 4 GB), 256-wide activation pipeline -> vector lanes.
     "tpu-v1-like": dict(rows=256, cols=256, dataflow="ws", arrays=1, clock_hz=7.0e8,
                         dtype="int8", ifmap_sram_kb=24576, filter_sram_kb=256,
                         ofmap_sram_kb=4096, dram_bandwidth_Bps=3.4e10, dram="ddr3",
@@ -109,7 +115,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # for an edge part [E].
     "edge-32x32": dict(rows=32, cols=32, dataflow="os", arrays=1, clock_hz=5.0e8, dtype="int8",
                        ifmap_sram_kb=64, filter_sram_kb=64, ofmap_sram_kb=64,
-                       dram_bandwidth_Bps=1.28e10, dram="lpddr4", vector_lanes=32, node_nm=28),
+                       dram_bandwidth_Bps=1.28e10, dram="lpddr4", vector_lanes=32, node_nm=28,
+                       host_interface="none"),
     # NeuPIMs' NPU [R casys-kaist/NeuPIMs configs/systolic_ws_128x128_dev.json; P ASPLOS 2024
     # Sec. 8.1]: 8 WS arrays of 128x128 at 1 GHz, 8 vector units x 128 lanes, 2-byte data,
     # spad 1024 KB (split evenly between ifmap and filter [E]) and accum spad 1024 KB.
@@ -201,11 +208,14 @@ class NPU(Template):
         self._reg_j = tech.register_energy_j_per_byte(node)
         self._mac_j = tech.mac_energy_j(hw.dtype, node)
         self._vec_j = tech.vector_op_energy_j(hw.dtype, node)
-        self._dram_j = tech.dram_energy_j_per_byte(hw.dram)
+        self.memory: MemorySystem = memory_system(hw.dram, hw.dram_devices, hw.dram_device_gb,
+                                                  0.0 if hw.dram_devices else
+                                                  hw.dram_bandwidth_Bps)
         # plain attributes: read on every cost() call
         self._rows, self._cols, self._arrays, self._df = hw.rows, hw.cols, hw.arrays, hw.dataflow
-        self._clock, self._bw, self._lanes = hw.clock_hz, hw.dram_bandwidth_Bps, hw.vector_lanes
+        self._clock, self._bw, self._lanes = hw.clock_hz, self.memory.bandwidth_Bps, hw.vector_lanes
         self._caps = {p: v / 2 for p, v in self._sram_bytes.items()}   # double buffering
+        self._dram_j = self.physical().memory_energy_j_per_byte
         self._problem = self._scratchpad_problem()
         self._cache: dict[tuple, OpCost] = {}
 
@@ -225,6 +235,11 @@ class NPU(Template):
         return None
 
     def check(self, workload: ir.Workload) -> str | None:
+        """The base checks (buildable, fits the memory), then the scratchpads' minimal tile."""
+        return super().check(workload) or self.scratchpad_check(workload)
+
+    def scratchpad_check(self, workload: ir.Workload) -> str | None:
+        """Why a scratchpad cannot hold a minimal tile of the workload's array ops, or None."""
         if self._problem and any(op.kind in _ARRAY_KINDS for op in workload.ops):
             return self._problem
         return None
@@ -432,18 +447,26 @@ class NPU(Template):
         return Resources(units={"array": 1, "vector": 1},
                          channels={"dram": self.hw.dram_bandwidth_Bps})
 
-    def _logic_area_mm2(self) -> float:
-        hw = self.hw
-        mac = tech.mac_area_mm2(hw.dtype, hw.node_nm)
-        return mac * (hw.rows * hw.cols * hw.arrays + VECTOR_LANE_AREA_PER_MAC * hw.vector_lanes)
-
-    def area_mm2(self) -> float:
-        sram = tech.sram_area_mm2(sum(self._sram_bytes.values()), self.hw.node_nm)
-        return AREA_OVERHEAD * (self._logic_area_mm2() + sram)
-
-    def static_power_w(self) -> float:
-        """Leakage of the logic (MACs, vector lanes and the overhead share of the die) plus the
-        scratchpads' SRAM."""
+    def floorplan(self) -> Floorplan:
+        """Systolic PEs (:func:`technology.pe_area_mm2`) and vector lanes, the three
+        scratchpads, their peak power (every PE and lane busy each cycle, the arrays' operand
+        and partial-sum streams through the scratchpads), leakage, and the memory system."""
+        hw, b = self.hw, DTYPE_BYTES[self.hw.dtype]
+        node = hw.node_nm
+        pes = hw.rows * hw.cols * hw.arrays
+        compute = (pes * tech.pe_area_mm2(hw.dtype, node) + VECTOR_LANE_AREA_PER_MAC
+                   * hw.vector_lanes * tech.mac_area_mm2(hw.dtype, node))
         sram_bytes = sum(self._sram_bytes.values())
-        logic_mm2 = self.area_mm2() - tech.sram_area_mm2(sram_bytes, self.hw.node_nm)
-        return tech.leakage_w(logic_mm2, sram_bytes, self.hw.node_nm)
+        sram = tech.sram_area_mm2(sram_bytes, node)
+        sram_j = self._sram_j
+        per_cycle_j = (pes * (tech.mac_energy_j(hw.dtype, node) + _register_bytes_per_mac(b)
+                              * tech.register_energy_j_per_byte(node))
+                       + hw.vector_lanes * tech.vector_op_energy_j(hw.dtype, node)
+                       + hw.arrays * (hw.rows * b * sram_j["ifmap"]
+                                      + 2 * hw.cols * ACC_BYTES * sram_j["ofmap"])
+                       + hw.vector_lanes * 2 * b * sram_j["ifmap"])
+        return Floorplan(node_nm=node, compute_mm2=compute, sram_mm2=sram,
+                         peak_dynamic_w=per_cycle_j * hw.clock_hz,
+                         leakage_w=tech.leakage_w((1 + CONTROL_OVERHEAD) * compute
+                                                  + CONTROL_OVERHEAD * sram, sram_bytes, node),
+                         memory=self.memory, host_interface=hw.host_interface)

@@ -47,9 +47,10 @@ from accelerators.base import OpCost, Param, Resources, Template
 from accelerators.composite import cost_composite
 from accelerators.npu import NPU, PRESETS as NPU_PRESETS, PARAMS as NPU_PARAMS
 from accelerators.npu import VECTOR_OPS_PER_ELEMENT
+from accelerators.physical import Floorplan
 from accelerators.pim import (PART, attend_gemv, attention_dims, bank_params, bank_problem,
-                              capacity_problem, geometry, logits_gemv, split_attention,
-                              timing_of, timing_params)
+                              capacity_problem, geometry, logits_gemv, pim_memory,
+                              split_attention, timing_of, timing_params)
 from dse.errors import InfeasibleDesign
 from workloads import ir
 from workloads.ir import DTYPE_BYTES, Op, Workload
@@ -59,7 +60,8 @@ from workloads.requests import KV_LENS, attention_kv_lens, rebuild, split_batch
 KV_CHANNELS = "kv_channels"
 
 #: NPU parameters NeuPIMs takes over; ``dram_bandwidth_Bps`` and ``dram`` follow from the PIM.
-_NPU_KEYS = tuple(p.name for p in NPU_PARAMS if p.name not in ("dram_bandwidth_Bps", "dram"))
+_NPU_KEYS = tuple(p.name for p in NPU_PARAMS
+                  if p.name not in ("dram_bandwidth_Bps", "dram", "dram_devices", "dram_device_gb"))
 _NPU_DEFAULTS = {k: v for k, v in NPU_PRESETS["neupims-npu"].items() if k in _NPU_KEYS}
 
 #: Area of the in-DRAM PIM logic per MAC relative to a MAC at ``pim_node_nm`` [E, as ``pim``].
@@ -125,6 +127,7 @@ class NeuPIMs(Template):
         self.bandwidth_Bps = hw.channels * self.timing.channel_bandwidth_Bps
         self.npu = NPU(None, **{k: hw[k] for k in _NPU_KEYS},
                        dram_bandwidth_Bps=self.bandwidth_Bps, dram="hbm2")
+        self.npu.embedded = True   # its die and memory are NeuPIMs' (floorplan below)
         self._mac_j = tech.mac_energy_j(hw.dtype, hw.pim_node_nm)
         self._bus_j = tech.dram_energy_j_per_byte("hbm2")
         self._act_j = dt.act_energy_j(hw.page_bytes)
@@ -136,7 +139,9 @@ class NeuPIMs(Template):
 
     # ----------------------------------------------------------------------------- feasibility
     def check(self, workload: Workload) -> str | None:
-        problem = self.npu.check(workload) or self.geom.problem()
+        phys = self.physical()
+        problem = ((phys.problem if phys is not None else None)
+                   or self.npu.scratchpad_check(workload) or self.geom.problem())
         if problem:
             return problem
         return capacity_problem(workload, self.geom, self.hw.channel_capacity_gib, self._b,
@@ -290,15 +295,18 @@ class NeuPIMs(Template):
         macs = hw.channels * hw.banks_per_channel * hw.macs_per_bank
         return macs * tech.mac_area_mm2(hw.dtype, hw.pim_node_nm) * PIM_UNIT_AREA_FACTOR
 
-    def area_mm2(self) -> float:
-        """NPU die plus the in-DRAM PIM logic, mm^2 (DRAM dies not counted)."""
-        return self.npu.area_mm2() + self.pim_logic_area_mm2()
-
-    def static_power_w(self) -> float:
-        """NPU leakage, HBM background power per channel, leakage of the PIM logic, W."""
-        hw = self.hw
-        return (self.npu.static_power_w() + hw.channels * dt.BACKGROUND_W_PER_CHANNEL["hbm2"]
-                + tech.leakage_w(self.pim_logic_area_mm2(), 0, hw.pim_node_nm))
+    def floorplan(self) -> Floorplan:
+        """The NPU's logic die with the HBM-PIM stacks as its memory (their MAC logic
+        reported off-die as ``pim_logic``); the PIM MACs' power and leakage added."""
+        hw, npu = self.hw, self.npu.floorplan()
+        macs = hw.channels * hw.banks_per_channel * hw.macs_per_bank
+        return replace(npu, memory=pim_memory("hbm2", hw.channels, hw.channel_capacity_gib,
+                                               self.bandwidth_Bps),
+                       peak_dynamic_w=npu.peak_dynamic_w + macs * hw.pim_clock_hz * self._mac_j
+                       / max(hw.dot_cycles, 1),
+                       leakage_w=npu.leakage_w + tech.leakage_w(self.pim_logic_area_mm2(), 0,
+                                                                 hw.pim_node_nm),
+                       extra_mm2={"pim_logic": self.pim_logic_area_mm2()})
 
 
 def double_buffered_cycles(op: Op, hw) -> int | None:

@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from accelerators import technology as tech
-from accelerators.npu import (ACC_BYTES, AREA_OVERHEAD, NPU, VECTOR_LANE_AREA_PER_MAC,
+from accelerators.npu import (ACC_BYTES, NPU, VECTOR_LANE_AREA_PER_MAC,
                               VECTOR_OPS_PER_ELEMENT, attention_dims, element_scale,
                               vector_parts)
 from dse.errors import BadInput, InfeasibleDesign
@@ -444,27 +444,8 @@ def cost_many(designs: Sequence[NPU], ops: Sequence[Op]) -> ManyCosts:
 
 def fixed_costs(a: DesignArrays) -> tuple[np.ndarray, np.ndarray]:
     """``(area_mm2, static_power_w)`` per design: NPU.area_mm2 and NPU.static_power_w."""
-    designs = a.designs
-    per_kind: dict[tuple, tuple[float, float]] = {}
-    mac = np.empty(a.n)
-    scale = np.empty(a.n)
-    sram = np.empty(a.n, dtype=np.int64)
-    node = np.empty(a.n, dtype=np.int64)
-    for i, d in enumerate(designs):
-        hw = d.hw
-        key = (hw.dtype, hw.node_nm)
-        node[i] = hw.node_nm
-        got = per_kind.get(key)
-        if got is None:
-            got = per_kind[key] = (tech.mac_area_mm2(*key), tech.area_scale(hw.node_nm))
-        mac[i], scale[i] = got
-        sram[i] = sum(d._sram_bytes.values())
-    rows, cols, arrays, lanes = a.rows[0], a.cols[0], a.arrays[0], a.lanes[0]
-    logic = mac * (rows * cols * arrays + VECTOR_LANE_AREA_PER_MAC * lanes)
-    sram_mm2 = tech.SRAM_AREA_MM2_PER_KB * (sram / 1024.0) * scale   # tech.sram_area_mm2
-    area = AREA_OVERHEAD * (logic + sram_mm2)
-    static = tech.leakage_w(area - sram_mm2, sram, node)
-    return area, static
+    return (np.array([d.area_mm2() for d in a.designs], dtype=np.float64),
+            np.array([d.static_power_w() for d in a.designs], dtype=np.float64))
 
 
 def cost_op(designs: Sequence[NPU], op: Op) -> OpCosts:

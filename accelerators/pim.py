@@ -18,8 +18,9 @@ activations, residual adds, embedding lookups, KV-cache appends) and issues the 
 Energy per command from published DRAM figures (:mod:`accelerators.dram_timing`): row
 activation 909 pJ per KiB of row and in-bank reads 1.51 pJ/bit (O'Connor et al. MICRO 2017,
 HBM2; used for GDDR6 too [E]); bus transfers at the technology table's per-byte DRAM energy;
-MACs and the ASIC at the technology table's 45 nm figures scaled to their nodes. Area counts
-the ASIC and the in-DRAM MAC logic, not the DRAM dies.
+MACs and the ASIC at the technology table's 45 nm figures scaled to their nodes. Silicon, cost
+and power follow :mod:`accelerators.physical`: the host ASIC with its PHYs is the logic die,
+the PIM-DRAM devices its memory (priced per GB), the in-DRAM MAC logic reported apart.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from accelerators import dram_timing as dt
 from accelerators import technology as tech
 from accelerators.base import OpCost, Param, Resources, Template
 from accelerators.composite import cost_composite
+from accelerators.memory_standards import MemorySystem, get_standard
+from accelerators.physical import CONTROL_OVERHEAD, Floorplan
 from accelerators.npu import VECTOR_LANE_AREA_PER_MAC, VECTOR_OPS_PER_ELEMENT
 from dse.errors import BadInput
 from workloads import ir
@@ -43,10 +46,6 @@ from workloads.requests import attention_kv_lens
 
 #: Attention-op attribute set by :func:`split_attention`: "logits" (Q.K^T) or "attend" (P.V).
 PART = "part"
-
-#: Die-area overhead of the host ASIC on its lanes and SRAM for control, the PIM command
-#: scheduler and the DRAM PHYs [E, as the npu template's 1.5 after Jouppi et al. ISCA 2017].
-ASIC_AREA_OVERHEAD = 1.5
 
 #: Area of one in-DRAM MAC relative to the same MAC in logic at ``pim_node_nm`` [E]: DRAM
 #: periphery transistors are slower and larger; the AiM processing unit with its adder tree and
@@ -306,7 +305,9 @@ class PIM(Template):
         return int(self.hw.channels * self.hw.channel_capacity_gib * GIB)
 
     def check(self, workload: Workload) -> str | None:
-        problem = self.geom.problem()
+        """The PIM geometry, the base checks (buildable, the footprint fits the channels), then
+        the busiest bank under the PIM partition."""
+        problem = self.geom.problem() or super().check(workload)
         if problem:
             return problem
         return capacity_problem(workload, self.geom, self.hw.channel_capacity_gib, self._b,
@@ -411,25 +412,24 @@ class PIM(Template):
         macs = hw.channels * hw.banks_per_channel * hw.macs_per_bank
         return macs * tech.mac_area_mm2(hw.dtype, hw.pim_node_nm) * PIM_UNIT_AREA_FACTOR
 
-    def asic_area_mm2(self) -> float:
+    def floorplan(self) -> Floorplan:
+        """The host ASIC (lanes and vector buffer) on the logic die, the PIM-DRAM devices as
+        its memory (their MAC logic reported off-die as ``pim_logic``)."""
         hw = self.hw
         lanes = hw.asic_lanes * VECTOR_LANE_AREA_PER_MAC * tech.mac_area_mm2(hw.dtype,
                                                                             hw.asic_node_nm)
-        return ASIC_AREA_OVERHEAD * (lanes + tech.sram_area_mm2(hw.asic_sram_kb * 1024,
-                                                                 hw.asic_node_nm))
-
-    def area_mm2(self) -> float:
-        """Host ASIC plus the in-DRAM MAC logic, mm^2 (DRAM dies not counted)."""
-        return self.asic_area_mm2() + self.pim_logic_area_mm2()
-
-    def static_power_w(self) -> float:
-        """DRAM background power of every channel, plus the leakage of the ASIC and the
-        in-DRAM MAC logic, W."""
-        hw = self.hw
-        sram = hw.asic_sram_kb * 1024
-        asic_logic = self.asic_area_mm2() - tech.sram_area_mm2(sram, hw.asic_node_nm)
-        return (hw.channels * dt.BACKGROUND_W_PER_CHANNEL[hw.memory]
-                + tech.leakage_w(asic_logic + self.pim_logic_area_mm2(), sram, hw.asic_node_nm))
+        sram_bytes = hw.asic_sram_kb * 1024
+        sram = tech.sram_area_mm2(sram_bytes, hw.asic_node_nm)
+        peak = (hw.asic_lanes * hw.asic_clock_hz * (self._vec_j + 3 * self._b * self._sram_j)
+                + hw.channels * hw.banks_per_channel * hw.macs_per_bank * hw.clock_hz
+                * self._mac_j / max(hw.dot_cycles, 1))
+        leak = tech.leakage_w((1 + CONTROL_OVERHEAD) * lanes + CONTROL_OVERHEAD * sram
+                              + self.pim_logic_area_mm2(), sram_bytes, hw.asic_node_nm)
+        return Floorplan(node_nm=hw.asic_node_nm, compute_mm2=lanes, sram_mm2=sram,
+                         peak_dynamic_w=peak, leakage_w=leak,
+                         memory=pim_memory(hw.memory, hw.channels, hw.channel_capacity_gib,
+                                           self.bus_Bps),
+                         extra_mm2={"pim_logic": self.pim_logic_area_mm2()})
 
 
 def _lane_ops(op: Op, b: int) -> float:
@@ -448,6 +448,30 @@ def _partials(s: dt.Stream, gemv: dt.Gemv, repeats: int, element_bytes: int) -> 
     """Additions the host makes to combine partial sums read out of the banks."""
     outputs = gemv.rows * max(gemv.vectors, 1) * repeats
     return max(0.0, s.readout_bytes / element_bytes - outputs)
+
+
+# ---------------------------------------------------------------------------------- memory
+#: DRAM channels per device of each PIM memory kind [D: a GDDR6 chip has two x16 channels;
+#: an HBM2 stack eight 128-bit channels, JESD235].
+CHANNELS_PER_DEVICE = {"gddr6": 2, "hbm2": 8}
+#: Price per GB of PIM-DRAM relative to the plain standard [E: Samsung's HBM-PIM die holds
+#: 4 Gb where an HBM2 die holds 8 Gb, half its area given to the PIM units (Kwon et al.,
+#: ISSCC 2021); SK hynix's GDDR6-AiM likewise trades capacity for processing units].
+PIM_PRICE_FACTOR = 2.0
+
+
+def pim_memory(kind: str, channels: int, channel_capacity_gib: float,
+               bandwidth_Bps: float) -> MemorySystem:
+    """The PIM-DRAM devices holding ``channels`` channels of ``kind``: whole devices, their
+    price per GB ``PIM_PRICE_FACTOR`` times the plain standard's, their background power the
+    channels' (:data:`dram_timing.BACKGROUND_W_PER_CHANNEL`)."""
+    per = CHANNELS_PER_DEVICE[kind]
+    std = get_standard(kind)
+    std = replace(std, price_usd_per_gb=std.price_usd_per_gb * PIM_PRICE_FACTOR,
+                  static_w=per * dt.BACKGROUND_W_PER_CHANNEL[kind])
+    devices = math.ceil(channels / per)
+    return MemorySystem(std, devices, channels * channel_capacity_gib * GIB / devices / 1e9,
+                        bandwidth_Bps)
 
 
 # ---------------------------------------------------------------------------------- capacity

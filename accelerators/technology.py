@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from accelerators.memory_standards import get_standard
 from dse.errors import BadInput
 
 REFERENCE_NODE_NM = 45
@@ -31,13 +32,6 @@ REGISTER_PJ_PER_BYTE = 0.15
 _SRAM_PJ_PER_BYTE_8KB = 1.25
 _SRAM_SIZE_EXPONENT = math.log(10) / math.log(128)
 
-#: Off-chip memory energy per byte, pJ/B (interface + array), not node-scaled.
-#: ddr4 15 pJ/bit, lpddr4 4 pJ/bit [E, O'Connor et al. MICRO 2017 Fig. 1];
-#: hbm2 3.9 pJ/bit [P, O'Connor 2017]; hbm3 3.0 pJ/bit [E, trend]; gddr6 7.5 pJ/bit [E, Micron
-#: TN-ED-04 range]; ddr3 as Horowitz 2014's 1.3-2.6 nJ per 64 bit, 20 pJ/bit [P].
-DRAM_PJ_PER_BYTE = {"ddr3": 160.0, "ddr4": 120.0, "lpddr4": 32.0, "gddr6": 60.0,
-                    "hbm2": 31.2, "hbm2e": 28.0, "hbm3": 24.0, "hbm3e": 22.0}
-
 #: On-chip network energy per byte per mm of wire at 45 nm, pJ/(B mm) [E]: ~0.1 pJ/bit/mm for
 #: repeated global wires (Dally, "GPUs and the future of parallel computing", 2011).
 NOC_PJ_PER_BYTE_MM = 0.8
@@ -45,8 +39,35 @@ NOC_PJ_PER_BYTE_MM = 0.8
 #: Area at 45 nm, mm^2. One MAC [E, synthesis figures quoted by Eyeriss/Timeloop-Accelergy
 #: examples: ~280 um^2 int8, ~1,600 um^2 fp16/bf16, ~4,000 um^2 fp32].
 MAC_AREA_MM2 = {"fp32": 4.0e-3, "fp16": 1.6e-3, "bf16": 1.6e-3, "fp8": 8.0e-4, "int8": 2.8e-4}
-#: SRAM area per KB at 45 nm incl. periphery [E, CACTI 6.5 ~4.5-5 mm^2 for a 1 MB array].
-SRAM_AREA_MM2_PER_KB = 4.8e-3
+#: Laid-out area of one systolic processing element at 45 nm, um^2: multiplier + accumulator
+#: adder + pipeline registers (the moving operand, the stationary one double-buffered, the
+#: partial sum), over a placement utilisation of 0.7 [E]. Components [P Horowitz, ISSCC 2014,
+#: area at 45 nm: 8-bit multiply 282, 32-bit add 137, fp16 multiply 1,640, fp32 add 4,184,
+#: fp32 multiply 7,700 um^2] and a flip-flop 4.52 um^2 per bit [D Nangate FreePDK45 Open Cell
+#: Library, DFF_X1]. int8: 8-bit multiply + 32-bit integer accumulate + 3 x 8 + 32 register
+#: bits; fp16/bf16: fp16 multiply + fp32 accumulate + 3 x 16 + 32 bits; fp8: an 8-bit float
+#: multiply taken as 1.5 x the 8-bit integer one + fp32 accumulate + 3 x 8 + 32 bits [E];
+#: fp32: fp32 multiply + add + 3 x 32 + 32 bits.
+_FF_UM2 = 4.52
+_PLACEMENT_UTILISATION = 0.7
+PE_AREA_UM2_45NM = {
+    "int8": (282 + 137 + 56 * _FF_UM2) / _PLACEMENT_UTILISATION,
+    "fp8": (1.5 * 282 + 4184 + 56 * _FF_UM2) / _PLACEMENT_UTILISATION,
+    "fp16": (1640 + 4184 + 80 * _FF_UM2) / _PLACEMENT_UTILISATION,
+    "bf16": (1640 + 4184 + 80 * _FF_UM2) / _PLACEMENT_UTILISATION,
+    "fp32": (7700 + 4184 + 128 * _FF_UM2) / _PLACEMENT_UTILISATION,
+}
+
+#: High-density 6T SRAM bit cell by node, um^2 [P: TSMC N65 0.525 (2006), N40 0.242, N28
+#: 0.127, N20 0.081, N16 0.074, N10 0.042 (ISSCC / IEDM announcements), N7 0.027 (IEDM 2016),
+#: N5 0.021 (IEDM 2019)]; 45 nm as N40, 32 nm between N40 and N28 [E], 22 nm as N20, 14/12 nm
+#: as N16, 4 nm as N5 (an N5-family node).
+SRAM_BITCELL_UM2 = {65: 0.525, 45: 0.242, 32: 0.171, 28: 0.127, 22: 0.081, 16: 0.074,
+                    14: 0.074, 12: 0.074, 10: 0.042, 7: 0.027, 5: 0.021, 4: 0.021}
+#: Bit cells over macro area (periphery, redundancy, banking, routing) [E: AMD's SRAM-only
+#: 3D V-Cache die holds 64 MiB on 41 mm^2 at N7, efficiency 0.35; macros on logic dies are
+#: less dense].
+SRAM_ARRAY_EFFICIENCY = 0.3
 #: Leakage at 45 nm [E]: SRAM ~ 0.9 uW/KB... expressed per mm^2 of logic and per KB of SRAM.
 LOGIC_LEAKAGE_W_PER_MM2 = 0.02
 SRAM_LEAKAGE_W_PER_KB = 1.5e-5
@@ -55,7 +76,7 @@ SRAM_LEAKAGE_W_PER_KB = 1.5e-5
 #: Stillmaker & Baas, "Scaling equations for the accurate prediction of CMOS device performance
 #: from 180 nm to 7 nm", Integration 2017; 5 nm and 4 nm extrapolated].
 NODE_SCALING = {
-    45: (1.00, 1.000), 32: (0.72, 0.540), 28: (0.62, 0.430), 22: (0.50, 0.300),
+    65: (1.50, 2.080), 45: (1.00, 1.000), 32: (0.72, 0.540), 28: (0.62, 0.430), 22: (0.50, 0.300),
     16: (0.36, 0.170), 14: (0.33, 0.150), 12: (0.30, 0.120), 10: (0.26, 0.085),
     7: (0.22, 0.055), 5: (0.18, 0.038), 4: (0.16, 0.032),
 }
@@ -101,11 +122,9 @@ def register_energy_j_per_byte(node_nm: int) -> float:
 
 
 def dram_energy_j_per_byte(kind: str) -> float:
-    """Off-chip memory energy, J/B."""
-    try:
-        return DRAM_PJ_PER_BYTE[kind] * 1e-12
-    except KeyError:
-        raise BadInput("memory", kind, "expected one of " + ", ".join(DRAM_PJ_PER_BYTE)) from None
+    """Off-chip memory energy (I/O + DRAM core) of the standard ``kind``, J/B
+    (:mod:`accelerators.memory_standards`)."""
+    return get_standard(kind, "memory").energy_j_per_byte
 
 
 def noc_energy_j_per_byte(distance_mm: float, node_nm: int) -> float:
@@ -116,8 +135,15 @@ def mac_area_mm2(dtype: str, node_nm: int) -> float:
     return MAC_AREA_MM2[dtype] * area_scale(node_nm)
 
 
+def pe_area_mm2(dtype: str, node_nm: int) -> float:
+    """Laid-out area of one systolic processing element (``PE_AREA_UM2_45NM``), mm^2."""
+    return PE_AREA_UM2_45NM[dtype] * 1e-6 * area_scale(node_nm)
+
+
 def sram_area_mm2(size_bytes: float, node_nm: int) -> float:
-    return SRAM_AREA_MM2_PER_KB * (size_bytes / 1024.0) * area_scale(node_nm)
+    """Macro area of ``size_bytes`` of SRAM: bit cells over the array efficiency, mm^2."""
+    _scaling(node_nm)
+    return size_bytes * 8 * SRAM_BITCELL_UM2[int(node_nm)] * 1e-6 / SRAM_ARRAY_EFFICIENCY
 
 
 def leakage_w(logic_area_mm2: float, sram_bytes: float, node_nm: int) -> float:

@@ -44,6 +44,7 @@ from accelerators import mesh_algorithms as mesh
 from accelerators import technology as tech
 from accelerators.base import OpCost, Param, Resources, Template
 from accelerators.composite import cost_composite
+from accelerators.physical import Floorplan
 from dse.errors import InfeasibleDesign
 from workloads import ir
 from workloads.ir import DTYPE_BYTES, Op
@@ -426,17 +427,26 @@ class Wafer(Template):
         """Distance between neighbouring cores (one hop), mm."""
         return math.sqrt(self.tile_area_mm2)
 
-    def area_mm2(self) -> float:
-        return self.cores * self.tile_area_mm2
-
-    def static_power_w(self) -> float:
-        return tech.leakage_w(self.cores * self.hw.core_logic_area_mm2,
-                              self.cores * self._sram_bytes, self.hw.node_nm)
+    def floorplan(self) -> Floorplan:
+        """One wafer: every core's logic (router and control included, so no further control
+        overhead) and SRAM; no off-chip memory (the wafer keeps everything in SRAM); peak power
+        as :meth:`peak_power_w`."""
+        hw = self.hw
+        leak = tech.leakage_w(self.cores * hw.core_logic_area_mm2, self.cores * self._sram_bytes,
+                              hw.node_nm)
+        return Floorplan(node_nm=hw.node_nm, compute_mm2=self.cores * hw.core_logic_area_mm2,
+                         sram_mm2=self.cores * tech.sram_area_mm2(self._sram_bytes, hw.node_nm),
+                         peak_dynamic_w=self._busy_power_w(), leakage_w=leak, memory=None,
+                         host_interface="none", wafer_scale=True, control_overhead=0.0)
 
     def peak_power_w(self) -> float:
         """Static power of the whole mesh plus every core of the larger region computing at full
         rate (each MAC touching SRAM) with its four links busy, W. Cores outside the regions
         idle (clock-gated), paying leakage only."""
+        return self.static_power_w() + self._busy_power_w()
+
+    def _busy_power_w(self) -> float:
+        """Dynamic power of the larger region at full rate, W."""
         hw, f, b = self.hw, self.fabric, self.bytes_per_elem
         busy = max(hw.prefill_region_width * hw.prefill_region_height,
                    hw.decode_region_width * hw.decode_region_height)
@@ -445,7 +455,7 @@ class Wafer(Template):
                                                self._sram_bytes, hw.node_nm))
                        + 4 * hw.link_bytes_per_cycle * tech.noc_energy_j_per_byte(
                            self.core_pitch_mm, hw.node_nm))
-        return self.static_power_w() + busy * hw.clock_hz * per_cycle_j
+        return busy * hw.clock_hz * per_cycle_j
 
     # --- feasibility ------------------------------------------------------------------------
 
@@ -482,8 +492,13 @@ class Wafer(Template):
                 "reserved": self.hw.reserved_sram_per_core_kb * 1024.0}
 
     def check(self, workload: ir.Workload) -> str | None:
-        """Why ``workload`` cannot run on this design: SRAM capacity of its region, routing
-        paths (with relays off), or peak power over ``tdp_w``; None when it can."""
+        """Why ``workload`` cannot run on this design: the wafer cannot be built
+        (:meth:`physical`), SRAM capacity of its region per core (the weights' tiles rounded
+        up, the reserve kept), routing paths (with relays off), or peak power over ``tdp_w``;
+        None when it can."""
+        problem = super().check(workload)
+        if problem:
+            return problem
         width, height = self.region(workload.phase)
         try:
             need = self.memory_per_core(workload)

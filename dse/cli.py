@@ -209,6 +209,13 @@ def _print_result(r) -> None:
               f"area {r.area_mm2:,.1f} mm²   avg power {_si(r.avg_power_w, 'W')}   "
               f"throughput {r.throughput:,.4g} {r.throughput_unit}")
     out.print("energy: " + "  ".join(f"{k} {_si(v, 'J')}" for k, v in r.energy_breakdown_j.items() if v))
+    if r.memory:
+        m = r.memory
+        out.print(f"memory: {m['devices']} x {m['standard']}, {_si(m['capacity_bytes'], 'B')}, "
+                  f"{_si(m['bandwidth_Bps'], 'B/s')}   cost ${r.cost_usd:,.0f} per chip   "
+                  f"TDP {_si(r.tdp_w, 'W')}")
+    out.print("area: " + "  ".join(f"{k} {v:,.1f} mm²" for k, v in r.area_breakdown_mm2.items()
+                                   if v))
     out.print("utilisation: " + "  ".join(f"{k} {100 * v:.1f}%" for k, v in r.utilisation.items()))
     t = Table(title="top ops by time")
     for col in ("op", "kind", "unit", "time", "bound", "FLOPs", "bytes"):

@@ -9,7 +9,7 @@ contending, every op takes exactly its ``OpCost.latency_s``.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import simpy
 
@@ -117,12 +117,24 @@ def _result(workload: Workload, accelerator: Template, costs: Sequence[OpCost],
     caps = accelerator.resources().units
     util = {u: (busy.get(u, 0.0) / (latency * caps[u]) if latency > 0 else 0.0) for u in caps}
     tput, tunit = throughput_of(workload, latency)
+    area = accelerator.area_mm2()
     return Result(model=workload.model, phase=workload.phase, accelerator=accelerator.describe(),
                   latency_s=latency, energy_j=total, energy_breakdown_j=energy,
-                  area_mm2=accelerator.area_mm2(),
+                  area_mm2=area, **physical_fields(accelerator),
                   avg_power_w=total / latency if latency > 0 else static_w,
                   utilisation=util, throughput=tput, throughput_unit=tunit, ops=list(records),
                   events=_event_count(env))
+
+
+def physical_fields(accelerator: Template) -> dict[str, Any]:
+    """A design's ``area_breakdown_mm2``, ``cost_usd`` (and its breakdown), ``tdp_w`` and
+    ``memory`` for a result
+    (NaN cost and TDP for a template that does not model its silicon)."""
+    phys = accelerator.physical()
+    if phys is None:
+        return {"area_breakdown_mm2": {"total": accelerator.area_mm2()}}
+    return {"area_breakdown_mm2": dict(phys.area_breakdown_mm2), "cost_usd": phys.cost_usd,
+            "cost_breakdown_usd": dict(phys.cost_breakdown_usd), "tdp_w": phys.tdp_w, "memory": phys.memory.to_dict() if phys.memory else None}
 
 
 def _event_count(env: simpy.Environment) -> int:

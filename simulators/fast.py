@@ -37,6 +37,8 @@ class FastResults:
     avg_power_w: np.ndarray
     throughput: np.ndarray
     infeasible: list[str | None]
+    cost_usd: np.ndarray | None = None
+    tdp_w: np.ndarray | None = None
 
     @property
     def edp(self) -> np.ndarray:
@@ -46,7 +48,12 @@ class FastResults:
         """The metrics of design ``i``, keyed as :meth:`Result.metrics`."""
         return {"latency_s": float(self.latency_s[i]), "energy_j": float(self.energy_j[i]),
                 "area_mm2": float(self.area_mm2[i]), "avg_power_w": float(self.avg_power_w[i]),
-                "edp": float(self.edp[i]), "throughput": float(self.throughput[i])}
+                "edp": float(self.edp[i]), "throughput": float(self.throughput[i]),
+                "cost_usd": _at(self.cost_usd, i), "tdp_w": _at(self.tdp_w, i)}
+
+
+def _at(values: np.ndarray | None, i: int) -> float:
+    return float(values[i]) if values is not None else float("nan")
 
 
 def op_signature(op: Op) -> str:
@@ -231,8 +238,13 @@ def evaluate_many(workload: Workload, designs: Sequence[Template],
     with np.errstate(divide="ignore", invalid="ignore"):
         power = energy / lat
     tput = np.array([throughput_of(workload, float(t))[0] if np.isfinite(t) else np.nan for t in lat])
+    cost, tdp = np.full(n, np.nan), np.full(n, np.nan)
+    for d in np.flatnonzero(np.isfinite(lat)):
+        phys = designs[d].physical()
+        if phys is not None:
+            cost[d], tdp[d] = phys.cost_usd, phys.tdp_w
     return FastResults(latency_s=lat, energy_j=energy, area_mm2=area, avg_power_w=power,
-                       throughput=tput, infeasible=reasons)
+                       throughput=tput, infeasible=reasons, cost_usd=cost, tdp_w=tdp)
 
 
 def evaluate_points(workload: Workload, template: type[Template], points: Sequence[dict[str, Any]],
@@ -252,10 +264,12 @@ def evaluate_points(workload: Workload, template: type[Template], points: Sequen
     n = len(points)
     out = FastResults(latency_s=np.full(n, np.nan), energy_j=np.full(n, np.nan),
                       area_mm2=np.full(n, np.nan), avg_power_w=np.full(n, np.nan),
-                      throughput=np.full(n, np.nan), infeasible=reasons)
+                      throughput=np.full(n, np.nan), infeasible=reasons,
+                      cost_usd=np.full(n, np.nan), tdp_w=np.full(n, np.nan))
     for j, i in enumerate(ok):
         out.latency_s[i], out.energy_j[i] = sub.latency_s[j], sub.energy_j[j]
         out.area_mm2[i], out.avg_power_w[i] = sub.area_mm2[j], sub.avg_power_w[j]
         out.throughput[i] = sub.throughput[j]
+        out.cost_usd[i], out.tdp_w[i] = sub.cost_usd[j], sub.tdp_w[j]
         out.infeasible[i] = sub.infeasible[j]
     return out

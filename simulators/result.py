@@ -33,8 +33,10 @@ class OpRecord:
 
 @dataclass
 class Result:
-    """Latency (s), energy (J) by component, area (mm^2), power (W), utilisation per unit (0-1),
-    and per-op records. ``throughput`` is items/s where the item is a token for LLM phases and a
+    """Latency (s), energy (J) by component, area (mm^2) and its breakdown, cost per chip (US$)
+    and its breakdown,
+    TDP (W), off-chip memory (standard, devices, capacity B, bandwidth B/s), average power (W),
+    utilisation per unit (0-1), and per-op records. ``throughput`` is items/s where the item is a token for LLM phases and a
     sample otherwise (``throughput_unit`` says which)."""
 
     model: str
@@ -50,6 +52,11 @@ class Result:
     throughput_unit: str
     ops: list[OpRecord] = field(default_factory=list)
     events: int = 0
+    area_breakdown_mm2: dict[str, float] = field(default_factory=dict)
+    cost_usd: float = float("nan")
+    cost_breakdown_usd: dict[str, float] = field(default_factory=dict)
+    tdp_w: float = float("nan")
+    memory: dict[str, Any] | None = None
     fidelity: str = "event"
     simulator_version: str = SIMULATOR_VERSION
 
@@ -62,7 +69,8 @@ class Result:
         """The scalar metrics a search can optimise or constrain."""
         return {"latency_s": self.latency_s, "energy_j": self.energy_j,
                 "area_mm2": self.area_mm2, "avg_power_w": self.avg_power_w,
-                "edp": self.edp, "throughput": self.throughput}
+                "edp": self.edp, "throughput": self.throughput, "cost_usd": self.cost_usd,
+                "tdp_w": self.tdp_w}
 
     def breakdown_by_kind(self) -> dict[str, dict[str, float]]:
         """Busy time (s) and energy (J) summed per op kind."""
@@ -78,6 +86,9 @@ class Result:
         d = {"model": self.model, "phase": self.phase, "accelerator": self.accelerator,
              "latency_s": self.latency_s, "energy_j": self.energy_j,
              "energy_breakdown_j": self.energy_breakdown_j, "area_mm2": self.area_mm2,
+             "area_breakdown_mm2": self.area_breakdown_mm2, "cost_usd": self.cost_usd,
+             "cost_breakdown_usd": self.cost_breakdown_usd,
+             "tdp_w": self.tdp_w, "memory": self.memory,
              "avg_power_w": self.avg_power_w, "edp": self.edp,
              "throughput": self.throughput, "throughput_unit": self.throughput_unit,
              "utilisation": self.utilisation, "events": self.events, "fidelity": self.fidelity,

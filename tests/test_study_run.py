@@ -35,7 +35,7 @@ search:
     m: {choices: [64, 128]}
     n: {choices: [128, 256]}
 objectives: [latency_s, energy_j]
-constraints: ["area_mm2 <= 1.0"]
+constraints: ["area_mm2 <= 6.0"]
 trials: 10
 """
 
@@ -69,11 +69,11 @@ def test_a_run_writes_every_trial_and_the_feasible_pareto_front(tmp_path):
     assert [int(x["number"]) for x in rows] == list(range(10))
     for col in ("hw.rows", "hw.clock_hz", "arch.m", "arch.k", "latency_s", "energy_j",
                 "area_mm2", "avg_power_w", "edp", "throughput", "params", "flops",
-                "violation:area_mm2<=1", "simulator_version"):
+                "violation:area_mm2<=6", "simulator_version"):
         assert col in rows[0], col
     feasible = [x for x in rows if x["feasible"] == "True"]
-    assert all(float(x["area_mm2"]) <= 1.0 for x in feasible)
-    assert all(float(x["area_mm2"]) > 1.0 for x in rows if x["feasible"] == "False"
+    assert all(float(x["area_mm2"]) <= 6.0 for x in feasible)
+    assert all(float(x["area_mm2"]) > 6.0 for x in rows if x["feasible"] == "False"
                and x["state"] == "COMPLETE")
     front = read_csv(r.pareto_csv)
     assert front and {x["number"] for x in front} <= {x["number"] for x in feasible}
@@ -87,7 +87,7 @@ def test_a_run_writes_every_trial_and_the_feasible_pareto_front(tmp_path):
     assert set(t.user_attrs) >= {"metrics", "design", "simulator_version"}
     assert t.user_attrs["design"]["designs"]["npu"]["hw"]["node_nm"] == 28  # preset value
     assert t.user_attrs["metrics"]["latency_s"] == t.values[0]
-    assert set(t.constraints) == {"area_mm2<=1"}
+    assert set(t.constraints) == {"area_mm2<=6"}
 
 
 def test_rerunning_resumes_and_counts_finished_trials(tmp_path):

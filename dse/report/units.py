@@ -23,11 +23,13 @@ METRICS: dict[str, tuple[str, str]] = {
     "params": ("parameters", ""),
     "flops": ("FLOPs", "FLOP"),
     "total_pes": ("total PEs", "PEs"),
+    "cost_usd": ("cost per chip", "US$"),
+    "tdp_w": ("TDP", "W"),
 }
 
 #: Key suffix -> unit, for metrics and parameters not listed above.
 SUFFIX_UNITS: tuple[tuple[str, str], ...] = (
-    ("_mm2", "mm²"), ("_bps", "B/s"), ("_hz", "Hz"), ("_kb", "KiB"), ("_mb", "MiB"),
+    ("_mm2", "mm²"), ("_usd", "US$"), ("_bps", "B/s"), ("_hz", "Hz"), ("_kb", "KiB"), ("_mb", "MiB"),
     ("_nm", "nm"), ("_s", "s"), ("_j", "J"), ("_w", "W"),
 )
 

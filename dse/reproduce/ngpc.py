@@ -218,9 +218,15 @@ def rows() -> list[Row]:
                    TARGET_FPS / gpu_fps[fast], f"fastest {fast} at {gpu_fps[fast]:.1f} FPS"))
     d = design("ngpc-64")
     out.append(Row("NGPC-64 area / RTX 3090 die area", PAPER_AREA_FRACTION,
-                   d.area_mm2() / d.gpu.area_mm2(),
-                   f"{d.area_mm2():.0f} mm^2 at {d.hw.node_nm} nm vs {d.gpu.area_mm2():.0f} mm^2"))
+                   d.cluster_area_mm2() / GA102_DIE_MM2,
+                   f"{d.cluster_area_mm2():.0f} mm^2 at {d.hw.node_nm} nm vs the "
+                   f"{GA102_DIE_MM2:g} mm^2 GA102 die"))
     return out
+
+
+#: The RTX 3090's GA102 die, mm^2 [D NVIDIA Ampere GA102 whitepaper: 628.4 mm^2]: the paper
+#: states NGPC's area against it.
+GA102_DIE_MM2 = 628.4
 
 
 # ------------------------------------------------------------------------- calibration

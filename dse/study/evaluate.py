@@ -135,7 +135,11 @@ class Evaluator:
                 extra["total_pes"] = float(sum(pes))
             extra["total_bandwidth_Bps"] = sum(offchip_bandwidth_Bps(d) for d in designs.values())
         weights = {w.label: w.weight for w in study.workloads}
-        metrics = obj.totals(per_workload, weights, combined.area_mm2(), extra)
+        phys = combined.physical()
+        design_metrics = {"area_mm2": combined.area_mm2(),
+                          "cost_usd": phys.cost_usd if phys else float("nan"),
+                          "tdp_w": phys.tdp_w if phys else float("nan")}
+        metrics = obj.totals(per_workload, weights, design_metrics, extra)
         return Evaluation(metrics, None, described, self.fidelity)
 
     def _simulate(self, wl, design) -> dict[str, float]:

@@ -6,7 +6,8 @@ The combined design's units and channels are the sub-accelerators' own, prefixed
 bandwidth, as in NASAIC's heterogeneous ASIC (Yang et al., DAC 2020). An op costs what its
 sub-accelerator says; a tensor passed between ops on different sub-accelerators goes through
 off-chip memory, which the templates already count (their costs read inputs and write outputs at
-the op boundary). Area and static power are summed.
+the op boundary). The sub-accelerators share one chip: its silicon, memory devices, package,
+cost and power are their floorplans combined (:func:`accelerators.physical.combine`).
 
 Each workload is cut into ``segments`` contiguous pieces of (nearly) equal FLOPs in topological
 order, and the search assigns each piece to a sub-accelerator; one segment per workload assigns
@@ -19,6 +20,7 @@ from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 from accelerators.base import HardwareConfig, OpCost, Resources, Template
+from accelerators.physical import Floorplan, combine
 from dse.errors import InfeasibleDesign
 from workloads.ir import Op, Workload
 
@@ -79,6 +81,8 @@ class Heterogeneous(Template):
     def __init__(self, subs: Mapping[str, Template], assignment: Mapping[str, str] | None = None):
         # Not Template.__init__: the parameters are the sub-accelerators', already validated.
         self.subs = dict(subs)
+        for sub in self.subs.values():
+            sub.embedded = True
         self.assignment = dict(assignment or {})
         self.preset = None
         self.hw = HardwareConfig({f"{n}.{k}": v for n, s in self.subs.items()
@@ -111,6 +115,11 @@ class Heterogeneous(Template):
         return self._prefixed(sub, self.subs[sub].cost(op))
 
     def check(self, workload: Workload) -> str | None:
+        """The chip must be buildable (:meth:`physical`), and each sub-accelerator's part of
+        the workload must fit it (its memory, its own limits)."""
+        phys = self.physical()
+        if phys is not None and phys.problem:
+            return phys.problem
         for sub, names in self._parts(workload).items():
             design = self.subs[sub]
             part = workload if len(names) == len(workload) else sub_workload(workload, names)
@@ -150,10 +159,20 @@ class Heterogeneous(Template):
             channels.update({f"{n}{SEPARATOR}{c}": b for c, b in r.channels.items()})
         return Resources(units=units, channels=channels)
 
+    def floorplan(self) -> Floorplan | None:
+        """The sub-accelerators on one chip (:func:`accelerators.physical.combine`); None when
+        a sub-accelerator's template does not model its silicon."""
+        plans = [s.floorplan() for s in self.subs.values()]
+        return combine(plans) if all(p is not None for p in plans) else None
+
     def area_mm2(self) -> float:
+        if self.physical() is not None:
+            return self.physical().area_mm2
         return sum(s.area_mm2() for s in self.subs.values())
 
     def static_power_w(self) -> float:
+        if self.physical() is not None:
+            return self.physical().static_w
         return sum(s.static_power_w() for s in self.subs.values())
 
     def describe(self) -> dict[str, Any]:

@@ -2,8 +2,8 @@
 several workloads combine into the study's totals.
 
 Totals of a multi-task study (each workload ``i`` with weight ``w_i``, runs per multi-task
-step): ``latency_s = sum w_i L_i``; ``energy_j = sum w_i E_i``; ``area_mm2`` is the design's
-area (counted once); ``avg_power_w = energy_j / latency_s``; ``edp = energy_j * latency_s``;
+step): ``latency_s = sum w_i L_i``; ``energy_j = sum w_i E_i``; ``area_mm2``, ``cost_usd`` and
+``tdp_w`` are the design's (counted once); ``avg_power_w = energy_j / latency_s``; ``edp = energy_j * latency_s``;
 ``throughput`` is the workload's own (tokens/s or samples/s) with one workload and multi-task
 steps per second, ``1 / latency_s``, with several; ``quality`` is the weight-averaged quality;
 ``params`` and ``flops`` are summed (flops weighted). Each workload's own metrics are also
@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 
 from dse.errors import BadInput
 
-#: metric -> (usual direction, unit). The first six come from the simulator's Result.
+#: metric -> (usual direction, unit). The first eight come from the simulator's Result.
 METRICS: dict[str, tuple[str, str]] = {
     "latency_s": ("minimize", "s"),
     "energy_j": ("minimize", "J"),
@@ -27,10 +27,14 @@ METRICS: dict[str, tuple[str, str]] = {
     "avg_power_w": ("minimize", "W"),
     "edp": ("minimize", "J s"),
     "throughput": ("maximize", "items/s"),
+    "cost_usd": ("minimize", "US$ per chip"),
+    "tdp_w": ("minimize", "W"),
     "quality": ("maximize", "relative to the zoo's reference architecture"),
     "params": ("minimize", "parameters"),
     "flops": ("minimize", "FLOP"),
 }
+#: Metrics of the design itself, the same for every workload it runs.
+DESIGN_METRICS = ("area_mm2", "cost_usd", "tdp_w")
 #: Metrics of one workload (``LABEL.metric``).
 WORKLOAD_METRICS = ("latency_s", "energy_j", "avg_power_w", "edp", "throughput", "quality",
                     "params", "flops")
@@ -150,7 +154,7 @@ def parse_constraint(raw: Any, field: str, allowed: Sequence[str]) -> Constraint
 def workload_metrics(result_metrics: Mapping[str, float], params: int, flops: int,
                      quality: float | None) -> dict[str, float]:
     """One workload's metrics: the simulator's plus parameters, FLOPs and quality."""
-    out = {k: float(v) for k, v in result_metrics.items() if k != "area_mm2"}
+    out = {k: float(v) for k, v in result_metrics.items() if k not in DESIGN_METRICS}
     out["params"] = float(params)
     out["flops"] = float(flops)
     if quality is not None:
@@ -159,16 +163,17 @@ def workload_metrics(result_metrics: Mapping[str, float], params: int, flops: in
 
 
 def totals(per_workload: Mapping[str, Mapping[str, float]], weights: Mapping[str, float],
-           area_mm2: float, extra: Mapping[str, float] | None = None) -> dict[str, float]:
-    """The study's metrics from each workload's (see the module docstring), plus
-    ``LABEL.metric`` entries when there are several workloads."""
+           design: Mapping[str, float], extra: Mapping[str, float] | None = None
+           ) -> dict[str, float]:
+    """The study's metrics from each workload's (see the module docstring) and the design's
+    own (``DESIGN_METRICS``), plus ``LABEL.metric`` entries when there are several workloads."""
     labels = list(per_workload)
     latency = sum(weights[w] * per_workload[w]["latency_s"] for w in labels)
     energy = sum(weights[w] * per_workload[w]["energy_j"] for w in labels)
     out: dict[str, float] = {
         "latency_s": latency,
         "energy_j": energy,
-        "area_mm2": float(area_mm2),
+        **{k: float(design[k]) for k in DESIGN_METRICS},
         "avg_power_w": energy / latency if latency > 0 else 0.0,
         "edp": energy * latency,
         "params": sum(per_workload[w]["params"] for w in labels),

@@ -97,16 +97,46 @@ def test_design_report_renders_every_figure(browser, reports):
 
 
 def _point_position(page, div: str, trace_name_start: str) -> dict:
-    """Viewport position of the first point of the trace whose name starts with the text."""
-    return page.evaluate("""(() => {
+    """Viewport position of a point of the trace whose name starts with the text, among the
+    designs with details (the design selector's options): the one farthest from every other
+    plotted point, the figure zoomed around it (as a user would) until no other point lies
+    within 12 px, so the hover cannot land on a neighbour."""
+    return page.evaluate("""(async () => {
       const gd = document.getElementById(%s);
       gd.scrollIntoView({block: "center"});
       const i = gd.data.findIndex(t => (t.name || "").startsWith(%s));
-      const t = gd.data[i], L = gd._fullLayout, box = gd.getBoundingClientRect();
-      return {trace: i, trial: t.customdata[0],
-              x: box.left + L._size.l + L.xaxis.l2p(L.xaxis.d2l(t.x[0])),
-              y: box.top + L._size.t + L.yaxis.l2p(L.yaxis.d2l(t.y[0]))};
-    })()""" % (json.dumps(div), json.dumps(trace_name_start)))
+      const t = gd.data[i];
+      const allowed = Array.from(document.querySelectorAll("#design-select option"))
+                           .map(o => o.value);
+      const place = () => {
+        const L = gd._fullLayout, box = gd.getBoundingClientRect();
+        const px = (u, j) => [box.left + L._size.l + L.xaxis.l2p(L.xaxis.d2l(u.x[j])),
+                              box.top + L._size.t + L.yaxis.l2p(L.yaxis.d2l(u.y[j]))];
+        const all = [];
+        gd.data.forEach((u, k) => (u.x || []).forEach((_, m) => all.push([k, m, px(u, m)])));
+        let best = -1, bestGap = -1;
+        t.x.forEach((_, j) => {
+          if (!allowed.includes(String(t.customdata[j]))) return;
+          const [x, y] = px(t, j);
+          let gap = Infinity;
+          for (const [k, m, [u, v]] of all)
+            if (!(k === i && m === j)) gap = Math.min(gap, Math.hypot(u - x, v - y));
+          if (gap > bestGap) { bestGap = gap; best = j; }
+        });
+        const [x, y] = px(t, best);
+        return {trace: i, point: best, trial: t.customdata[best], x: x, y: y, gap: bestGap};
+      };
+      let pos = place();
+      for (let n = 0; n < 6 && pos.gap < 12; n++) {   // zoom 4x around the point
+        const L = gd._fullLayout;
+        const win = (ax, d) => { const c = ax.d2l(d), r = ax.range.map(Number);
+                                 const w = (r[1] - r[0]) / 8; return [c - w, c + w]; };
+        await Plotly.relayout(gd, {"xaxis.range": win(L.xaxis, t.x[pos.point]),
+                                   "yaxis.range": win(L.yaxis, t.y[pos.point])});
+        pos = place();
+      }
+      return pos;
+    })()""" % (json.dumps(div), json.dumps(trace_name_start)), await_promise=True)
 
 
 def test_study_report_renders_hovers_selects_and_sorts(browser, reports):
@@ -120,6 +150,7 @@ def test_study_report_renders_hovers_selects_and_sorts(browser, reports):
 
     # hover a Pareto point: its text lists every parameter and metric
     pos = _point_position(page, "fig-pareto2d", "Pareto")
+    assert pos["gap"] >= 12, pos   # pixels to the nearest other point
     page.mouse_move(pos["x"], pos["y"])
     hover = page.wait_for("(document.querySelector('#fig-pareto2d .hoverlayer .hovertext') || {}).textContent")
     assert f"trial {pos['trial']}" in hover

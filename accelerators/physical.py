@@ -1,0 +1,323 @@
+"""Die, package, cost and power of a design: what every template's silicon and memory cost.
+
+A template describes what it puts on silicon as a :class:`Floorplan` (laid-out compute, SRAM,
+their peak dynamic power and leakage, its off-chip :class:`MemorySystem`); :func:`assess` adds
+what every chip pays the same way, so no template pays for memory differently:
+
+* **Area** = compute + SRAM + control (on-chip network, control, clocking, DMA: a fraction
+  ``CONTROL_OVERHEAD`` of compute + SRAM) + memory PHYs and controllers (from the standard,
+  per device) + other I/O (host interface PHY, die-to-die PHYs when split).
+* **Reticle**: a die larger than ``RETICLE_MM2`` is split into equal chiplets on a silicon
+  interposer, each paying die-to-die PHYs (edge and area) sized for the memory bandwidth
+  crossing it, up to ``MAX_CHIPLETS``; beyond that, or when the interposer would exceed
+  ``MAX_INTERPOSER_MM2``, the design is infeasible. A wafer-scale design is one wafer and is not split.
+* **Shoreline**: the memory devices' die edge (and the host interface's) must fit the share
+  ``MEMORY_EDGE_FRACTION`` of the dies' perimeters (square dies): a die whose logic is too
+  small for its I/O grows to the size that gives the edge (pad-limited; the added silicon is
+  ``pad_limited`` in the area breakdown and is paid for), or splits into chiplets; when even
+  ``MAX_CHIPLETS`` reticle-sized dies cannot, the design is infeasible.
+* **Cost** (US$ per chip): dies from the wafer price per node, dies per 300-mm wafer and a
+  negative-binomial yield; known-good-die test; package (organic substrate, plus a silicon
+  interposer for HBM or chiplets); memory devices by price per GB.
+* **Power**: ``tdp_w`` = peak dynamic power of the dies + memory I/O at full bandwidth +
+  static power (leakage + memory background); the dies' power over their area must stay under
+  ``MAX_POWER_DENSITY_W_PER_MM2``, else infeasible.
+
+Sources and confidence tags as in :mod:`accelerators.technology`; [E] estimates say from what.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from accelerators import technology as tech
+from accelerators.memory_standards import MemorySystem
+
+#: Largest die one exposure prints, mm^2 [D: 26 x 33 mm scanner field].
+RETICLE_MM2 = 26.0 * 33.0
+#: Most chiplets one package joins [E: B200 joins 2 reticle dies, MI300X 8 compute dies].
+MAX_CHIPLETS = 8
+#: Largest silicon interposer, mm^2 [D: TSMC CoWoS-L at 3.3 reticles, 2024].
+MAX_INTERPOSER_MM2 = 3.3 * RETICLE_MM2
+#: Share of a die's perimeter memory PHYs may take [E: three of four edges, as GA102 and
+#: TU104 place their GDDR PHYs; A100 / H100 put six HBM sites on the two long edges (~58 % of
+#: the perimeter), leaving a short edge to NVLink / PCIe].
+MEMORY_EDGE_FRACTION = 0.75
+#: Control, on-chip network, clocking and DMA as a fraction of compute + SRAM [P Jouppi et al.,
+#: ISCA 2017, Fig. 2: TPU v1's datapath (buffers, matrix unit, accumulators, activation
+#: pipeline) is nearly two-thirds of the die: overhead 1/(2/3) - 1 = 0.5].
+CONTROL_OVERHEAD = 0.5
+#: Largest average power density a cold plate removes, W/mm^2 [E: shipping parts average
+#: 0.3-0.9 (H100 SXM 700 W on 814 mm^2 = 0.86, B200 ~0.6, WSE-2 ~0.3); direct liquid cold
+#: plates remove ~1.5 W/mm^2 of uniform load].
+MAX_POWER_DENSITY_W_PER_MM2 = 1.5
+
+#: Host interfaces: PHY mm^2 (node-independent) and controller million transistors
+#: [R LLMCompass cost model: PCIe 4 0.48 mm^2 and 3.96 MTr per lane, PCIe 5 0.64 mm^2 and
+#: 5.37 MTr per lane], die edge mm [E: a x16 bump field ~5 mm].
+HOST_INTERFACES: dict[str, tuple[float, float, float]] = {
+    "none": (0.0, 0.0, 0.0),
+    "pcie4x16": (16 * 0.48, 16 * 3.9625, 5.0),
+    "pcie5x16": (16 * 0.64, 16 * 5.3721, 5.0),
+}
+
+#: Die-to-die link of split designs [D UCIe 1.0, advanced package: 1,317 GB/s per mm of die
+#: edge at 32 GT/s, <= 0.5 pJ/bit]; PHY depth 1 mm [E], so mm^2 = edge mm.
+D2D_BYTES_PER_S_PER_MM = 1317e9
+D2D_PJ_PER_BIT = 0.5
+
+#: Foundry price of a 300-mm wafer by node, US$ [P Khan & Mann, "AI Chips: What They Are and
+#: Why They Matter", CSET 2020, Table 9: 90 nm 1,650; 65 nm 1,937; 40 nm 2,274; 28 nm 2,891;
+#: 20 nm 3,677; 16/12 nm 3,984; 10 nm 5,992; 7 nm 9,346; 5 nm 16,988]; 45 nm as 40 nm, 32 nm
+#: between 40 and 28, 22 nm as 20 nm, 14 nm as 16/12, 4 nm as 5 nm (an N5-family node) [E].
+WAFER_PRICE_USD = {65: 1937.0, 45: 2274.0, 32: 2580.0, 28: 2891.0, 22: 3677.0, 16: 3984.0,
+                   14: 3984.0, 12: 3984.0, 10: 5992.0, 7: 9346.0, 5: 16988.0, 4: 16988.0}
+#: Defect density, defects per cm^2 [E: TSMC reported ~0.09 for N7 and ~0.1 for N5 one year
+#: into volume (2020); mature planar nodes lower].
+DEFECT_DENSITY_PER_CM2 = {65: 0.05, 45: 0.05, 32: 0.06, 28: 0.06, 22: 0.07, 16: 0.07,
+                          14: 0.07, 12: 0.07, 10: 0.08, 7: 0.09, 5: 0.10, 4: 0.10}
+#: Negative-binomial clustering parameter alpha [E: 3, the usual value in die-cost models,
+#: e.g. Stow et al., "Cost-effective design of scalable high-performance systems using active
+#: and passive interposers", ICCAD 2017].
+YIELD_CLUSTERING = 3.0
+WAFER_DIAMETER_MM = 300.0
+#: Known-good-die test, fraction of the die cost [E].
+TEST_COST_FRACTION = 0.05
+#: Organic flip-chip substrate, US$ per mm^2 of substrate (3x the silicon it carries) plus
+#: assembly per package [E].
+SUBSTRATE_USD_PER_MM2 = 0.01
+SUBSTRATE_AREA_PER_SILICON = 3.0
+ASSEMBLY_USD = 10.0
+#: Silicon interposer (2.5-D) wafer price, US$ [E: a 65-nm-class wafer with TSVs and a
+#: CoWoS-class premium], area = 1.2 x what sits on it, yield per interposer [E].
+INTERPOSER_WAFER_USD = 6000.0
+INTERPOSER_AREA_FACTOR = 1.2
+INTERPOSER_YIELD = 0.9
+
+
+@dataclass(frozen=True)
+class Floorplan:
+    """What a template puts on silicon, before overhead, I/O, memory PHYs and packaging.
+
+    ``compute_mm2`` and ``sram_mm2`` are laid-out areas at ``node_nm``; ``peak_dynamic_w`` the
+    logic and SRAM at full activity; ``leakage_w`` their static power. ``memory`` is the
+    off-chip memory (None: the design keeps everything on chip). ``wafer_scale`` designs are
+    one whole wafer. ``extra_mm2`` are areas off the logic die (e.g. in-DRAM PIM logic):
+    reported, not placed on the die. ``control_overhead`` replaces ``CONTROL_OVERHEAD`` for a
+    template whose compute area already includes its control.
+    """
+
+    node_nm: int
+    compute_mm2: float
+    sram_mm2: float
+    peak_dynamic_w: float
+    leakage_w: float
+    memory: MemorySystem | None = None
+    host_interface: str = "pcie4x16"
+    wafer_scale: bool = False
+    control_overhead: float = CONTROL_OVERHEAD
+    extra_mm2: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Physical:
+    """A design's silicon, package, cost and power.
+
+    ``area_breakdown_mm2``: ``compute``, ``sram``, ``control``, ``memory_phy``, ``io_other``
+    (host and die-to-die PHYs), ``pad_limited`` (silicon added to give the I/O its die edge)
+    and any off-die ``extra_mm2``; ``area_mm2`` their sum;
+    ``dies`` chiplets of ``die_mm2`` each; ``cost_usd`` with ``cost_breakdown_usd`` (``dies``,
+    ``test``, ``package``, ``memory``); ``tdp_w`` with ``static_w``; ``problem``: why the
+    design cannot be built (reticle, shoreline, package, power density), or None.
+    """
+
+    area_breakdown_mm2: dict[str, float]
+    dies: int
+    die_mm2: float
+    memory: MemorySystem | None
+    cost_breakdown_usd: dict[str, float]
+    tdp_w: float
+    static_w: float
+    d2d_j_per_byte: float
+    problem: str | None
+
+    @property
+    def area_mm2(self) -> float:
+        return sum(self.area_breakdown_mm2.values())
+
+    @property
+    def cost_usd(self) -> float:
+        return sum(self.cost_breakdown_usd.values())
+
+    @property
+    def memory_energy_j_per_byte(self) -> float:
+        """Energy of one off-chip byte: the memory standard's plus the die-to-die crossing."""
+        return (self.memory.energy_j_per_byte if self.memory else 0.0) + self.d2d_j_per_byte
+
+    def to_dict(self) -> dict:
+        return {"area_breakdown_mm2": dict(self.area_breakdown_mm2), "dies": self.dies,
+                "die_mm2": self.die_mm2, "cost_usd": self.cost_usd,
+                "cost_breakdown_usd": dict(self.cost_breakdown_usd), "tdp_w": self.tdp_w,
+                "memory": self.memory.to_dict() if self.memory else None}
+
+
+def combine(floorplans: list[Floorplan]) -> Floorplan:
+    """Several sub-accelerators on one chip: compute, SRAM, power and leakage add; each keeps
+    its memory devices, joined into one memory system when they share a standard (the first
+    sub's standard and capacity otherwise, with every sub's devices); one host interface, the
+    largest; the coarsest node (what the chip is built in); the control overhead weighted by
+    area."""
+    if len(floorplans) == 1:
+        return floorplans[0]
+    mems = [f.memory for f in floorplans if f.memory is not None]
+    memory = None
+    if mems:
+        devices = sum(m.devices for m in mems)
+        memory = MemorySystem(mems[0].standard, devices,
+                              sum(m.capacity_bytes for m in mems) / devices / 1e9,
+                              sum(m.bandwidth_Bps for m in mems))
+    logic = [f.compute_mm2 + f.sram_mm2 for f in floorplans]
+    host = max((f.host_interface for f in floorplans),
+               key=lambda h: HOST_INTERFACES[h][0])
+    extra: dict[str, float] = {}
+    for f in floorplans:
+        for k, v in f.extra_mm2.items():
+            extra[k] = extra.get(k, 0.0) + v
+    return Floorplan(
+        node_nm=max(f.node_nm for f in floorplans),
+        compute_mm2=sum(f.compute_mm2 for f in floorplans),
+        sram_mm2=sum(f.sram_mm2 for f in floorplans),
+        peak_dynamic_w=sum(f.peak_dynamic_w for f in floorplans),
+        leakage_w=sum(f.leakage_w for f in floorplans), memory=memory, host_interface=host,
+        wafer_scale=any(f.wafer_scale for f in floorplans),
+        control_overhead=(sum(f.control_overhead * a for f, a in zip(floorplans, logic))
+                          / sum(logic) if sum(logic) > 0 else CONTROL_OVERHEAD),
+        extra_mm2=extra)
+
+
+# ------------------------------------------------------------------------------- yield, cost
+def dies_per_wafer(die_mm2: float, diameter_mm: float = WAFER_DIAMETER_MM) -> int:
+    """Whole dies of ``die_mm2`` on a round wafer: wafer area over die area less the edge loss
+    ``pi d / sqrt(2 A)`` (the usual approximation, e.g. Hennessy & Patterson, Ch. 1)."""
+    if die_mm2 <= 0:
+        return 0
+    r = diameter_mm / 2
+    return max(0, int(math.pi * r * r / die_mm2 - math.pi * diameter_mm / math.sqrt(2 * die_mm2)))
+
+
+def die_yield(die_mm2: float, node_nm: int) -> float:
+    """Negative-binomial yield ``(1 + A D0 / alpha)^-alpha`` of a die of ``die_mm2``."""
+    d0 = DEFECT_DENSITY_PER_CM2[_node_key(node_nm)]
+    return (1 + die_mm2 / 100.0 * d0 / YIELD_CLUSTERING) ** -YIELD_CLUSTERING
+
+
+def die_cost_usd(die_mm2: float, node_nm: int) -> float:
+    """Cost of one good die: wafer price over good dies per wafer, US$ (inf when none fit)."""
+    good = dies_per_wafer(die_mm2) * die_yield(die_mm2, node_nm)
+    return WAFER_PRICE_USD[_node_key(node_nm)] / good if good > 0 else math.inf
+
+
+def _node_key(node_nm: int) -> int:
+    return int(node_nm) if int(node_nm) in WAFER_PRICE_USD else min(
+        WAFER_PRICE_USD, key=lambda n: abs(n - int(node_nm)))
+
+
+# ------------------------------------------------------------------------------- assessment
+def _dies_for(logic_mm2: float, edge_need_mm: float, d2d_edge_mm: float) -> tuple[int, float]:
+    """The number of dies (each within the reticle) that holds ``logic_mm2`` and offers
+    ``edge_need_mm`` of I/O edge on the least silicon, and each die's area. Split dies each
+    pay die-to-die PHYs of ``d2d_edge_mm`` (edge and mm^2) and lose that edge on both sides of
+    each joint; the I/O may use ``MEMORY_EDGE_FRACTION`` of the perimeters; a die whose logic
+    is too small for its I/O grows to the square that gives the edge (a pad-limited die).
+    ``MAX_CHIPLETS + 1`` dies when none will do. (Least silicon, so that more memory devices
+    or logic never shrink a design.)"""
+    best: tuple[float, int, float] | None = None
+    for dies in range(max(1, math.ceil(logic_mm2 / RETICLE_MM2)), MAX_CHIPLETS + 1):
+        d2d = d2d_edge_mm if dies > 1 else 0.0
+        side = (edge_need_mm + 2 * (dies - 1) * d2d) / (MEMORY_EDGE_FRACTION * 4 * dies)
+        die = max(logic_mm2 / dies + d2d, side * side)
+        if die <= RETICLE_MM2 and (best is None or dies * die < best[0] * (1 - 1e-12)):
+            best = (dies * die, dies, die)
+    if best is None:
+        return MAX_CHIPLETS + 1, logic_mm2 / (MAX_CHIPLETS + 1)
+    return best[1], best[2]
+
+
+def assess(fp: Floorplan) -> Physical:
+    """Area, chiplets, cost, power and feasibility of the design ``fp`` describes."""
+    node_scale = tech.area_scale(fp.node_nm) / tech.area_scale(7)
+    host_phy, host_mtr, host_edge = HOST_INTERFACES[fp.host_interface]
+    mem = fp.memory
+    control = fp.control_overhead * (fp.compute_mm2 + fp.sram_mm2)
+    parts = {"compute": fp.compute_mm2, "sram": fp.sram_mm2, "control": control,
+             "memory_phy": mem.phy_area_mm2(node_scale) if mem else 0.0,
+             "io_other": host_phy + host_mtr / 65.6 * node_scale}
+    problems: list[str] = []
+    if mem is not None and mem.devices > mem.standard.max_devices:
+        problems.append(f"{mem.bandwidth_Bps / 1e9:,.0f} GB/s needs {mem.devices} "
+                        f"{mem.standard.name} {mem.standard.device}s of "
+                        f"{mem.standard.bandwidth_Bps / 1e9:g} GB/s but a package takes at most "
+                        f"{mem.standard.max_devices}")
+    on_die = sum(parts.values())
+    dies, d2d_j = 1, 0.0
+    mem_bw = mem.bandwidth_Bps if mem else 0.0
+    if fp.wafer_scale:
+        die_mm2 = on_die
+        silicon_cost = WAFER_PRICE_USD[_node_key(fp.node_nm)]
+        wafer_mm2 = math.pi * (WAFER_DIAMETER_MM / 2) ** 2
+        if on_die > wafer_mm2:
+            problems.append(f"the mesh needs {on_die:,.0f} mm^2 of silicon but a "
+                            f"{WAFER_DIAMETER_MM:g}-mm wafer has {wafer_mm2:,.0f} mm^2")
+    else:
+        edge_need = (mem.shoreline_mm if mem else 0.0) + host_edge
+        d2d_edge = mem_bw / D2D_BYTES_PER_S_PER_MM
+        dies, die_mm2 = _dies_for(on_die, edge_need, d2d_edge)
+        if 1 < dies <= MAX_CHIPLETS:   # split: each die pays die-to-die PHYs
+            parts["io_other"] += dies * d2d_edge
+            on_die += dies * d2d_edge
+            d2d_j = D2D_PJ_PER_BIT * 8e-12 * (dies - 1) / dies
+        if dies > MAX_CHIPLETS:
+            most = MAX_CHIPLETS * MEMORY_EDGE_FRACTION * 4 * math.sqrt(RETICLE_MM2) - (
+                2 * (MAX_CHIPLETS - 1) * d2d_edge)
+            problems.append(
+                f"the logic needs {on_die:,.0f} mm^2 of silicon and its memory and host I/O "
+                f"{edge_need:.1f} mm of die edge, but the most a package joins, {MAX_CHIPLETS} "
+                f"dies of the {RETICLE_MM2:g} mm^2 reticle, offer {RETICLE_MM2 * MAX_CHIPLETS:,.0f}"
+                f" mm^2 and {max(most, 0.0):.1f} mm of edge ({MEMORY_EDGE_FRACTION:.0%} of their "
+                "perimeters)")
+        elif dies * die_mm2 > on_die * (1 + 1e-9):
+            parts["pad_limited"] = dies * die_mm2 - on_die   # silicon grown for the I/O edge
+        silicon_cost = dies * die_cost_usd(die_mm2, fp.node_nm)
+    # package
+    on_interposer = dies > 1 or (mem is not None and mem.standard.on_interposer)
+    silicon = dies * die_mm2
+    package = ASSEMBLY_USD + SUBSTRATE_USD_PER_MM2 * SUBSTRATE_AREA_PER_SILICON * (
+        silicon + (mem.devices * mem.standard.footprint_mm2 if mem else 0.0))
+    if on_interposer and not fp.wafer_scale:
+        interposer = INTERPOSER_AREA_FACTOR * (
+            silicon + (mem.devices * mem.standard.footprint_mm2
+                       if mem and mem.standard.on_interposer else 0.0))
+        if interposer > MAX_INTERPOSER_MM2:
+            problems.append(f"the dies and memory stacks need a {interposer:,.0f} mm^2 "
+                            f"interposer but the largest is {MAX_INTERPOSER_MM2:,.0f} mm^2")
+        per_wafer = max(dies_per_wafer(interposer), 1)
+        package += INTERPOSER_WAFER_USD / per_wafer / INTERPOSER_YIELD
+    # power
+    mem_dynamic = mem_bw * (mem.energy_j_per_byte if mem else 0.0)
+    io_w = mem_bw * (mem.standard.phy_pj_per_bit * 8e-12 / 2 if mem else 0.0)  # our PHY half
+    d2d_w = mem_bw * d2d_j
+    static = fp.leakage_w + (mem.static_w if mem else 0.0)
+    tdp = fp.peak_dynamic_w + mem_dynamic + d2d_w + static
+    die_power = fp.peak_dynamic_w + io_w + d2d_w + fp.leakage_w
+    density = die_power / silicon if silicon > 0 else 0.0
+    if density > MAX_POWER_DENSITY_W_PER_MM2:
+        problems.append(f"the dies draw {die_power:,.0f} W on {silicon:,.0f} mm^2 = "
+                        f"{density:.2f} W/mm^2, above the {MAX_POWER_DENSITY_W_PER_MM2:g} W/mm^2 "
+                        "a cooler removes")
+    parts.update(fp.extra_mm2)
+    cost = {"dies": silicon_cost, "test": TEST_COST_FRACTION * silicon_cost,
+            "package": package, "memory": mem.price_usd if mem else 0.0}
+    return Physical(area_breakdown_mm2=parts, dies=dies, die_mm2=die_mm2, memory=mem,
+                    cost_breakdown_usd=cost, tdp_w=tdp, static_w=static, d2d_j_per_byte=d2d_j,
+                    problem="; ".join(problems) or None)
