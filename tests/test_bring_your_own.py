@@ -3,6 +3,7 @@ corpus is slow), ops that used to be dropped, eager attention, the scan, one's o
 the API and the CLI, bad configs and bounds."""
 
 import json
+import os
 import warnings
 
 import pytest
@@ -40,6 +41,8 @@ def test_hugging_face_family_captures_matches_flop_counter_and_simulates(entry):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("DSE_CORPUS"), reason="the whole corpus takes minutes: "
+                    "DSE_CORPUS=1 runs it (benchmarks/capture_corpus.py prints it as a table)")
 def test_whole_hugging_face_corpus():
     rows = hf_rows(HF_CORPUS, simulate=False)
     assert len(rows) >= 60
