@@ -56,6 +56,7 @@ from accelerators.base import OpCost, Param, Resources, Template
 from accelerators.gpu_efficiency import DEFAULT_KNOBS, Chip, KernelModel, transfer_knobs
 from accelerators.gpu_runtime import RUNTIMES, START_TARGET, stream_plan
 from accelerators.host_profile import load_host_profile
+from accelerators.composite import cost_composite
 from accelerators.memory_standards import STANDARD_NAMES, memory_system
 from accelerators.physical import HOST_INTERFACES, Floorplan
 from accelerators.gpu_sparse_attention import MASK_POLICIES, sparse_attention_time
@@ -520,6 +521,10 @@ class GPU(Template):
             return hit
         if op.kind == ir.HOST:
             out = self._host_cost(op)
+            self._cache[key] = out
+            return out
+        if op.kind in ir.COMPOSITE_KINDS:   # grouped kernels: one launch for all parts
+            out = cost_composite(op, self.cost, fixed_s=self.knobs["gemm_launch_s"])
             self._cache[key] = out
             return out
         nbytes = op.total_bytes

@@ -47,6 +47,7 @@ from accelerators import hashgrid_cost as hc
 from accelerators import technology as tech
 from accelerators.base import OpCost, Param, Resources, Template
 from accelerators.capacity import capacity_problem
+from accelerators.composite import cost_composite
 from accelerators.physical import Floorplan
 from dse.errors import BadInput
 from workloads import ir
@@ -251,7 +252,9 @@ class NGPC(Template):
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        if op.attrs.get("device") == "gpu" or op.kind in (ir.ATTENTION, ir.CONV, ir.UNKNOWN):
+        if op.kind in ir.COMPOSITE_KINDS:
+            out = cost_composite(op, self.cost)
+        elif op.attrs.get("device") == "gpu" or op.kind in (ir.ATTENTION, ir.CONV, ir.UNKNOWN):
             out = self._gpu_side_cost(op)
         elif op.kind == ir.HASHGRID:
             out = self._encoder_cost(op)

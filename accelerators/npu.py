@@ -24,6 +24,7 @@ from typing import Any
 
 from accelerators import systolic, technology as tech
 from accelerators.base import OpCost, Param, Resources, Template
+from accelerators.composite import cost_composite
 from accelerators.memory_standards import STANDARD_NAMES, MemorySystem, memory_system
 from accelerators.physical import CONTROL_OVERHEAD, HOST_INTERFACES, Floorplan
 from dse.errors import BadInput, InfeasibleDesign
@@ -254,7 +255,9 @@ class NPU(Template):
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        if op.kind in (ir.MATMUL, ir.CONV):
+        if op.kind in ir.COMPOSITE_KINDS:
+            out = cost_composite(op, self.cost)
+        elif op.kind in (ir.MATMUL, ir.CONV):
             out = self._gemm_op_cost(op)
         elif op.kind == ir.ATTENTION:
             out = self._attention_cost(op)

@@ -44,6 +44,7 @@ from typing import Any, Sequence
 from accelerators import dram_timing as dt
 from accelerators import technology as tech
 from accelerators.base import OpCost, Param, Resources, Template
+from accelerators.composite import cost_composite
 from accelerators.npu import NPU, PRESETS as NPU_PRESETS, PARAMS as NPU_PARAMS
 from accelerators.npu import VECTOR_OPS_PER_ELEMENT
 from accelerators.physical import Floorplan
@@ -224,6 +225,8 @@ class NeuPIMs(Template):
 
     # ----------------------------------------------------------------------------- cost
     def cost(self, op: Op) -> OpCost:
+        if op.kind in ir.COMPOSITE_KINDS:
+            return cost_composite(op, self.cost)
         part = op.attrs.get(PART) if op.kind == ir.ATTENTION else None
         if part in ("logits", "attend"):
             return self.pim_cost(op, part)

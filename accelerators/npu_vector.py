@@ -490,7 +490,9 @@ def _cost_exact(a: DesignArrays, ops: Sequence[Op], lat: np.ndarray, energy: np.
 
     for j, op in enumerate(ops):
         try:
-            if op.kind in _ARRAY_KINDS:
+            if op.kind in ir.COMPOSITE_KINDS:   # a sum of parts: the scalar cost adds them
+                scalar.append(j)
+            elif op.kind in _ARRAY_KINDS:
                 shapes = {b: rep[b]._gemm_shape(op) for b in a.b_values}
                 g, m, nn, k, _ = shapes[a.b_values[0]]
                 if min(g, m, nn, k) <= 0:

@@ -35,6 +35,7 @@ import networkx as nx
 from accelerators import dram_timing as dt
 from accelerators import technology as tech
 from accelerators.base import OpCost, Param, Resources, Template
+from accelerators.composite import cost_composite
 from accelerators.memory_standards import MemorySystem, get_standard
 from accelerators.physical import CONTROL_OVERHEAD, Floorplan
 from accelerators.npu import VECTOR_LANE_AREA_PER_MAC, VECTOR_OPS_PER_ELEMENT
@@ -317,6 +318,8 @@ class PIM(Template):
         return split_attention(workload)
 
     def cost(self, op: Op) -> OpCost:
+        if op.kind in ir.COMPOSITE_KINDS:
+            return cost_composite(op, self.cost)
         if (op.kind in (ir.MATMUL, ir.CONV) and op.attrs.get("weight_operand", op.kind == ir.CONV)):
             gemv, repeats = weight_gemv(op)
             s = dt.repeat_stream(dt.gemv_stream(self.geom, self.timing, gemv), repeats)

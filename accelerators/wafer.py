@@ -36,13 +36,14 @@ on the wafer, as a GPU's are in HBM.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
 from accelerators import mesh_algorithms as mesh
 from accelerators import technology as tech
 from accelerators.base import OpCost, Param, Resources, Template
+from accelerators.composite import cost_composite
 from accelerators.physical import Floorplan
 from dse.errors import InfeasibleDesign
 from workloads import ir
@@ -220,6 +221,13 @@ class Wafer(Template):
 
     def op_cost(self, op: Op, phase: str, io_bytes: float = 0.0) -> OpCost:
         """Cost of ``op`` in ``phase`` on that phase's region, plus ``io_bytes`` off-wafer."""
+        if op.kind in ir.COMPOSITE_KINDS:   # its parts on the wafer, then its off-wafer bytes
+            c = cost_composite(op, lambda part: self.op_cost(part, phase))
+            io_s = io_bytes / self.hw.io_bandwidth_Bps
+            return replace(c, latency_s=c.latency_s + io_s,
+                           traffic={**c.traffic, "io": io_bytes} if io_bytes else c.traffic,
+                           energy_j={**c.energy_j, "network": c.energy_j.get("network", 0.0)
+                                     + io_bytes * IO_PJ_PER_BYTE * 1e-12})
         plan = self.plan_op(op, phase)
         return self._finish(plan, io_bytes)
 

@@ -85,15 +85,23 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) ->
 
 
 def _workload_from_flags(model, phase, batch, seq, context, dtype, arch, hf_config,
-                         kv_update=None):
+                         kv_update=None, module=None, strict=False):
     from dse import api
-    if not hf_config:
+    if module:   # package.module:factory -> (nn.Module, inputs)
+        from workloads.user_module import capture_module, load_factory
+        mod, args, kwargs = load_factory(module)
+        with _busy(f"capturing {module} with torch.export"):
+            w = capture_module(mod, args, kwargs, phase=phase or "forward", dtype=dtype,
+                               model=module, batch=batch or 1, seq=seq or 0,
+                               context=context or 0, kv_update=kv_update or "in_place")
+        return api.check_unknown_ops(w, strict)
+    if model and not hf_config:
         from workloads.build import check_sizes_apply
         check_sizes_apply(model, phase, seq, context)
     with _busy(f"capturing {hf_config or model} with torch.export"):
         return api.workload(model, phase=phase, batch=batch, seq=seq, context=context,
                             dtype=dtype, arch=parse_pairs(arch, "--arch"), hf_config=hf_config,
-                            kv_update=kv_update)
+                            kv_update=kv_update, strict=strict)
 
 
 def _busy(what: str):
@@ -111,18 +119,27 @@ ArchOpt = typer.Option(None, "--arch", help="Architecture override KEY=VALUE (re
 HfOpt = typer.Option(None, "--hf-config", help="A Hugging Face config.json (needs transformers).")
 KvUpdateOpt = typer.Option(None, "--kv-update", help="in_place | concat: how decode updates the "
                            "KV cache (default: as the model does; zoo in_place, HF concat).")
+ModuleOpt = typer.Option(None, "--module", help="Your own model: package.module:factory, a "
+                         "function returning (nn.Module, inputs).")
 
 
 @app.command()
-def workload(model: str = typer.Argument(..., help="Zoo model name (see `dse models`)."),
+def workload(model: Optional[str] = typer.Argument(
+                 None, help="Zoo model name (see `dse models`); omit with --hf-config or --module."),
              phase: Optional[str] = PhaseOpt, batch: Optional[int] = BatchOpt,
              seq: Optional[int] = SeqOpt, context: Optional[int] = ContextOpt,
              dtype: str = DtypeOpt, arch: Optional[list[str]] = ArchOpt,
              hf_config: Optional[Path] = HfOpt, kv_update: Optional[str] = KvUpdateOpt,
+             module: Optional[str] = ModuleOpt,
+             strict: bool = typer.Option(False, "--strict", help="Unknown ops are an error."),
              as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Capture a model with torch.export and summarise its op graph."""
-    w = _workload_from_flags(model, phase, batch, seq, context, dtype, arch,
-                             str(hf_config) if hf_config else None, kv_update)
+    import warnings
+    with warnings.catch_warnings():   # unknown ops are listed below (or refused by --strict)
+        warnings.simplefilter("ignore")
+        w = _workload_from_flags(model, phase, batch, seq, context, dtype, arch,
+                                 str(hf_config) if hf_config else None, kv_update, module,
+                                 strict)
     s = w.summary()
     if as_json:
         _print_json(s)
@@ -160,7 +177,7 @@ def accelerators(as_json: bool = typer.Option(False, "--json", help="Print JSON.
 
 # ----------------------------------------------------------------------------- simulate
 @app.command()
-def simulate(model: str = typer.Argument(..., help="Zoo model name."),
+def simulate(model: Optional[str] = typer.Argument(None, help="Zoo model name."),
              accelerator: str = typer.Option("npu", "--accelerator", "-a",
                                              help="TEMPLATE[:PRESET], e.g. gpu:h200."),
              hw: Optional[list[str]] = typer.Option(None, "--hw", help="Hardware KEY=VALUE (repeatable)."),
@@ -168,6 +185,7 @@ def simulate(model: str = typer.Argument(..., help="Zoo model name."),
              seq: Optional[int] = SeqOpt, context: Optional[int] = ContextOpt,
              dtype: str = DtypeOpt, arch: Optional[list[str]] = ArchOpt,
              hf_config: Optional[Path] = HfOpt, kv_update: Optional[str] = KvUpdateOpt,
+             module: Optional[str] = ModuleOpt,
              as_json: bool = typer.Option(False, "--json", help="Print the Result as JSON."),
              trace: Optional[Path] = typer.Option(None, "--trace", help="Write a Chrome trace (Perfetto)."),
              report: Optional[Path] = typer.Option(None, "--report", help="Write a one-design HTML report.")) -> None:
@@ -175,7 +193,7 @@ def simulate(model: str = typer.Argument(..., help="Zoo model name."),
     from dse import api
     from dse.files import atomic_write_text, output_errors
     w = _workload_from_flags(model, phase, batch, seq, context, dtype, arch,
-                             str(hf_config) if hf_config else None, kv_update)
+                             str(hf_config) if hf_config else None, kv_update, module)
     design = api.accelerator(accelerator, parse_pairs(hw, "--hw"))
     with _busy(f"simulating {len(w)} ops on {accelerator}"):
         r = api.simulate(w, design)

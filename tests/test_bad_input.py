@@ -195,15 +195,15 @@ GPT2_TINY = json.load(open(os.path.join(ROOT, "tests", "data", "hf", "gpt2_tiny.
     ({**GPT2_TINY, "n_layer": "two"}, "n_layer"),
     ({**GPT2_TINY, "n_embd": [64]}, "n_embd"),
     ('{"model_type": "gpt2", "n_layer": 2, "layer_norm_epsilon": NaN}',
-     "--hf-config.layer_norm_epsilon: expected a finite number"),
-    ('{"model_type": "gpt2", "n_embd": Infinity}', "--hf-config.n_embd: expected a finite"),
-    ({**GPT2_TINY, "torch_dtype": "float99"}, "--hf-config.torch_dtype: expected a torch dtype"),
+     "hf_config.layer_norm_epsilon: expected a finite number"),
+    ('{"model_type": "gpt2", "n_embd": Infinity}', "hf_config.n_embd: expected a finite"),
+    ({**GPT2_TINY, "torch_dtype": "float99"}, "hf_config.torch_dtype: expected a torch dtype"),
     ('{"model_type": "gpt2", "x": ' + "[" * 100000 + "]" * 100000 + "}", "nested at most"),
     ('{"model_type": "gpt2", "x": ' + "[" * 200 + "]" * 200 + "}", "nested at most"),
-    ({**GPT2_TINY, "n_layer": 1000000}, "--hf-config.n_layer: expected an int in [1, 256]"),
-    ({**GPT2_TINY, "n_layer": -3}, "--hf-config.n_layer: expected an int"),
+    ({**GPT2_TINY, "n_layer": 1000000}, "hf_config.n_layer: expected an int in [1, 256]"),
+    ({**GPT2_TINY, "n_layer": -3}, "hf_config.n_layer: expected an int"),
     ({**GPT2_TINY, "model_type": 5}, "expected a config object with a model_type"),
-    ({**GPT2_TINY, "model_type": "no_such_model"}, "expected a config transformers understands"),
+    ({**GPT2_TINY, "model_type": "no_such_model"}, "expected a model type transformers"),
 ])
 def test_bad_hugging_face_configs(tmp_path, capsys, config, fragment):
     pytest.importorskip("transformers")

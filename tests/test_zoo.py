@@ -63,6 +63,8 @@ SMALL = {
                                       "tile": "4x2"}),
                        ("hunyuan-dit", {"grid": "4x4x6", "window": "2x2x3", "stride": "1",
                                         "tile": "2x2x2"}))},
+    **{n: {**_TINY_LLAMA, "moe_d_ff": 16, "n_experts": 4, "top_k": 2}
+       for n in ("mixtral-8x7b", "deepseek-moe-16b")},
 }
 
 

@@ -19,7 +19,7 @@ import tempfile
 import warnings
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -148,17 +148,24 @@ def build_workload(model: str, phase: str | None = None, batch: int | None = Non
     semantics are applied to the cached capture, :mod:`workloads.kv_update`)."""
     check_kv_update(kv_update)
     args = resolve(model, phase, batch, seq, context, dtype, arch)
+    return with_kv_update(cached(args, lambda: _capture_zoo(args), use_cache), kv_update)
+
+
+def cached(args: dict[str, Any], make: Callable[[], ir.Workload],
+           use_cache: bool = True) -> ir.Workload:
+    """The workload ``make()`` builds, from the two-level cache under the key of ``args`` (any
+    JSON-able dict that determines the capture: zoo arguments, a Hugging Face config's hash)."""
     key = _key(args)
     if use_cache:
         hit = _MEMORY.get(key) or _load(key)
         if hit is not None:
             _remember(key, hit)
-            return with_kv_update(hit, kv_update)
-    w = _capture_zoo(args)
+            return hit
+    w = make()
     if use_cache:
         _remember(key, w)
         _store(key, w)
-    return with_kv_update(w, kv_update)
+    return w
 
 
 def _capture_zoo(args: dict[str, Any]) -> ir.Workload:

@@ -7,10 +7,13 @@ route their input through; everything unclassified becomes an ``unknown`` op.
 
 Bytes are counted in the requested ``dtype`` for floating-point tensors (the module may be built
 in fp32 on the meta device: nothing is allocated) and in their own dtype for integer tensors.
-Tensors reached from the user input named ``kv_cache`` are KV cache: a ``cat`` onto them is a
-cache append (``attrs["kv_append"]``), costed as ``kv_update`` says (:mod:`workloads.kv_update`:
+Tensors reached from the user input named ``kv_cache`` (or the names given as ``kv_input``,
+e.g. Hugging Face's ``past_key_values``) are KV cache: a ``cat`` onto them is a cache append
+(``attrs["kv_append"]``), costed as ``kv_update`` says (:mod:`workloads.kv_update`:
 ``in_place`` writes only the new entries, ``concat`` reads and writes the whole cache), and
 attention reading them reads KV cache bytes. View ops are counted (``Workload.free_ops``).
+Eager attention (matmul -> softmax -> matmul) is fused into one ``attention`` op
+(``workloads/patterns.py``).
 """
 
 from __future__ import annotations
@@ -25,9 +28,10 @@ import networkx as nx
 import torch
 
 from dse.errors import BadInput, CaptureError
-from workloads import ir
+from workloads import ir, op_attrs
 from workloads.kv_update import check_kv_update, with_kv_update
 from workloads.op_kinds import FLOPS_PER_ELEMENT, classify
+from workloads.patterns import causal_visible, fuse_eager_attention
 
 KV_INPUT_NAME = "kv_cache"
 
@@ -36,13 +40,21 @@ WEIGHT, ACT, KV = "weight", "activation", "kv"
 
 @dataclass(frozen=True)
 class _Tensor:
-    """A tensor flowing through the graph: its producer op (None for graph inputs), role, meta."""
+    """A tensor flowing through the graph: its producer op (None for graph inputs), role, meta.
+    ``stored`` is the elements behind it in memory: fewer than ``numel`` for a broadcast view
+    (``expand``), whose reader reads the source once (e.g. grouped-query K/V repeated to every
+    query head by a view)."""
 
     producer: str | None
     role: str
     shape: tuple[int, ...]
     numel: int
     itemsize: int
+    stored: int | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return (self.numel if self.stored is None else min(self.stored, self.numel)) * self.itemsize
 
 
 def export_module(module: torch.nn.Module, args: tuple, kwargs: dict | None = None):
@@ -59,11 +71,15 @@ def export_module(module: torch.nn.Module, args: tuple, kwargs: dict | None = No
 def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
             model: str | None = None, phase: str = "forward", dtype: str = "bf16",
             batch: int = 1, seq: int = 0, context: int = 0,
-            arch: dict[str, Any] | None = None, kv_update: str = "in_place") -> ir.Workload:
+            arch: dict[str, Any] | None = None, kv_update: str = "in_place",
+            kv_input: str | tuple[str, ...] = KV_INPUT_NAME, causal: bool = False) -> ir.Workload:
     """Export ``module`` on ``args``/``kwargs`` and build its :class:`~workloads.ir.Workload`.
 
     Works on any module torch.export accepts; pass meta tensors (and build the module under
     ``torch.device("meta")``) to capture large models without allocating their weights.
+    ``kv_update``: how decode updates the KV cache (:mod:`workloads.kv_update`). ``kv_input``:
+    the forward argument name(s) holding the KV cache. ``causal``: eager attention
+    whose query and key lengths are equal is causal (a causal LM's prefill).
     """
     if dtype not in ir.DTYPE_BYTES:
         raise BadInput("dtype", dtype, "expected one of " + ", ".join(ir.DTYPE_BYTES))
@@ -73,7 +89,9 @@ def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
     ep = export_module(module, args, kwargs)
     params = _count_params(module)
     free: dict[str, int] = {}
-    graph, unknown = _build_graph(ep, dtype, free)
+    kv_names = (kv_input,) if isinstance(kv_input, str) else tuple(kv_input)
+    graph, unknown = _build_graph(ep, dtype, free, kv_names)
+    fuse_eager_attention(graph, causal)
     if unknown:
         warnings.warn("unknown ops (costed by their bytes only): "
                       + ", ".join(f"{k} x{v}" for k, v in sorted(unknown.items())), stacklevel=2)
@@ -92,7 +110,8 @@ def _count_params(module: torch.nn.Module) -> int:
 _WRAPPERS = ("wrap_with_set_grad_enabled", "wrap_with_autocast")
 
 
-def _build_graph(ep, dtype: str, free: dict[str, int]) -> tuple[nx.DiGraph, dict[str, int]]:
+def _build_graph(ep, dtype: str, free: dict[str, int],
+                 kv_names: tuple[str, ...] = (KV_INPUT_NAME,)) -> tuple[nx.DiGraph, dict[str, int]]:
     """The op graph and the unknown operators; ``free`` receives the view ops by name."""
     elem = ir.DTYPE_BYTES[dtype]
     sig = ep.graph_signature
@@ -123,7 +142,7 @@ def _build_graph(ep, dtype: str, free: dict[str, int]) -> tuple[nx.DiGraph, dict
                     continue
                 if node.name in constant_inputs:
                     role = WEIGHT
-                elif node.name.startswith(KV_INPUT_NAME):
+                elif node.name.startswith(kv_names):
                     role = KV
                 else:
                     role = ACT
@@ -158,7 +177,10 @@ def _build_graph(ep, dtype: str, free: dict[str, int]) -> tuple[nx.DiGraph, dict
                 free[name] = free.get(name, 0) + 1
                 src = inputs[0] if inputs else None
                 if src is not None:
-                    out_ts = tuple(meta_tensor(o, src.producer, src.role) for o in outs)
+                    stored = src.numel if src.stored is None else src.stored
+                    out_ts = tuple(None if t is None else _Tensor(
+                        t.producer, t.role, t.shape, t.numel, t.itemsize, min(stored, t.numel))
+                        for t in (meta_tensor(o, src.producer, src.role) for o in outs))
                     tensors[node.name] = out_ts if isinstance(val, (tuple, list)) else out_ts[0]
                 continue
             if kind is None:
@@ -178,7 +200,7 @@ def _build_graph(ep, dtype: str, free: dict[str, int]) -> tuple[nx.DiGraph, dict
             graph.add_node(op.name, op=op, index=graph.number_of_nodes())
             for t in inputs:
                 if t.producer is not None and t.producer in graph:
-                    b = t.numel * t.itemsize
+                    b = t.nbytes
                     if graph.has_edge(t.producer, op.name):
                         graph.edges[t.producer, op.name]["bytes"] += b
                     else:
@@ -217,7 +239,7 @@ def _tensor_inputs(node, value) -> list[_Tensor]:
 
 
 def _bytes(t: _Tensor) -> int:
-    return t.numel * t.itemsize
+    return t.nbytes
 
 
 def _make_op(node, op_name: str, name: str, kind: str, inputs: list[_Tensor], outputs: list[_Tensor],
@@ -237,6 +259,14 @@ def _make_op(node, op_name: str, name: str, kind: str, inputs: list[_Tensor], ou
         out_role = KV
         attrs["kv_append"] = True
         attrs["elements"] = sum(t.numel for t in new)
+    elif name in ("copy_", "copy") and len(inputs) >= 2 and inputs[0].role == KV:
+        # In-place update of a cached state (a recurrent state, a conv window): read the
+        # source, write the cache.
+        src = inputs[1]
+        kv_r, act_r = (_bytes(src), 0) if src.role == KV else (0, _bytes(src))
+        kv_w = _bytes(inputs[0])
+        out_role = KV
+        attrs["elements"] = inputs[0].numel
     elif kind == ir.EMBEDDING and inputs and inputs[0].role == WEIGHT:
         weight = sum(_bytes(t) for t in outputs)  # only the gathered rows are read
         act_r = sum(_bytes(t) for t in inputs[1:])
@@ -249,12 +279,21 @@ def _make_op(node, op_name: str, name: str, kind: str, inputs: list[_Tensor], ou
                 kv_r += _bytes(t)
             else:
                 act_r += _bytes(t)
-        if kind == ir.MATMUL:
+        if name == "einsum":
+            attrs, flops = op_attrs.einsum_attrs(node, inputs)
+        elif kind == ir.MATMUL:
             attrs = _matmul_attrs(name, node, inputs)
             flops = 2 * attrs["batch"] * attrs["m"] * attrs["n"] * attrs["k"]
+        elif kind == ir.MOE:
+            attrs, flops, weight = (op_attrs.moe_experts_attrs(node, inputs)
+                                    if name == "moe_experts" else op_attrs.grouped_mm_attrs(node, inputs))
+        elif kind == ir.SCAN:
+            attrs, flops = op_attrs.scan_attrs(node, inputs, outputs)
+        elif kind == ir.RECURRENT:
+            attrs, flops = op_attrs.recurrent_attrs(name, node, inputs)
         elif kind == ir.CONV:
             attrs = _conv_attrs(name, node, inputs, outputs)
-            flops = 2 * attrs["n"] * attrs["k"] * attrs["p"] * attrs["q"] * attrs["gemm_k"]
+            flops = 2 * attrs["gemm_m"] * attrs["gemm_n"] * attrs["gemm_k"] * attrs["groups"]
         elif kind == ir.ATTENTION:
             attrs = _attention_attrs(node, inputs)
             flops = attrs.pop("_flops")
@@ -309,13 +348,17 @@ def _matmul_attrs(name: str, node, inputs: list[_Tensor]) -> dict[str, Any]:
 def _conv_attrs(name: str, node, inputs: list[_Tensor], outputs: list[_Tensor]) -> dict[str, Any]:
     x, w = inputs[0], inputs[1]
     args = list(node.args) + [None] * 10
+    transposed = name.startswith("conv_transpose")
     if name in ("convolution", "_convolution"):
         stride, padding, groups = args[3], args[4], args[8]
-    else:
+        transposed = bool(args[6])
+    else:   # convNd / conv_transposeNd(input, weight, bias, stride, padding, ..., groups at 6)
         stride = node.kwargs.get("stride", args[3] if args[3] is not None else 1)
         padding = node.kwargs.get("padding", args[4] if args[4] is not None else 0)
         groups = node.kwargs.get("groups", args[6] if args[6] is not None else 1)
     groups = int(groups or 1)
+    if transposed:   # weight [c_in, k_out / groups, ...]: a GEMM per input pixel (col2im after)
+        return _transposed_conv_attrs(x, w, groups, stride, padding)
     out = outputs[0].shape
     spatial_out = out[2:] if len(out) > 2 else (1,)
     spatial_w = w.shape[2:]
@@ -333,6 +376,23 @@ def _conv_attrs(name: str, node, inputs: list[_Tensor], outputs: list[_Tensor]) 
             "gemm_m": n * p * q, "gemm_n": k // groups, "gemm_k": gemm_k}
 
 
+def _transposed_conv_attrs(x: _Tensor, w: _Tensor, groups: int, stride, padding) -> dict[str, Any]:
+    """A transposed convolution as the GEMM torch's FlopCounterMode counts: every input pixel
+    times every filter tap, ``p x q`` = the input's spatial size, ``k`` = output channels."""
+    spatial_in = x.shape[2:] if len(x.shape) > 2 else (1,)
+    p = spatial_in[0]
+    q = math.prod(spatial_in[1:]) if len(spatial_in) > 1 else 1
+    taps = w.shape[2:]
+    r = taps[0] if taps else 1
+    s = math.prod(taps[1:]) if len(taps) > 1 else 1
+    n, c = x.shape[0], x.shape[1]
+    k = w.shape[1] * groups
+    return {"n": n, "c": c, "h": p, "w": q, "k": k, "r": r, "s": s, "p": p, "q": q,
+            "stride": _as_list(stride), "padding": _as_list(padding), "groups": groups,
+            "transposed": True, "gemm_m": n * p * q, "gemm_n": (k // groups) * r * s,
+            "gemm_k": c // groups}
+
+
 def _as_list(v) -> list:
     if isinstance(v, (list, tuple)):
         return [int(x) if not isinstance(x, str) else x for x in v]
@@ -347,9 +407,7 @@ def _attention_attrs(node, inputs: list[_Tensor]) -> dict[str, Any]:
     kv_heads, skv, dv = (k.shape[-3] if len(k.shape) >= 3 else 1), k.shape[-2], v.shape[-1]
     flops = 2 * b * heads * sq * skv * d + 2 * b * heads * sq * skv * dv
     if causal:  # torch's is_causal keeps the lower triangle of [sq, skv] (top-left aligned)
-        visible = sum(min(i + 1, skv) for i in range(sq)) if sq <= 4096 else (
-            min(sq, skv) * (min(sq, skv) + 1) // 2 + max(0, sq - skv) * skv)
-        causal_flops = flops * visible // (sq * skv)
+        causal_flops = flops * causal_visible(sq, skv) // (sq * skv)
     else:
         causal_flops = flops
     return {"batch": b, "heads": heads, "kv_heads": kv_heads, "q_len": sq, "kv_len": skv,

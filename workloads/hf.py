@@ -1,82 +1,555 @@
 """Capture a model built from a Hugging Face ``config.json`` (no weights; needs transformers).
 
-Decoder LLMs (``*ForCausalLM`` architectures or a known causal ``model_type``) are built with
-``AutoModelForCausalLM``, everything else with ``AutoModel``; always with ``attn_implementation=
-"sdpa"`` so attention is one op. Phases: ``prefill`` for causal LMs, ``forward`` otherwise.
-The workload records the KV-cache update the model's cache does: ``concat`` by default, what
-transformers' default ``DynamicCache`` does (``torch.cat`` of the whole cache every step);
-``in_place`` for its ``StaticCache``.
+Every family transformers builds from a config, by what the config describes:
+
+* **causal** (``*ForCausalLM``: GPT-2, Llama, Mistral, Gemma, Bloom, Mixtral, Qwen3-MoE, Mamba,
+  ...): ``prefill`` over ``seq`` tokens and ``decode`` of one token per sequence with a KV cache
+  of ``context`` tokens (the cache enters as the ``kv_cache`` argument of a small wrapper that
+  rebuilds transformers' cache object, so the capture sees it as KV cache; for Mamba the cache
+  is each layer's fixed-size conv and recurrent state).
+* **seq2seq** (T5, BART, Whisper, Marian, ...): ``forward`` runs the encoder over ``seq`` tokens
+  (Whisper: its fixed mel frames); ``decode`` runs one decoder step with a self-attention cache
+  of ``context`` tokens and cross-attention reading the encoder's cached keys and values for
+  ``seq`` positions (both KV cache).
+* **vision** (ViT, Swin, ConvNeXt, ResNet, ...: image classifiers): ``forward`` on pixel inputs
+  of the config's image size; **multimodal** (CLIP, SigLIP): both towers, ``seq`` text tokens
+  and one image each; **encoder** (BERT, DeBERTa, ...) and everything else: ``forward`` on
+  ``seq`` tokens of its main input.
+
+Attention uses SDPA where the model supports it and the model's own (eager) implementation
+otherwise; the capture fuses eager attention into one op. Mixture-of-experts layers run through
+``dse::moe_experts`` (registered as transformers' experts implementation ``"dse"``) and Mamba's
+selective scan through ``dse::selective_scan``, so neither is dropped nor unrolled.
+
+Bad configs (an unknown ``model_type``, a field of the wrong type, NaN, a stale ``layer_types``,
+an integer above ``workloads.limits``) raise one :class:`BadInput` naming the field.
 """
 
 from __future__ import annotations
 
+import contextlib
+import difflib
+import hashlib
+import json
+import math
+import re
 import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from dse.errors import BadInput, CaptureError
 from workloads import hf_checks, ir
+from workloads.hf_checks import read_config
 from workloads.build import check_size
 from workloads.capture import capture
+from workloads.limits import int_limit
 
-_CAUSAL_TYPES = {"gpt2", "llama", "mistral", "qwen2", "gpt_neox", "opt", "gptj", "phi", "gemma",
-                 "falcon", "mixtral", "qwen3", "bloom"}
+#: Keys of ``--arch`` on a Hugging Face config that are not config fields: the load imbalance
+#: of routed experts (``workloads/moe.py``) and their capacity factor (0: dropless).
+MOE_KEYS = {"expert_imbalance": 1.0, "capacity_factor": 0.0}
+#: Default sizes when the caller gives none (tokens).
+DEFAULT_SEQ = {"causal": 512}
+DEFAULT_TEXT_SEQ = 128
+DEFAULT_CONTEXT = 1024
+DEFAULT_IMAGE_SIZE = 224
+PHASES = {"causal": ("prefill", "decode"), "seq2seq": ("forward", "decode")}
 
 
-def load_hf_config(path: str | Path):
-    """The ``transformers`` config object of a config.json file."""
+# ----------------------------------------------------------------------------- the config
+def _transformers():
     try:
         import transformers
     except ImportError:
-        raise BadInput("--hf-config", str(path),
+        raise BadInput("hf_config", "transformers",
                        "needs transformers: pip install 'accel-dse[hf]'") from None
-    data = hf_checks.read_config(path)
+    return transformers
+
+
+def check_values(data: Any, where: str = "hf_config") -> None:
+    """Refuse integers above their architecture limit (:mod:`workloads.limits`), naming the
+    key (non-finite numbers and deep nesting: :func:`workloads.hf_checks.read_config`)."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            path = f"{where}.{key}"
+            if isinstance(value, int) and not isinstance(value, bool) and value > int_limit(str(key)):
+                raise BadInput(path, value, f"expected an int in [1, {int_limit(str(key)):,}]")
+            if isinstance(value, (dict, list)):
+                check_values(value, path)
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            if isinstance(value, (dict, list)):
+                check_values(value, f"{where}[{i}]")
+
+
+def make_config(data: dict[str, Any]):
+    """transformers' config object of ``data``; its validation errors become one line naming
+    the field (never transformers' list of every model type)."""
+    transformers = _transformers()
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    check_values(data)
+    model_type = data.get("model_type")
+    if model_type not in CONFIG_MAPPING_NAMES:
+        close = difflib.get_close_matches(str(model_type), list(CONFIG_MAPPING_NAMES), n=3)
+        raise BadInput("hf_config.model_type", model_type,
+                       f"expected a model type transformers {transformers.__version__} knows ("
+                       + (f"closest: {', '.join(close)}; " if close else "")
+                       + f"{len(CONFIG_MAPPING_NAMES)} in all, e.g. llama, gpt2, bert, t5, vit)")
+    fields = {k: v for k, v in data.items() if k != "model_type"}
     try:
         with hf_checks.quiet_transformers():
-            config = transformers.AutoConfig.for_model(**data)
-    except Exception as exc:  # transformers raises many types on a bad config
-        raise BadInput("--hf-config", str(path), "expected a config transformers understands ("
-                       + hf_checks.error_text(exc) + ")") from None
+            config = transformers.AutoConfig.for_model(model_type, **fields)
+    except Exception as exc:  # transformers raises many types; the user gets one line
+        raise _config_error(exc, data) from None
     hf_checks.check_sizes(config)
     return config
 
 
-def is_causal(config) -> bool:
+def _config_error(exc: Exception, data: dict[str, Any]) -> BadInput:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    text = " ".join(lines)
+    named = re.search(r"field '([^']+)'", text) or re.search(r"`([A-Za-z_][\w]*)`", text)
+    reason = lines[-1] if lines else type(exc).__name__
+    reason = re.sub(r"^\w+(Error|Exception): ", "", reason)
+    if named:
+        key = named.group(1)
+        return BadInput(f"hf_config.{key}", data.get(key, "(unset)"), reason[:200])
+    return BadInput("hf_config", data.get("model_type"),
+                    f"expected a config transformers understands ({reason[:200]})")
+
+
+def apply_arch(data: dict[str, Any], arch: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, float]]:
+    """``data`` with ``--arch`` overrides (existing config keys, coerced to their type and
+    bounded), and the MoE routing settings (``MOE_KEYS``)."""
+    out, moe = dict(data), dict(MOE_KEYS)
+    defaults = None
+    for key, value in (arch or {}).items():
+        if key in MOE_KEYS:
+            try:
+                moe[key] = float(value)
+            except (TypeError, ValueError):
+                raise BadInput(f"arch.{key}", value, "expected a number") from None
+            if not math.isfinite(moe[key]) or moe[key] < (1.0 if key == "expert_imbalance" else 0.0):
+                raise BadInput(f"arch.{key}", value, "expected a number >= "
+                               + ("1 (1: uniform load)" if key == "expert_imbalance" else "0 (0: dropless)"))
+            continue
+        if defaults is None:
+            defaults = make_config({"model_type": data["model_type"]}).to_dict()
+        current = out.get(key, defaults.get(key))
+        if key not in out and key not in defaults or isinstance(current, (dict, list)):
+            keys = sorted(k for k, v in defaults.items() if isinstance(v, (int, float, str, bool))
+                          and not k.startswith("_"))
+            raise BadInput(f"arch.{key}", value, f"a scalar field of this {data['model_type']} "
+                           "config, e.g. " + ", ".join(keys[:12]) + ", expert_imbalance, capacity_factor")
+        out[key] = _coerce(key, value, current)
+    return out, moe
+
+
+def _coerce(key: str, value: Any, current: Any) -> Any:
+    field = f"arch.{key}"
+    try:
+        if isinstance(current, bool):
+            text = str(value).strip().lower()
+            if text not in ("true", "false", "1", "0"):
+                raise ValueError
+            return text in ("true", "1")
+        if isinstance(current, int):
+            f = float(value)
+            if not f.is_integer() or f <= 0:
+                raise BadInput(field, value, "expected a positive int")
+            if f > int_limit(key):
+                raise BadInput(field, value, f"expected at most {int_limit(key)}")
+            return int(f)
+        if isinstance(current, float):
+            f = float(value)
+            if not math.isfinite(f):
+                raise ValueError
+            return f
+        return value if current is None else str(value)
+    except BadInput:
+        raise
+    except (TypeError, ValueError, OverflowError):
+        raise BadInput(field, value, f"expected a {type(current).__name__}") from None
+
+
+# ----------------------------------------------------------------------------- the task
+def task(config) -> str:
+    """``causal`` | ``seq2seq`` | ``vision`` | ``multimodal`` | ``encoder``."""
+    from transformers.models.auto import modeling_auto as ma
+    mt = config.model_type
     archs = getattr(config, "architectures", None) or []
-    return any(a.endswith("ForCausalLM") or a.endswith("LMHeadModel") for a in archs) or (
-        config.model_type in _CAUSAL_TYPES)
+    if getattr(config, "is_encoder_decoder", False) or mt in ma.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES:
+        return "seq2seq"
+    if any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs) or (
+            mt in ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and mt not in ma.MODEL_FOR_MASKED_LM_MAPPING_NAMES):
+        return "causal"
+    if getattr(config, "text_config", None) is not None and getattr(config, "vision_config", None) is not None:
+        return "multimodal"
+    if mt in ma.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES:
+        return "vision"
+    return "encoder"
 
 
-def workload_from_hf_config(path: str | Path, phase: str | None = None, batch: int | None = None,
-                            seq: int | None = None, context: int | None = None,
-                            dtype: str = "bf16", kv_update: str = "concat") -> ir.Workload:
-    import transformers
-    config = load_hf_config(path)
-    causal = is_causal(config)
-    allowed = ("prefill",) if causal else ("forward",)
-    phase = phase or allowed[0]
-    if phase not in allowed:
-        raise BadInput("phase", phase, f"a Hugging Face config captures phase {allowed[0]} "
-                       "(use a zoo model for decode with a KV cache)")
-    batch = check_size("batch", batch if batch is not None else 1)
-    seq = check_size("seq", seq if seq is not None else 128)
-    if context is not None:
-        raise BadInput("context", context, f"expected no context: phase {phase} has no KV cache")
-    config._attn_implementation = "sdpa"
-    auto = transformers.AutoModelForCausalLM if causal else transformers.AutoModel
+def phases_of(kind: str) -> tuple[str, ...]:
+    return PHASES.get(kind, ("forward",))
+
+
+def _model_class(config, kind: str):
+    transformers = _transformers()
+    from transformers.models.auto import modeling_auto as ma
+    mt = config.model_type
+    if kind == "causal":
+        return transformers.AutoModelForCausalLM
+    if kind == "seq2seq":
+        if mt in ma.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES:
+            return transformers.AutoModelForSpeechSeq2Seq
+        if mt in ma.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
+            return transformers.AutoModelForSeq2SeqLM
+    if kind == "vision":
+        return transformers.AutoModelForImageClassification
+    return transformers.AutoModel
+
+
+def build_module(config, kind: str, moe: dict[str, float] | None = None) -> nn.Module:
+    """The model on the meta device, its experts routed through ``dse::moe_experts``."""
+    _register_experts()
+    auto = _model_class(config, kind)
+    if getattr(config, "architectures", None) is None:   # transformers iterates over it (DeiT)
+        config.architectures = []
     try:
         with torch.device("meta"), hf_checks.quiet_transformers():
-            module = auto.from_config(config)
+            try:
+                module = auto.from_config(config, experts_implementation="dse")
+            except (ValueError, KeyError, TypeError) as exc:
+                if "experts_implementation" not in str(exc):
+                    raise
+                module = auto.from_config(config)
+    except BadInput:
+        raise
     except Exception as exc:
-        raise CaptureError(f"transformers could not build {config.model_type}: {exc}") from None
-    with torch.device("meta"):
-        ids = torch.zeros(batch, seq, dtype=torch.long)
-    kwargs: dict[str, Any] = {"use_cache": False} if causal else {}
-    with warnings.catch_warnings():
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise CaptureError(f"transformers could not build {config.model_type}: {first[:300]}") from None
+    moe = moe or MOE_KEYS
+    for m in module.modules():   # the routing assumptions of every experts block
+        if hasattr(m, "_is_expert_parallel"):
+            m.dse_imbalance, m.dse_capacity_factor = moe["expert_imbalance"], moe["capacity_factor"]
+    return module.eval()
+
+
+_ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "relu": "relu",
+                "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh"}
+
+
+def _dse_experts_forward(self, hidden_states, top_k_index, top_k_weights):
+    """transformers' experts interface, through ``dse::moe_experts`` (one op per layer)."""
+    from workloads.moe_op import moe_experts
+    if self.has_gate:
+        w_up, b_up = self.gate_up_proj, getattr(self, "gate_up_proj_bias", None)
+    else:
+        w_up, b_up = self.up_proj, getattr(self, "up_proj_bias", None)
+    w_down, b_down = self.down_proj, getattr(self, "down_proj_bias", None)
+    if self.is_transposed:
+        w_up, w_down = w_up.transpose(-2, -1), w_down.transpose(-2, -1)
+    act = _ACTIVATIONS.get(str(getattr(self.config, "hidden_act", "silu")), "silu")
+    return moe_experts(hidden_states, top_k_index.long(), top_k_weights.to(hidden_states.dtype),
+                       w_up, w_down, b_up if self.has_bias else None,
+                       b_down if self.has_bias else None, bool(self.has_gate), act,
+                       float(getattr(self, "dse_capacity_factor", 0.0)),
+                       float(getattr(self, "dse_imbalance", 1.0)))
+
+
+def _register_experts() -> None:
+    from transformers.integrations.moe import ExpertsInterface
+    ExpertsInterface.register("dse", _dse_experts_forward)
+
+
+@contextlib.contextmanager
+def selective_scan_as_one_op():
+    """Route Hugging Face's Mamba scans through ``dse::selective_scan`` while capturing."""
+    import importlib
+    from workloads.scan_op import selective_scan
+
+    def scan(hidden_states, dt, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
+             return_last_state=False, **_):
+        y, last = selective_scan(hidden_states, dt, A, B, C, D, z, delta_bias, None,
+                                 bool(delta_softplus), bool(return_last_state))
+        return (y, last) if return_last_state else y
+
+    def step(state, hidden_states, dt, A, B, C, D=None, dt_bias=None, dt_softplus=False, z=None,
+             **_):   # one decode token: the scan over one step from the cached state
+        y, last = selective_scan(hidden_states[..., None], dt[..., None], A, B[..., None],
+                                 C[..., None], D, None if z is None else z[..., None], dt_bias,
+                                 state, bool(dt_softplus), True)
+        state.copy_(last)
+        return y[..., 0]
+    patched = []
+    for name in ("mamba", "falcon_mamba"):
+        mod = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+        for attr, fn in (("mamba_selective_scan", scan), ("mamba_selective_state_update", step)):
+            if hasattr(mod, attr):
+                patched.append((mod, attr, getattr(mod, attr)))
+                setattr(mod, attr, fn)
+    try:
+        yield
+    finally:
+        for mod, attr, original in patched:
+            setattr(mod, attr, original)
+
+
+# ----------------------------------------------------------------------------- inputs
+def _size_limit(config) -> int | None:
+    for key in ("max_position_embeddings", "n_positions", "max_target_positions"):
+        v = getattr(config, key, None)
+        if isinstance(v, int) and v > 0:
+            return v
+    return None
+
+
+def _image_size(config) -> tuple[int, int, int]:
+    size = getattr(config, "image_size", None) or DEFAULT_IMAGE_SIZE
+    if isinstance(size, (list, tuple)):
+        h, w = int(size[0]), int(size[-1])
+    elif isinstance(size, dict):
+        h, w = int(size.get("height", DEFAULT_IMAGE_SIZE)), int(size.get("width", DEFAULT_IMAGE_SIZE))
+    else:
+        h = w = int(size)
+    return int(getattr(config, "num_channels", 3) or 3), h, w
+
+
+def _ids(batch: int, seq: int, vocab: int | None) -> torch.Tensor:
+    return (torch.arange(batch * seq) % max(int(vocab or 2), 2)).reshape(batch, seq)
+
+
+def _main_input(module, config, batch: int, seq: int) -> dict[str, torch.Tensor]:
+    name = getattr(module, "main_input_name", "input_ids")
+    if name == "input_ids":
+        return {"input_ids": _ids(batch, seq, getattr(config, "vocab_size", None))}
+    if name == "pixel_values":
+        c, h, w = _image_size(config)
+        return {"pixel_values": torch.zeros(batch, c, h, w)}
+    if name == "input_features":   # Whisper-style: the encoder's fixed mel frames
+        frames = 2 * int(getattr(config, "max_source_positions", 1500))
+        return {"input_features": torch.zeros(batch, int(config.num_mel_bins), frames)}
+    if name == "input_values":     # raw audio samples
+        return {"input_values": torch.zeros(batch, seq)}
+    raise CaptureError(f"{config.model_type}: main input {name!r} is not supported "
+                       "(supported: input_ids, pixel_values, input_features, input_values)")
+
+
+class _CausalDecode(nn.Module):
+    """One decode step of a causal LM whose KV cache is the ``kv_cache`` argument."""
+
+    def __init__(self, model: nn.Module, logits_to_keep: bool):
+        super().__init__()
+        self.model, self.logits_to_keep = model, logits_to_keep
+
+    def forward(self, input_ids, kv_cache):
+        from transformers import DynamicCache
+        cache = _filled(DynamicCache(config=self.model.config), kv_cache)
+        extra = {"logits_to_keep": 1} if self.logits_to_keep else {}
+        return self.model(input_ids=input_ids, past_key_values=cache, use_cache=True, **extra).logits
+
+
+class _Seq2SeqDecode(nn.Module):
+    """One decoder step: self-attention cache and the encoder's cross-attention keys/values
+    are the ``kv_cache`` argument (``{"self": [(k, v)], "cross": [(k, v)]}``)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, decoder_input_ids, encoder_hidden, kv_cache):
+        from transformers import DynamicCache, EncoderDecoderCache
+        own, cross = _filled(DynamicCache(), kv_cache["self"]), _filled(DynamicCache(),
+                                                                         kv_cache["cross"])
+        cache = EncoderDecoderCache(own, cross)
+        for i in range(len(kv_cache["cross"])):
+            cache.is_updated[i] = True
+        out = self.model(decoder_input_ids=decoder_input_ids, encoder_outputs=(encoder_hidden,),
+                         past_key_values=cache, use_cache=True)
+        return out.logits if hasattr(out, "logits") else out.last_hidden_state
+
+
+class _RecurrentDecode(nn.Module):
+    """One decode step of a state-space LM (Mamba) whose per-layer (conv, recurrent) states are
+    the ``kv_cache`` argument: the recurrent state is to Mamba what the KV cache is to
+    attention, of a fixed size whatever the context."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, kv_cache):
+        from transformers import DynamicCache
+        cache = DynamicCache(config=self.model.config)
+        for layer, (conv, state) in zip(cache.layers, kv_cache):
+            layer.conv_states[0], layer.recurrent_states[0] = conv, state
+            layer.conv_kernel_size[0] = conv.shape[-1]
+            layer.is_conv_states_initialized[0] = layer.is_recurrent_states_initialized[0] = True
+            layer.has_previous_state[0] = True
+        return self.model(input_ids=input_ids, cache_params=cache, use_cache=True).logits
+
+
+def _filled(cache, pairs):
+    """``cache`` (a transformers ``DynamicCache``) holding ``pairs`` as its layers' keys and
+    values, set directly: its ``update`` would ``torch.cat`` them onto empty tensors, copies a
+    real cache never makes (and the capture would count as cache appends)."""
+    from transformers.cache_utils import DynamicLayer
+    for i, (k, v) in enumerate(pairs):
+        while len(cache.layers) <= i:
+            cache.layers.append(DynamicLayer())
+        layer = cache.layers[i]
+        layer.lazy_initialization(k, v)
+        layer.keys, layer.values = k, v
+    return cache
+
+
+def _cache_pairs(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+def _accepts(module: nn.Module, name: str) -> bool:
+    import inspect
+    return name in inspect.signature(module.forward).parameters
+
+
+@contextlib.contextmanager
+def as_if_traced():
+    """Run a probe forward on meta tensors the way an export runs it: transformers then skips
+    the data-dependent shortcuts (``.item()`` on masks) that meta tensors cannot take."""
+    original = torch.compiler.is_compiling
+    torch.compiler.is_compiling = lambda: True
+    try:
+        yield
+    finally:
+        torch.compiler.is_compiling = original
+
+
+def module_and_inputs(config, kind: str, phase: str, batch: int, seq: int, context: int,
+                      moe: dict[str, float] | None = None) -> tuple[nn.Module, dict[str, Any]]:
+    """The module to export for ``phase`` and its keyword inputs (on the meta device)."""
+    model = build_module(config, kind, moe)
+    with torch.device("meta"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return capture(module, (ids,), kwargs, model=f"hf:{config.model_type}", phase=phase,
-                       dtype=dtype, batch=batch, seq=seq, kv_update=kv_update,
-                       arch={k: v for k, v in config.to_diff_dict().items()
-                             if isinstance(v, (int, float, str, bool))})
+        if kind == "causal":
+            keep = _accepts(model, "logits_to_keep")
+            if phase == "prefill":
+                kw = {"input_ids": _ids(batch, seq, config.vocab_size), "use_cache": False}
+                return model, ({**kw, "logits_to_keep": 1} if keep else kw)
+            with as_if_traced(), selective_scan_as_one_op():
+                out = model(input_ids=_ids(batch, context, config.vocab_size), use_cache=True)
+            cache = getattr(out, "past_key_values", None)
+            states = getattr(out, "cache_params", None)
+            if cache is None and states is not None and all(
+                    hasattr(layer, "recurrent_states") for layer in states.layers):
+                return _RecurrentDecode(model), {
+                    "input_ids": _ids(batch, 1, config.vocab_size),
+                    "kv_cache": [(layer.conv_states[0], layer.recurrent_states[0])
+                                 for layer in states.layers]}
+            if cache is None or not hasattr(cache, "layers"):
+                raise BadInput("phase", phase, f"{config.model_type} keeps no KV cache transformers "
+                               "can hand over: expected prefill")
+            return _CausalDecode(model, keep), {"input_ids": _ids(batch, 1, config.vocab_size),
+                                                "kv_cache": _cache_pairs(cache)}
+        if kind == "seq2seq":
+            encoder = model.get_encoder()
+            enc_in = _main_input(encoder if hasattr(encoder, "main_input_name") else model,
+                                 config, batch, seq)
+            if phase == "forward":
+                return encoder, enc_in
+            start = _ids(batch, context, getattr(config, "vocab_size", None))
+            with as_if_traced():
+                hidden = encoder(**enc_in).last_hidden_state
+                out = model(decoder_input_ids=start, encoder_outputs=(hidden,), use_cache=True)
+            cache = out.past_key_values
+            kv = {"self": _cache_pairs(cache.self_attention_cache),
+                  "cross": _cache_pairs(cache.cross_attention_cache)}
+            return _Seq2SeqDecode(model), {"decoder_input_ids": _ids(batch, 1, config.vocab_size),
+                                           "encoder_hidden": hidden, "kv_cache": kv}
+        if kind == "multimodal":
+            text = config.text_config
+            c, h, w = _image_size(config.vision_config)
+            return model, {"input_ids": _ids(batch, seq, getattr(text, "vocab_size", None)),
+                           "pixel_values": torch.zeros(batch, c, h, w)}
+        return model, _main_input(model, config, batch, seq)
+
+
+# ----------------------------------------------------------------------------- the workload
+def resolve(data: dict[str, Any], phase: str | None, batch: int | None, seq: int | None,
+            context: int | None, arch: dict[str, Any] | None):
+    """The config and validated, defaulted capture arguments."""
+    data, moe = apply_arch(data, arch)
+    config = make_config(data)
+    kind = task(config)
+    allowed = phases_of(kind)
+    phase = phase or allowed[0]
+    if phase not in allowed:
+        raise BadInput("phase", phase, f"a {config.model_type} config ({kind}) runs phases "
+                       + ", ".join(allowed))
+    batch = _count("batch", 1 if batch is None else batch)
+    limit = _size_limit(config)
+    if seq is None:   # the default, within what the model holds
+        seq = DEFAULT_SEQ.get(kind, DEFAULT_TEXT_SEQ)
+        seq = min(seq, limit) if limit else seq
+    seq = _count("seq", seq)
+    if context is None:
+        context = min(DEFAULT_CONTEXT, limit - 1) if limit else DEFAULT_CONTEXT
+    context = _count("context", context) if phase == "decode" else 0
+    if kind == "causal" and phase == "decode":
+        seq = 1
+    if kind in ("vision",):
+        seq = 0
+    if limit and kind in ("causal", "encoder", "multimodal") and seq + context > limit:
+        raise BadInput("seq" if phase != "decode" else "context", seq + context,
+                       f"{config.model_type} holds at most {limit} positions "
+                       "(max_position_embeddings)")
+    return config, data, moe, {"phase": phase, "batch": batch, "seq": seq, "context": context,
+                               "kind": kind}
+
+
+def _count(field: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BadInput(field, value, "expected a positive int")
+    if value > int_limit(field):
+        raise BadInput(field, value, f"expected at most {int_limit(field)}")
+    return value
+
+
+def workload_from_hf_config(path: str | Path | dict, phase: str | None = None,
+                            batch: int | None = None, seq: int | None = None,
+                            context: int | None = None, dtype: str = "bf16",
+                            arch: dict[str, Any] | None = None, kv_update: str = "concat",
+                            use_cache: bool = True) -> ir.Workload:
+    """The workload of a Hugging Face config (a config.json path or its dict), cached like zoo
+    captures (the key holds the config's content, so an edited file is captured again).
+    ``kv_update``: ``concat`` by default, what transformers' default ``DynamicCache`` does
+    (``torch.cat`` of the whole cache every step); ``in_place`` for its ``StaticCache``."""
+    from workloads.build import cached
+    from workloads.kv_update import check_kv_update
+    check_kv_update(kv_update)
+    data = dict(path) if isinstance(path, dict) else read_config(path)
+    config, data, moe, sizes = resolve(data, phase, batch, seq, context, arch)
+    if dtype not in ir.DTYPE_BYTES:
+        raise BadInput("dtype", dtype, "expected one of " + ", ".join(ir.DTYPE_BYTES))
+    transformers = _transformers()
+    key = {"hf_config": hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode())
+           .hexdigest(), "moe": moe, "dtype": dtype, "transformers": transformers.__version__,
+           "kv_update": kv_update, **sizes}
+    return cached(key, lambda: _capture(config, data, moe, sizes, dtype, kv_update), use_cache)
+
+
+def _capture(config, data, moe, sizes, dtype, kv_update) -> ir.Workload:
+    kind, phase = sizes["kind"], sizes["phase"]
+    module, kwargs = module_and_inputs(config, kind, phase, sizes["batch"], sizes["seq"],
+                                       sizes["context"], moe)
+    arch = {k: v for k, v in data.items() if isinstance(v, (int, float, str, bool))}
+    with selective_scan_as_one_op(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return capture(module, (), kwargs, model=f"hf:{config.model_type}", phase=phase,
+                       dtype=dtype, batch=sizes["batch"], seq=sizes["seq"],
+                       context=sizes["context"],
+                       arch={**arch, **{k: v for k, v in moe.items() if v != MOE_KEYS[k]}},
+                       causal=kind == "causal", kv_update=kv_update)
+

@@ -19,18 +19,18 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from dse.errors import BadInput, one_line
-from workloads.zoo.registry import ARCH_INT_MAX, DEFAULT_ARCH_RANGES
+from workloads.limits import int_limit
 
 #: Deepest nesting of lists and objects a config may have [E: real configs nest 3 deep].
 MAX_DEPTH = 32
 #: Largest config file read, bytes [E: real configs are a few kB].
 MAX_BYTES = 2**20
-#: Standard config attributes that size the model, with their upper bounds (transformers maps
-#: each model's own names, e.g. GPT-2's ``n_layer``, onto these through ``attribute_map``).
-SIZE_BOUNDS = {"num_hidden_layers": DEFAULT_ARCH_RANGES["n_layer"][1],
-               "hidden_size": ARCH_INT_MAX, "intermediate_size": ARCH_INT_MAX,
-               "num_attention_heads": ARCH_INT_MAX, "num_key_value_heads": ARCH_INT_MAX,
-               "vocab_size": ARCH_INT_MAX, "max_position_embeddings": 2**31}
+#: Standard config attributes that size the model (transformers maps each model's own names,
+#: e.g. GPT-2's ``n_layer``, onto these through ``attribute_map``), bounded by
+#: :func:`workloads.limits.int_limit`.
+SIZE_ATTRIBUTES = ("num_hidden_layers", "hidden_size", "intermediate_size",
+                   "num_attention_heads", "num_key_value_heads", "vocab_size",
+                   "max_position_embeddings")
 
 
 def read_config(path: str | Path) -> dict[str, Any]:
@@ -58,17 +58,17 @@ def read_config(path: str | Path) -> dict[str, Any]:
     _check_values(data)
     for key in ("torch_dtype", "dtype"):
         if data.get(key) is not None:
-            _check_dtype(f"{field}.{key}", data[key])
+            _check_dtype(f"hf_config.{key}", data[key])
     return data
 
 
 def _check_values(data: dict[str, Any]) -> None:
     """No NaN or Infinity, nothing nested deeper than ``MAX_DEPTH`` (walked without recursion)."""
-    stack: list[tuple[str, Any, int]] = [("--hf-config", data, 0)]
+    stack: list[tuple[str, Any, int]] = [("hf_config", data, 0)]
     while stack:
         where, value, depth = stack.pop()
         if depth > MAX_DEPTH:
-            raise BadInput("--hf-config", where.removeprefix("--hf-config"),
+            raise BadInput("--hf-config", where.removeprefix("hf_config"),
                            f"expected JSON nested at most {MAX_DEPTH} deep")
         if isinstance(value, float) and not math.isfinite(value):
             raise BadInput(where, value, "expected a finite number")
@@ -88,15 +88,17 @@ def _check_dtype(where: str, value: Any) -> None:
 
 
 def check_sizes(config: Any) -> None:
-    """Each size attribute the config has is a positive int within ``SIZE_BOUNDS``."""
+    """Each size attribute the config has is a positive int within its bound."""
     names = {std: own for std, own in (getattr(config, "attribute_map", None) or {}).items()}
-    for attr, high in SIZE_BOUNDS.items():
+    for attr in SIZE_ATTRIBUTES:
+        high = int_limit(attr)
         value = getattr(config, attr, None)
         if value is None:
             continue
-        where = f"--hf-config.{names.get(attr, attr)}"
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
-            raise BadInput(where, value, f"expected an int in [1, {high:,}]")
+        where = f"hf_config.{names.get(attr, attr)}"
+        for v in value if isinstance(value, (list, tuple)) else (value,):   # per stage (Swin)
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= high:
+                raise BadInput(where, value, f"expected an int in [1, {high:,}]")
 
 
 def error_text(exc: BaseException) -> str:

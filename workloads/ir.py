@@ -25,6 +25,9 @@ SOFTMAX = "softmax"
 REDUCTION = "reduction"
 EMBEDDING = "embedding"
 HASHGRID = "hashgrid"
+MOE = "moe"
+SCAN = "scan"
+RECURRENT = "recurrent"
 DATA_MOVEMENT = "data_movement"
 UNKNOWN = "unknown"
 #: Host-side work a template adds when it plans a workload (a framework dispatching an op, a
@@ -32,7 +35,9 @@ UNKNOWN = "unknown"
 HOST = "host"
 SPARSE_ATTENTION = "sparse_attention"
 OP_KINDS = (MATMUL, CONV, ATTENTION, ELEMENTWISE, NORM, SOFTMAX, REDUCTION, EMBEDDING,
-            HASHGRID, DATA_MOVEMENT, UNKNOWN, HOST, SPARSE_ATTENTION)
+            HASHGRID, MOE, SCAN, RECURRENT, DATA_MOVEMENT, UNKNOWN, HOST, SPARSE_ATTENTION)
+#: Kinds a template costs as the sum of simpler parts (``workloads.composite.parts``).
+COMPOSITE_KINDS = (MOE, SCAN, RECURRENT)
 
 #: How a decode step updates the KV cache: ``in_place`` writes the new token's keys and values
 #: into a preallocated cache (serving engines, Hugging Face's static cache); ``concat`` builds a
@@ -67,6 +72,15 @@ class Op:
         (:mod:`workloads.sparse_attention`).
       * hashgrid: ``points, levels, features, log2_table_size, base_resolution,
         finest_resolution, dims``.
+      * moe: the routed experts of one mixture-of-experts layer as a grouped matmul (see
+        ``workloads/moe.py``): ``experts, top_k, tokens, gemms`` ([n, k] per expert GEMM, in
+        order), ``tokens_per_expert`` (expected tokens each expert processes),
+        ``experts_touched`` (expected distinct experts whose weights are read),
+        ``capacity_factor``, ``capacity``, ``dropped_tokens``, ``imbalance``,
+        ``params_per_expert``, ``weight_bytes_per_expert``.
+      * scan: Mamba's selective scan: ``batch, channels, seq, state`` (and ``groups``).
+      * recurrent: an LSTM/GRU/RNN: ``mode, batch, steps, input_size, hidden, layers,
+        directions, gates``.
       * elementwise/norm/softmax/reduction/embedding/data_movement: ``elements`` (output).
     """
 
@@ -161,6 +175,20 @@ class Workload:
     def flops(self) -> int:
         return sum(op.flops for op in self.ops)
 
+    @property
+    def unknown_ops(self) -> dict[str, int]:
+        """ATen targets the capture could not classify, with their counts (costed by their
+        bytes only: their FLOPs are missing)."""
+        return dict(self.unknown_targets)
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token uses: ``params`` less the routed experts it does not pick
+        (``experts - top_k`` per mixture-of-experts layer); ``params`` for dense models."""
+        idle = sum((op.attrs["experts"] - op.attrs["top_k"]) * op.attrs["params_per_expert"]
+                   for op in self.ops if op.kind == MOE and op.attrs.get("top_k"))
+        return self.params - idle
+
     def flops_by_kind(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for op in self.ops:
@@ -197,6 +225,7 @@ class Workload:
             "ops": len(self),
             "ops_by_kind": self.ops_by_kind(),
             "params": self.params,
+            "active_params": self.active_params,
             "flops": self.flops,
             "flops_by_kind": self.flops_by_kind(),
             "bytes": {

@@ -18,11 +18,10 @@ import networkx as nx
 from workloads.ir import Op, Workload
 
 #: Version of the layout below; a file of another version is not read.
-FORMAT = 1
+FORMAT = 2
 _TUPLE = "("
 _OP_FIELDS = tuple(f.name for f in dataclasses.fields(Op))
-_WORKLOAD_FIELDS = ("model", "phase", "dtype", "batch", "seq", "context", "arch", "params",
-                    "unknown_targets")
+_WORKLOAD_FIELDS = tuple(f.name for f in dataclasses.fields(Workload) if f.name != "graph")
 
 
 def _encode(v: Any) -> Any:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.cdp import Browser, find_chromium
+from tests.browser.cdp import Browser, CDPError, find_chromium
 
 pytestmark = pytest.mark.slow
 
@@ -159,8 +159,15 @@ def test_study_report_renders_hovers_selects_and_sorts(browser, reports):
     page.screenshot(SHOTS / "study-hover.png", selector="#fig-pareto2d")
 
     # click it: the detail view switches to that design
-    page.click(pos["x"], pos["y"])
-    page.wait_for(f"window.__report.selected === '{pos['trial']}'")
+    selected = f"window.__report.selected === '{pos['trial']}'"
+    for attempt in range(3):   # a click landing while the page is still busy is retried
+        page.click(pos["x"], pos["y"])
+        try:
+            page.wait_for(selected, timeout_s=10.0)
+            break
+        except CDPError:
+            if attempt == 2:
+                raise
     page.wait_for(f"window.__report.figures['fig-detail-timeline'].name === 't{pos['trial']}w0_timeline'")
     assert page.evaluate("document.getElementById('detail-title').textContent").startswith(
         f"trial {pos['trial']}")

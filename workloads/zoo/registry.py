@@ -3,28 +3,26 @@ plain-torch module from architecture parameters, and whose ``inputs`` makes exam
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 
 from dse.errors import BadInput
+from workloads.limits import int_limit
 
 #: Model families. ``llm`` models support phases prefill and decode; the rest run ``forward``.
 FAMILIES = ("llm", "encoder", "vision", "neural_field", "micro")
 
 #: Bounds of architecture ints by key, for every model that declares none of its own
-#: (``ModelSpec.arch_ranges``). Depth bounds the capture time: ops grow with it (GPT-2 with 256
-#: layers captures in 16 s on the 2-core development machine, `dse workload gpt2 --arch
-#: n_layer=256`; the deepest published LLMs have about 128) [E]; a hash-grid table has at most
+#: (``ModelSpec.arch_ranges``); any other int is bounded by :func:`workloads.limits.int_limit`.
+#: A small MLP or a ResNet stage has at most 64 layers [E]; a hash-grid table has at most
 #: 2**32 rows (workloads/hashgrid_op.py) [R].
 DEFAULT_ARCH_RANGES: dict[str, tuple[int, int]] = {
-    "n_layer": (1, 256), "n_hidden_layers": (1, 64), "color_hidden_layers": (1, 64),
+    "n_hidden_layers": (1, 64), "color_hidden_layers": (1, 64),
     "blocks1": (1, 64), "blocks2": (1, 64), "blocks3": (1, 64), "blocks4": (1, 64),
     "levels": (1, 64), "log2_table_size": (1, 32)}
-#: Largest value of any other architecture int [E: 2**20 keeps a product of two widths, e.g.
-#: vocabulary x model width, far from torch's int64 element counts].
-ARCH_INT_MAX = 2**20
 
 
 @dataclass(frozen=True)
@@ -53,13 +51,23 @@ class ModelSpec:
 
     def arch_range(self, key: str) -> tuple[int, int] | None:
         """The declared (low, high) of int key ``key`` (``arch_ranges``, else
-        :data:`DEFAULT_ARCH_RANGES`), or None."""
+        :data:`DEFAULT_ARCH_RANGES`), or None: a search must then give the range."""
         return self.arch_ranges.get(key) or DEFAULT_ARCH_RANGES.get(key)
+
+    def arch_bounds(self, key: str) -> tuple[int, int]:
+        """What int key ``key`` may be: its declared range, else from ``arch_min`` (1) to
+        :func:`workloads.limits.int_limit`."""
+        return self.arch_range(key) or (int(self.arch_min.get(key, 1)), int_limit(key))
+    #: Parameters one token uses (mixture-of-experts models), as published.
+    published_active_params: int | None = None
+    #: Smallest allowed value of a number whose default allows zero (e.g. capacity_factor 0).
+    arch_min: dict[str, float] = field(default_factory=dict)
 
     def resolve_arch(self, overrides: dict[str, Any] | None) -> dict[str, Any]:
         """Defaults updated by ``overrides``, each coerced to its default's type; unknown keys and
         non-positive numbers raise :class:`BadInput` (a zero listed in ``arch_choices`` is
-        allowed, for keys such as a convolution's padding)."""
+        allowed, for keys such as a convolution's padding; ``arch_min`` lowers the bound), and
+        so do integers above ``workloads.limits.int_limit``."""
         arch = dict(self.arch)
         for key, value in (overrides or {}).items():
             if key not in arch:
@@ -95,15 +103,21 @@ def _coerce(spec: ModelSpec, key: str, value: Any) -> Any:
                     raise ValueError
                 value = int(f)
             # A value listed in ``arch_choices`` is allowed even when zero (e.g. padding 0).
-            if value <= 0 and not (choices is not None and value in choices):
-                raise BadInput(field_name, value, "expected a positive int")
-            low, high = spec.arch_range(key) or (1, ARCH_INT_MAX)
+            low = spec.arch_min.get(key, 1)
+            if value < low and not (choices is not None and value in choices):
+                raise BadInput(field_name, value, "expected a positive int" if low == 1
+                               else f"expected an int >= {low:g}")
+            high = spec.arch_bounds(key)[1]
             if value > high and not (choices is not None and value in choices):
-                raise BadInput(field_name, value, f"expected an int in [{low}, {high}]")
+                raise BadInput(field_name, value, f"expected an int in [{low:g}, {high}]")
         elif isinstance(default, float):
             value = float(value)
-            if not value > 0 and not (choices is not None and value in choices):
+            low = spec.arch_min.get(key)
+            if not math.isfinite(value) or (low is None and not value > 0
+                                             and not (choices is not None and value in choices)):
                 raise BadInput(field_name, value, "expected a positive number")
+            if low is not None and value < low:
+                raise BadInput(field_name, value, f"expected a number >= {low:g}")
         else:
             value = str(value)
     except BadInput:
