@@ -391,7 +391,6 @@ class _TensorParallel:
         self.replicated_params = 0
         self.split_params_removed = 0
         self._fixed: dict[tuple[str, str], str] = {}   # (producer, wanted state) -> op name
-        self._column = self._column_candidates()
         for op in workload.ops:
             if op.kind == ir.ATTENTION:
                 heads = int(op.attrs.get("heads", 0))
@@ -401,6 +400,7 @@ class _TensorParallel:
                         f"tensor parallelism of {tp} does not divide the {heads} attention "
                         f"heads" + (f" and {kv} key/value heads" if kv != heads else "")
                         + f" of {op.name}")
+        self._column = self._column_candidates()
 
     # which weight matmuls are column-parallel
     def _column_candidates(self) -> set[str]:
