@@ -635,7 +635,8 @@ def _expert_parallel(group: Workload, local: Workload, ep: int, rank: int,
         removed += resident_weights(g) - resident_weights(new)
         hidden = int(_first(op)[-1]) if _first(op) else 0
         top_k = int(g.attrs.get("top_k") or 1)
-        tokens_local = int(op.attrs.get("tokens") or (math.prod(_first(op)[:-1]) if _first(op) else 0))
+        tokens_local = int(g.attrs.get("tokens") or (
+            math.prod(_first(g)[:-1]) if _first(g) else 0)) // ep
         nbytes = tokens_local * top_k * hidden * max(op.bytes_per_element, 1)
         dispatch = collective_op(f"all_to_all.dispatch.{op.name}", "all_to_all", nbytes, "ep")
         combine = collective_op(f"all_to_all.combine.{op.name}", "all_to_all", nbytes, "ep")
@@ -671,7 +672,6 @@ def _stage_graphs(workload: Workload, stage_of: dict[str, int], pp: int,
         sends: dict[tuple[str, int], str] = {}
         for op in workload.ops:
             s = stage_of[op.name]
-            stage_ops[s].append(replace(op, name=suffix(op.name, k)))
             for p in graph.predecessors(op.name):
                 sp = stage_of[p]
                 nbytes = float(graph.edges[p, op.name].get("bytes", 0))
@@ -688,17 +688,19 @@ def _stage_graphs(workload: Workload, stage_of: dict[str, int], pp: int,
                     stage_edges[sp].append((suffix(p, k), name, nbytes))
                     sends[key] = name
                 stage_edges[s].append((sends[key], suffix(op.name, k), nbytes))
+            stage_ops[s].append(replace(op, name=suffix(op.name, k)))
     if microbatches > 1:   # GPipe order: microbatch k+1 starts on a stage after k finished
         for s in range(pp):
             names = [op.name for op in stage_ops[s] if op.kind != COLLECTIVE]
             by_k: dict[int, list[str]] = {}
             for n in names:
                 by_k.setdefault(int(n.rsplit("@", 1)[1]), []).append(n)
-            local = {(u, v) for u, v, _ in stage_edges[s]}
+            compute = set(names)
+            local = {(u, v) for u, v, _ in stage_edges[s] if u in compute and v in compute}
+            has_succ = {u for u, _ in local}
+            has_pred = {v for _, v in local}
             for k in range(1, microbatches):
                 prev, cur = by_k.get(k - 1, []), by_k.get(k, [])
-                has_succ = {u for u, _ in local}
-                has_pred = {v for _, v in local}
                 sinks = [n for n in prev if n not in has_succ]
                 sources = [n for n in cur if n not in has_pred]
                 for a in sinks:
@@ -736,6 +738,11 @@ def parallelize(workload: Workload, layout: Layout | dict | None) -> ParallelWor
     if ep > 1 and not moe_ops:
         raise InfeasibleDesign(f"expert parallelism (ep={ep}) needs a mixture-of-experts "
                                f"model; {workload.model} has no moe ops")
+    for name in moe_ops if ep > 1 else ():
+        experts = int(workload.graph.nodes[name]["op"].attrs.get("experts") or 0)
+        if not experts or experts % ep:
+            raise InfeasibleDesign(f"expert parallelism of {ep} does not divide the {experts} "
+                                   f"experts of {name}")
     if workload.batch % (dp * ep * m):
         raise InfeasibleDesign(f"the batch of {workload.batch} does not split over dp={dp} x "
                                f"ep={ep} x {m} microbatches")
