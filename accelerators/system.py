@@ -195,9 +195,10 @@ class System:
             "switch", "pcie_tree", "two_level") else None
         link = get_link(hw.link, "sys.link")
         if switch is not None and hw.topology != "two_level" and switch.link != link.name:
-            raise BadInput("sys.switch", hw.switch, f"expected a switch of {link.name} ports "
-                           "(one of " + ", ".join(s for s in SWITCH_NAMES
-                                                  if get_switch(s).link == link.name) + ")")
+            fits = [s for s in SWITCH_NAMES if get_switch(s).link == link.name]
+            raise BadInput("sys.switch", hw.switch, f"expected a switch of {link.name} ports ("
+                           + (", ".join(fits) if fits else f"no switch chip has {link.name} "
+                              "ports: use a ring, mesh or torus") + ")")
         nic = get_link(NICS[hw.nic].link) if hw.topology == "two_level" else None
         return Topology(hw.topology, hw.devices, link, hw.links_per_device, shape, group,
                         switch, nic, hw.nics_per_device, hw.link_bandwidth_Bps)
@@ -231,6 +232,9 @@ class System:
                                            f"{link.name} links")
             return design.physical(), None
         if "peer_links" in params:   # the template lays out its own peer-link PHYs
+            if not link.name.startswith("nvlink"):
+                return design.physical(), (f"{design.name} drives NVLink peer links, not "
+                                           f"{link.name}")
             have = int(design.hw["peer_links"])
             if hw.links_per_device > have:
                 return design.physical(), (f"the {hw.topology} needs {hw.links_per_device} "

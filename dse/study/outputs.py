@@ -40,6 +40,10 @@ def design_columns(t: FrozenTrial, resolved: ResolvedStudy) -> dict[str, Any]:
     for w, subs in (d.get("assign") or {}).items():
         for i, s in enumerate(subs):
             out[f"assign.{w}.{i}"] = s
+    for k, v in ((d.get("system") or {}).get("sys") or {}).items():
+        out[f"sys.{k}"] = v
+    for k, v in (d.get("parallel") or {}).items():
+        out[f"par.{k}"] = v
     for k, v in t.params.items():  # searched values, also when the design attr is missing
         out.setdefault(k, v)
     return out
