@@ -119,15 +119,21 @@ class SystemResult(Result):
 
 
 def _compute_only(w: Workload) -> Workload:
-    """The ops of ``w`` a template costs (no collectives), with the edges among them."""
+    """The ops of ``w`` a template costs (no collectives), with the edges among them (built
+    once per graph: the graph is kept on ``w``)."""
     from workloads.parallel import _rebuild
+    hit = w.__dict__.get("_compute_only")
+    if hit is not None:
+        return hit
     ops = [op for op in w.ops if op.kind != COLLECTIVE]
-    if len(ops) == len(w.ops):
-        return w
-    keep = {op.name for op in ops}
-    edges = [(u, v, d.get("bytes", 0)) for u, v, d in w.graph.edges(data=True)
-             if u in keep and v in keep]
-    return _rebuild(w, ops, edges, w.params)
+    out = w
+    if len(ops) != len(w.ops):
+        keep = {op.name for op in ops}
+        edges = [(u, v, d.get("bytes", 0)) for u, v, d in w.graph.edges(data=True)
+                 if u in keep and v in keep]
+        out = _rebuild(w, ops, edges, w.params)
+    w.__dict__["_compute_only"] = out
+    return out
 
 
 def simulate_system(workload: Workload | ParallelWorkload, system: System,
@@ -228,14 +234,16 @@ def simulate_system(workload: Workload | ParallelWorkload, system: System,
         event.succeed()
 
     # collective instances: one per (op, group); mirrored groups count towards its energy
-    mirrors: dict[tuple, int] = {}
+    mirrors: dict[tuple, set] = {}
+    collectives_of: dict[int, list] = {}
     for d in range(pw.devices):
-        r = rep_of[d]
-        for op in pw.graphs[d].ops:
-            if op.kind != COLLECTIVE:
-                continue
+        r, g = rep_of[d], pw.graphs[d]
+        ops = collectives_of.get(id(g))
+        if ops is None:
+            ops = collectives_of[id(g)] = [op for op in g.ops if op.kind == COLLECTIVE]
+        for op in ops:
             own = (op.name, lay.group(op, d))
-            sim = (op.name, tuple(lay.group(op, r))) if symmetric else own
+            sim = (op.name, lay.group(op, r)) if symmetric and r != d else own
             mirrors.setdefault(sim, set()).add(own)
     for r in reps:
         w = pw.graphs[r]

@@ -36,6 +36,7 @@ identical (:attr:`ParallelWorkload.representative`), which the simulator exploit
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterable
 
@@ -726,10 +727,25 @@ def _apportion(total: int, weights: list[int]) -> list[int]:
 
 # ------------------------------------------------------------------------------ the transform
 def parallelize(workload: Workload, layout: Layout | dict | None) -> ParallelWorkload:
-    """Split ``workload`` over the devices of ``layout`` (see the module docstring).
-    :class:`InfeasibleDesign` when the layout cannot split it (heads, experts or the batch
-    do not divide)."""
+    """Split ``workload`` over the devices of ``layout`` (see the module docstring), once per
+    workload and layout (workloads are not changed once built; a search simulates one split
+    on many systems). :class:`InfeasibleDesign` when the layout cannot split it (heads,
+    experts or the batch do not divide)."""
     layout = layout_from(layout)
+    key = (id(workload), layout)
+    hit = _SPLITS.get(key)
+    if hit is not None and hit[0]() is workload:
+        return hit[1]
+    pw = _parallelize(workload, layout)
+    _SPLITS[key] = (weakref.ref(workload, lambda _, k=key: _SPLITS.pop(k, None)), pw)
+    return pw
+
+
+#: Splits of the workloads seen, by (id, layout), dropped when the workload is collected.
+_SPLITS: dict[tuple[int, Layout], tuple[weakref.ref, ParallelWorkload]] = {}
+
+
+def _parallelize(workload: Workload, layout: Layout) -> ParallelWorkload:
     tp, pp, ep, dp = layout.tp, layout.pp, layout.ep, layout.dp
     m = layout.microbatches
     if m == 0:
