@@ -339,17 +339,6 @@ class System:
     def static_power_w(self) -> float:
         return self._physical.static_w
 
-    def device_static_power_w(self, i: int) -> float:
-        """Static power of device ``i`` with the link PHYs the system adds, W."""
-        phys, _ = self._device_physical(self.designs[i])
-        return phys.static_w if phys is not None else self.designs[i].static_power_w()
-
-    @property
-    def fabric_static_w(self) -> float:
-        """Static power of what is not a device: switches and NICs, W."""
-        return self._physical.static_w - sum(self.device_static_power_w(i)
-                                             for i in range(self.devices))
-
     def check(self) -> str | None:
         """Why the system cannot be built, or None (each device's workload is checked by the
         simulator, :func:`simulators.system_engine.simulate_system`)."""

@@ -266,13 +266,7 @@ def _scale_moe(op: Op, parts: int) -> Op:
         a["experts_touched"] = sum(touched)
     if tokens:
         a["tokens"] = new_tokens
-    return replace(op, flops=_div(op.flops, parts), weight_bytes=weight,
-                   activation_bytes_read=_div(op.activation_bytes_read, parts),
-                   activation_bytes_written=_div(op.activation_bytes_written, parts),
-                   input_shapes=tuple(_with_dim(s, 0, parts) for s in op.input_shapes[:1])
-                   + op.input_shapes[1:],
-                   output_shapes=tuple(_with_dim(s, 0, parts) for s in op.output_shapes),
-                   attrs=a)
+    return _scaled(op, parts, a, dim=0, weight_bytes=weight)
 
 
 def _scale_op(op: Op, batch: int, parts: int) -> Op:
@@ -295,16 +289,25 @@ def _scale_op(op: Op, batch: int, parts: int) -> Op:
         a["n"] = _div(a["n"], parts)
     if "elements" in a:
         a["elements"] = _div(a["elements"], parts)
-    weight = _div(op.weight_bytes, parts) if op.kind == ir.EMBEDDING else op.weight_bytes
-    return replace(op, flops=_div(op.flops, parts), weight_bytes=weight,
+    return _scaled(op, parts, a, dim=0, weights=op.kind == ir.EMBEDDING)
+
+
+def _scaled(op: Op, parts: int, attrs: dict, dim: int, weights: bool = False,
+            weight_bytes: int | None = None) -> Op:
+    """``op`` doing ``1/parts`` of its work: FLOPs, activation and KV bytes divided, its
+    first input's and its outputs' dimension ``dim`` divided; its weight bytes divided when
+    ``weights`` (or set to ``weight_bytes``), else kept."""
+    if weight_bytes is None:
+        weight_bytes = _div(op.weight_bytes, parts) if weights else op.weight_bytes
+    return replace(op, flops=_div(op.flops, parts), weight_bytes=weight_bytes,
                    activation_bytes_read=_div(op.activation_bytes_read, parts),
                    activation_bytes_written=_div(op.activation_bytes_written, parts),
                    kv_bytes_read=_div(op.kv_bytes_read, parts),
                    kv_bytes_written=_div(op.kv_bytes_written, parts),
-                   input_shapes=tuple(_with_dim(s, 0, parts) for s in op.input_shapes[:1])
+                   input_shapes=tuple(_with_dim(s, dim, parts) for s in op.input_shapes[:1])
                    + op.input_shapes[1:],
-                   output_shapes=tuple(_with_dim(s, 0, parts) for s in op.output_shapes),
-                   attrs=a)
+                   output_shapes=tuple(_with_dim(s, dim, parts) for s in op.output_shapes),
+                   attrs=attrs)
 
 
 def split_batch(workload: Workload, parts: int, keep: Iterable[str] = ()) -> Workload:
@@ -389,7 +392,6 @@ class _TensorParallel:
         self.state: dict[str, str] = {}      # R replicated, S split, P partial sum, T tokens
         self.out_bytes: dict[str, float] = {}
         self.replicated: set[str] = set()      # ops every rank runs in full
-        self.replicated_params = 0
         self.split_params_removed = 0
         self._fixed: dict[tuple[str, str], str] = {}   # (producer, wanted state) -> op name
         for op in workload.ops:
@@ -497,12 +499,13 @@ class _TensorParallel:
         return _rebuild(self.w, self.ops, self.edges, self.w.params - self.split_params_removed)
 
     def _edge_bytes(self, producer: str, source: str, consumer: str) -> float:
-        old = float(self.graph.edges[producer, consumer].get("bytes", 0))
+        """Bytes on the edge into ``consumer``: a collective's output, or the source edge's
+        bytes scaled as its producer's output was."""
         if source != producer:
             return self.out_bytes[source]
-        ratio = self.out_bytes[producer] / max(
-            float(self.graph.nodes[producer]["op"].activation_bytes_written), 1.0)
-        return old * ratio if self.graph.nodes[producer]["op"].activation_bytes_written else old
+        old = float(self.graph.edges[producer, consumer].get("bytes", 0))
+        written = self.graph.nodes[producer]["op"].activation_bytes_written
+        return old * self.out_bytes[producer] / written if written else old
 
     def _split(self, op: Op, mode: str) -> tuple[Op, str]:
         tp = self.tp
@@ -511,11 +514,10 @@ class _TensorParallel:
             return op, "R"
         if mode == "replicated":
             self.replicated.add(op.name)
-            self.replicated_params += resident_weights(op)
             return op, "R"
         if mode == "column":
             a["n"] = int(a["n"]) // tp
-            self.split_params_removed += resident_weights(op) - resident_weights(op) // tp
+            self.split_params_removed += resident_weights(op) * (tp - 1) // tp
             return replace(op, flops=_div(op.flops, tp), weight_bytes=_div(op.weight_bytes, tp),
                            activation_bytes_written=_div(op.activation_bytes_written, tp),
                            output_shapes=tuple(_with_dim(s, -1, tp) for s in op.output_shapes),
@@ -523,13 +525,13 @@ class _TensorParallel:
         if mode == "row":
             if "k" in a:
                 a["k"] = _div(a["k"], tp)
-            self.split_params_removed += resident_weights(op) - resident_weights(op) // tp
+            self.split_params_removed += resident_weights(op) * (tp - 1) // tp
             return replace(op, flops=_div(op.flops, tp), weight_bytes=_div(op.weight_bytes, tp),
                            activation_bytes_read=_div(op.activation_bytes_read, tp),
                            input_shapes=tuple(_with_dim(s, -1, tp) for s in op.input_shapes[:1])
                            + op.input_shapes[1:], attrs=a), "P"
         if mode == "moe":    # every expert's GEMMs split like a dense MLP
-            self.split_params_removed += resident_weights(op) - resident_weights(op) // tp
+            self.split_params_removed += resident_weights(op) * (tp - 1) // tp
             return replace(op, flops=_div(op.flops, tp), weight_bytes=_div(op.weight_bytes, tp),
                            attrs={**a, "tp": tp}), "P"
         if mode == "heads":
@@ -537,35 +539,17 @@ class _TensorParallel:
             a["heads"], a["kv_heads"] = heads // tp, kv // tp
             if "causal_flops" in a:
                 a["causal_flops"] = _div(a["causal_flops"], tp)
-            return self._scaled(op, tp, a, dim=1), "S"
+            return _scaled(op, tp, a, dim=1), "S"
         if mode == "split":
             if "elements" in a:
                 a["elements"] = _div(a["elements"], tp)
-            return self._scaled(op, tp, a, dim=1 if len(_first(op)) == 4 else -1), "S"
+            return _scaled(op, tp, a, dim=1 if len(_first(op)) == 4 else -1), "S"
         # tokens (sequence parallel)
         if op.kind == ir.MATMUL and "m" in a:
             a["m"] = _div(a["m"], tp)
         if "elements" in a:
             a["elements"] = _div(a["elements"], tp)
-        if op.kind == ir.EMBEDDING:
-            new = self._scaled(op, tp, a, dim=0, weights=True)
-        else:
-            new = self._scaled(op, tp, a, dim=0)
-        self.replicated_params += resident_weights(op)
-        return new, "T"
-
-    @staticmethod
-    def _scaled(op: Op, parts: int, attrs: dict, dim: int, weights: bool = False) -> Op:
-        return replace(op, flops=_div(op.flops, parts),
-                       weight_bytes=_div(op.weight_bytes, parts) if weights else op.weight_bytes,
-                       activation_bytes_read=_div(op.activation_bytes_read, parts),
-                       activation_bytes_written=_div(op.activation_bytes_written, parts),
-                       kv_bytes_read=_div(op.kv_bytes_read, parts),
-                       kv_bytes_written=_div(op.kv_bytes_written, parts),
-                       input_shapes=tuple(_with_dim(s, dim, parts) for s in op.input_shapes[:1])
-                       + op.input_shapes[1:],
-                       output_shapes=tuple(_with_dim(s, dim, parts) for s in op.output_shapes),
-                       attrs=attrs)
+        return _scaled(op, tp, a, dim=0, weights=op.kind == ir.EMBEDDING), "T"
 
 
 def _first(op: Op) -> tuple:
@@ -574,18 +558,18 @@ def _first(op: Op) -> tuple:
 
 
 def tensor_parallel(workload: Workload, tp: int, sequence_parallel: bool = False
-                    ) -> tuple[Workload, set[str], int]:
-    """The graph one of ``tp`` tensor-parallel ranks runs (all ranks run the same graph),
-    the ops every rank computes in full, and the parameters every rank holds in full."""
+                    ) -> tuple[Workload, set[str]]:
+    """The graph one of ``tp`` tensor-parallel ranks runs (all ranks run the same graph) and
+    the ops every rank computes in full."""
     if tp == 1:
-        return workload, set(), 0
+        return workload, set()
     tokens = workload.batch * max(workload.seq, 1) if workload.phase != "decode" else workload.batch
     if sequence_parallel and tokens % tp:
         raise InfeasibleDesign(f"sequence parallelism splits the {tokens} tokens of a step over "
                                f"tp={tp} ranks: they must divide")
     t = _TensorParallel(workload, tp, sequence_parallel)
     out = t.run()
-    return out, t.replicated, t.replicated_params
+    return out, t.replicated
 
 
 # ------------------------------------------------------------------------------ expert parallel
@@ -777,15 +761,15 @@ def _parallelize(workload: Workload, layout: Layout) -> ParallelWorkload:
         if ep > 1:
             local = split_batch(group, ep, keep=moe_ops)
             g = _expert_parallel(group, local, ep, e, layout.ep_imbalance)
-        g, replicated, _ = tensor_parallel(g, tp, layout.sequence_parallel)
+        g, replicated = tensor_parallel(g, tp, layout.sequence_parallel)
         stage_map = {op.name: _stage_for(op, stage_of, g) for op in g.ops}
         stages = _stage_graphs(g, stage_map, pp, m)
         rflops, rparams = [0] * pp, [0] * pp
         for op in g.ops:
-            if op.name in replicated or (tp == 1 and ep > 1 and op.kind != MOE):
+            if op.name in replicated:
                 rflops[stage_map[op.name]] += op.flops * m
-            if tp > 1 and (op.name in replicated or _holds_whole(op, layout)) or \
-                    (ep > 1 and op.kind != MOE):
+            whole = op.name in replicated or _holds_whole(op)    # on every tp rank
+            if (tp > 1 and whole) or (ep > 1 and op.kind != MOE):   # on every ep rank
                 rparams[stage_map[op.name]] += resident_weights(op)
         per_class[e] = (stages, rflops, rparams)
     graphs, rflops, rparams = [], [], []
@@ -801,7 +785,7 @@ def _parallelize(workload: Workload, layout: Layout) -> ParallelWorkload:
     return ParallelWorkload(workload, layout, graphs, rep_of, m, rflops, rparams)
 
 
-def _holds_whole(op: Op, layout: Layout) -> bool:
+def _holds_whole(op: Op) -> bool:
     """Whether every tensor-parallel rank keeps ``op``'s weights whole: ops that are not
     split by weights (norms, embeddings, buffers of split element-wise ops)."""
     return op.kind not in (ir.MATMUL, MOE, COLLECTIVE) and resident_weights(op) > 0 and \
