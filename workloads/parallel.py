@@ -36,7 +36,6 @@ identical (:attr:`ParallelWorkload.representative`), which the simulator exploit
 from __future__ import annotations
 
 import math
-import weakref
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterable
 
@@ -716,17 +715,11 @@ def parallelize(workload: Workload, layout: Layout | dict | None) -> ParallelWor
     on many systems). :class:`InfeasibleDesign` when the layout cannot split it (heads,
     experts or the batch do not divide)."""
     layout = layout_from(layout)
-    key = (id(workload), layout)
-    hit = _SPLITS.get(key)
-    if hit is not None and hit[0]() is workload:
-        return hit[1]
-    pw = _parallelize(workload, layout)
-    _SPLITS[key] = (weakref.ref(workload, lambda _, k=key: _SPLITS.pop(k, None)), pw)
+    splits = workload.__dict__.setdefault("_splits", {})   # lives and dies with the workload
+    pw = splits.get(layout)
+    if pw is None:
+        pw = splits[layout] = _parallelize(workload, layout)
     return pw
-
-
-#: Splits of the workloads seen, by (id, layout), dropped when the workload is collected.
-_SPLITS: dict[tuple[int, Layout], tuple[weakref.ref, ParallelWorkload]] = {}
 
 
 def _parallelize(workload: Workload, layout: Layout) -> ParallelWorkload:
