@@ -69,7 +69,7 @@ class Param:
                 if isinstance(v, str):
                     v = float(v.strip())
                 if isinstance(v, float):
-                    if not math.isfinite(v) or v != int(v):
+                    if not math.isfinite(v) or v != int(v) or abs(v) > 2**53:
                         raise ValueError
                     v = int(v)
                 if not isinstance(v, int):
@@ -150,7 +150,8 @@ class OpCost:
     :class:`Resources` (the simulator makes concurrent ops share them); ``bytes_by_level`` the
     bytes per memory level, for reporting. ``energy_j`` is dynamic energy by component (keys from
     ``ENERGY_COMPONENTS`` except ``static``). ``also_holds`` names further units held exclusively
-    for the op's duration. The simulator reproduces ``latency_s`` exactly when nothing contends.
+    for the op's duration. ``details``: op-specific figures for the result (the tiles of a
+    sparse attention op). The simulator reproduces ``latency_s`` exactly when nothing contends.
     """
 
     unit: str
@@ -162,6 +163,7 @@ class OpCost:
     energy_j: Mapping[str, float] = field(default_factory=dict)
     bound: str = "compute"
     also_holds: tuple[str, ...] = ()
+    details: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def cycles(self) -> float:
@@ -187,6 +189,9 @@ class Template(ABC):
     PARAMS: ClassVar[tuple[Param, ...]]
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
     DEFAULT_PRESET: ClassVar[str | None] = None
+    #: Whether ``cost`` handles ``sparse_attention`` ops (skipping tiles); a template without
+    #: it is given the dense attention each one stands for (no block-sparse kernel there).
+    SPARSE_ATTENTION: ClassVar[bool] = False
     #: True for a design that is part of a larger chip (a heterogeneous design's
     #: sub-accelerator): :meth:`check` then leaves its die, package and power to the chip.
     embedded: bool = False

@@ -1,7 +1,8 @@
-"""``gpu``: a CUDA GPU (A100, H100, H200, T4, RTX 3090 presets) running PyTorch eager kernels.
+"""``gpu``: a GPU (A100, H100, H200, B200, L40S, T4, RTX 3090/4090, MI300X presets) running PyTorch.
 
 The baseline every seed paper compares against. Each op is one kernel (ops on one stream
-serialise: one ``sm`` unit), costed in closed form by :mod:`accelerators.gpu_efficiency`:
+serialise, in program order: one ``sm`` unit), costed in closed form by
+:mod:`accelerators.gpu_efficiency`:
 
 * GEMM (``matmul``): wave and tile quantisation of output tiles over the SMs, split-K for
   skinny shapes, the compulsory bytes over the achievable bandwidth (GEMV and other memory-bound
@@ -11,12 +12,28 @@ serialise: one ``sm`` unit), costed in closed form by :mod:`accelerators.gpu_eff
   transforms.
 * ``attention``: flash-attention style (K/V read once per query block, causal blocks stop at
   the diagonal); decode (few query rows) bandwidth-bound over the KV cache with split-KV.
+* ``sparse_attention``: the same kernel visiting only the tiles the pattern needs, masked
+  tiles paying the mask (:mod:`accelerators.gpu_sparse_attention`).
 * everything else (elementwise, norm, softmax, reduction, embedding, data movement, unknown):
   bandwidth-bound kernels at the calibrated copy bandwidth times a per-operator efficiency,
   plus a kernel floor.
 
-Efficiencies are estimates [E] unless a calibration file is loaded (``calibration=h200`` is set
-by the ``h200`` preset: fitted on an H200 by ``dse calibrate gpu``; docs/validation.md (gpu section)).
+Datatypes: every op runs in its own dtype (the workload's): its bytes are counted in it and it
+runs on that dtype's datapath at that datapath's peak; a dtype the chip has no datapath for (a
+peak of 0) runs on the next wider one (``gpu_efficiency.DATAPATH_FALLBACK``). The GPU has no
+``dtype`` parameter: its datapaths are its peaks per dtype.
+
+Chip and kernels are kept apart: the parameters are the datasheet (SMs, clock, peaks, memory,
+L2); the efficiency knobs describe the kernels and come from a calibration file
+(``calibration=h200``: fitted on an H200 by ``dse calibrate gpu``; the Hopper presets load it
+too) or are estimates [E]. A calibration fitted on another chip is moved to this one by
+``gpu_efficiency.transfer_knobs`` (times in cycles, per-SM bandwidths in shares of the
+chip's); docs/validation.md (gpu section).
+
+Runtime (``runtime``, :mod:`accelerators.gpu_runtime`): ``kernels`` reports device time only;
+``eager`` adds PyTorch's per-op host dispatch from a host profile (``host_profile``,
+:mod:`accelerators.host_profile`), overlapped with the kernels until the GPU starves: wall
+time; ``cuda_graphs`` one graph launch, then the kernels.
 
 Energy: a dynamic energy per FLOP and per HBM byte such that a chip running its sustained GEMM
 rate, or its achievable copy bandwidth, burns ``tdp_w - idle_power_w`` (x
@@ -36,9 +53,12 @@ from typing import Any
 
 from accelerators import technology as tech
 from accelerators.base import OpCost, Param, Resources, Template
+from accelerators.gpu_efficiency import DEFAULT_KNOBS, Chip, KernelModel, transfer_knobs
+from accelerators.gpu_runtime import RUNTIMES, START_TARGET, stream_plan
+from accelerators.host_profile import load_host_profile
 from accelerators.memory_standards import STANDARD_NAMES, memory_system
 from accelerators.physical import HOST_INTERFACES, Floorplan
-from accelerators.gpu_efficiency import DEFAULT_KNOBS, Chip, KernelModel
+from accelerators.gpu_sparse_attention import MASK_POLICIES, sparse_attention_time
 from dse.errors import BadInput
 from workloads import ir
 from workloads.ir import DTYPE_BYTES, Op, Workload
@@ -62,8 +82,8 @@ PARAMS = (
           "SM at a time)", 1, 1024),
     Param("clock_hz", float, "Hz", 1.98e9, "SM boost clock (reported cycles use it)",
           1e8, 5e9, log=True),
-    Param("peak_bf16_flops", float, "FLOP/s", 989e12, "dense bf16 tensor-core peak",
-          1e11, 1e17, log=True),
+    Param("peak_bf16_flops", float, "FLOP/s", 989e12, "dense bf16 tensor-core peak (fp32 "
+          "accumulate); 0: no bf16 datapath (bf16 ops run at the fp32 rate)", 0.0, 1e17),
     Param("peak_fp16_flops", float, "FLOP/s", 989e12, "dense fp16 tensor-core peak "
           "(fp32 accumulate)", 1e11, 1e17, log=True),
     Param("peak_fp32_flops", float, "FLOP/s", 67e12, "fp32 CUDA-core peak (no tensor cores; "
@@ -102,8 +122,9 @@ PARAMS = (
     Param("peer_links", int, "links", 18, "GPU-to-GPU links (NVLink) on the die", 0, 64),
     Param("peer_link_phy_mm2", float, "mm^2", 0.965, "PHY area of one peer link [R LLMCompass "
           "cost model: NVLink 3 1.888, NVLink 4 0.965 mm^2]", 0.0, 100.0),
-    Param("dtype", str, "", "bf16", "element type the kernels run in (ops are costed in it)",
-          choices=tuple(DTYPE_BYTES)),
+    Param("other_logic_mm2", float, "mm^2", 0.0, "laid-out logic the SM model leaves out "
+          "(graphics dies: RT cores, texture, raster, display and video engines), at node_nm",
+          0.0, 5000.0),
     Param("launch_overhead_s", float, "s", 2.0e-6, "time of the smallest kernel back to back "
           "(the latency floor of every kernel; the GEMM, attention and convolution launch "
           "times move with it)", 0.0, 1e-4),
@@ -128,16 +149,75 @@ PARAMS = (
     Param("calibration", str, "", "", "calibration file: a shipped name (h200) or a path to "
           "a JSON written by `dse calibrate gpu`; empty: datasheet and estimated "
           "efficiencies only"),
+    Param("runtime", str, "", "kernels", "what the latency is: kernels = device time only; "
+          "eager = PyTorch eager wall time (per-op host dispatch from host_profile, "
+          "overlapped with the kernels); cuda_graphs = one graph launch, then the kernels",
+          choices=RUNTIMES),
+    Param("host_profile", str, "", "", "host profile for runtime eager / cuda_graphs: a "
+          "shipped name or the path of a JSON written by `python -m dse.calibrate."
+          "host_profile` (per-op dispatch times measured on a machine's CPU)"),
+    Param("attention_block_q", int, "tokens", 128, "queries per tile of a block-sparse "
+          "attention kernel (sparse_attention ops skip whole tiles)", 16, 1024, log=True),
+    Param("attention_block_kv", int, "tokens", 128, "keys per tile of a block-sparse "
+          "attention kernel", 16, 1024, log=True),
+    Param("attention_mask_policy", str, "", "partial_tiles", "which visited tiles of a "
+          "sparse_attention op evaluate the mask: partial_tiles (flex_attention) or "
+          "whole_problem (every tile unless none needs it: NATTEN's FNA kernels)",
+          choices=MASK_POLICIES),
 )
 
-#: Presets from datasheets and architecture whitepapers [D] (REFERENCES.md): dense peaks (no
-#: sparsity), memory standard and devices (A100 and H100 fill five of six HBM sites), L2, SMs
-#: enabled / on the die (A100 108/128, H100 132/144, T4 40/48, RTX 3090 82/84), tensor MACs,
-#: fp32 lanes and L1 per SM, node, NVLink links, TDP; boost clocks [D: A100 1.41 GHz, H100/H200 SXM 1.98 GHz, T4 1.59 GHz,
-#: RTX 3090 1.695 GHz]. Idle power [E]: A100 ~50 W, H100 ~100 W, T4 ~10 W, RTX 3090 ~30 W;
-#: the H200's 119 W idle (a CUDA context, SM clock 1980 MHz) and its copy power fraction
-#: 0.855 = (616 W - 119 W) / (700 W - 119 W) were measured by the NVML energy counter
-#: (tests/data/h200_calibration_raw.json, section "power").
+#: Presets from datasheets and architecture whitepapers [D]: dense peaks (never the 2x "with
+#: sparsity" figures), memory standard and devices, L2, SMs enabled / on the die (compute
+#: units on the MI300X), tensor MACs, fp32 lanes and L1 per SM, node, host and peer links,
+#: boost clock, board power (die areas below are for reference: the physical model derives
+#: area from these). Idle power is an estimate [E] except the H200's 119 W, which the NVML
+#: energy counter measured with a CUDA context (tests/data/h200_calibration_raw.json, section
+#: "power"), as was its copy power fraction 0.855 = (616 W - 119 W) / (700 W - 119 W). Tensor
+#: MACs per SM per cycle are the dense fp16 peak over 2 x SMs x clock (A100 1024, Hopper 2048,
+#: MI300X 1024 per CU, GA102 / AD102 512 with fp16 accumulate). Sources, per preset:
+#:
+#: * ``a100`` (SXM4 80 GB) and ``a100-40gb`` (SXM4 40 GB): NVIDIA A100 datasheet and Ampere
+#:   GA100 whitepaper: 108 SMs, 1410 MHz, fp32 19.5, bf16/fp16 tensor 312 TFLOP/s, int8 624
+#:   TOPS, no fp8; 80 GB HBM2e 2,039 GB/s or 40 GB HBM2 1,555 GB/s (five stacks of six
+#:   sites; the 40 GB part's HBM2 runs at 2.43 Gb/s, over JEDEC HBM2's 2.4 bin, so its stacks
+#:   are costed as HBM2E [E]); 40 MB L2; 400 W; GA100 826 mm^2, 128 SMs on the die.
+#: * ``h100`` (SXM5 80 GB) and ``h100-pcie`` (80 GB): NVIDIA H100 datasheet and Hopper
+#:   whitepaper: SXM5 132 SMs, 1980 MHz, fp32 67, bf16/fp16 989, fp8 1,979 TFLOP/s, int8 1,979
+#:   TOPS, HBM3 3.35 TB/s, 700 W; PCIe 114 SMs, 1755 MHz, fp32 51, bf16/fp16 756, fp8 1,513,
+#:   int8 1,513, HBM2e 2.0 TB/s, 350 W; both 50 MB L2 and the GH100 die (144 SMs, six HBM
+#:   sites, five filled), 814 mm^2. They load the H200 calibration (same Hopper SMs and
+#:   kernels), moved to their chip.
+#: * ``h200`` (SXM 141 GB): NVIDIA H200 datasheet: the H100 SXM5's SMs, clock and peaks,
+#:   HBM3e 4.8 TB/s, 700 W; 60 MiB L2 and 132 SMs read off a device; calibrated on one.
+#: * ``l40s``: NVIDIA L40S datasheet: 142 SMs, 2520 MHz, fp32 91.6, bf16/fp16 362.05, fp8
+#:   733 TFLOP/s, int8 733 TOPS, 48 GB GDDR6 864 GB/s (18 Gb/s, clamshell: two 16 Gb chips
+#:   per x32 channel), 96 MB L2, 128 KB L1 per SM, 350 W, PCIe 4, no NVLink; AD102 (TSMC 4N,
+#:   144 SMs) 608.5 mm^2. The memory table's GDDR6 bin is 16 Gb/s, so the model realises
+#:   864 GB/s with 14 x32 channels of 4 GB (a clamshell pair) instead of 12 [E].
+#: * ``t4``: NVIDIA T4 datasheet: 40 SMs, 1590 MHz, fp32 8.1, fp16 tensor 65 TFLOP/s (fp16
+#:   with fp32 accumulate), int8 130 TOPS; 16 GB GDDR6 320 GB/s, 4 MB L2, 70 W; TU104
+#:   545 mm^2. Turing has no bf16 (nor fp8, nor TF32) tensor cores: ``peak_bf16_flops`` is 0, so
+#:   bf16 ops run at the fp32 rate [E: emulated]; fp32 convolutions are still costed as TF32
+#:   (``gpu_efficiency.KernelModel.conv_flops``), too fast on a T4.
+#: * ``rtx3090``: GA102 whitepaper (Appendix A): 82 SMs, 1695 MHz, fp32 35.6 TFLOP/s; fp16 and
+#:   bf16 tensor 71 TFLOP/s with fp32 accumulate (what cuBLAS runs for PyTorch), 142 with fp16
+#:   accumulate (82 SMs x 4 tensor cores x 128 fp16 FMA x 2 x 1.695 GHz; GeForce halves the
+#:   fp32-accumulate rate); int8 284 TOPS; 24 GB GDDR6X 936 GB/s, 6 MB L2, 350 W; 628 mm^2.
+#: * ``rtx4090``: Ada AD102 whitepaper (Appendix, RTX 4090): 128 SMs, 2520 MHz, fp32 82.6,
+#:   fp16/bf16 tensor 165.2 with fp32 accumulate (330.3 with fp16 accumulate), fp8 330.3 with
+#:   fp32 accumulate, int8 660.6 TOPS; 24 GB GDDR6X 1,008 GB/s (12 x32 chips at 21 Gb/s),
+#:   72 MB L2, 128 KB L1 per SM, 450 W, PCIe 4, no NVLink; AD102 608.5 mm^2. Both AD102
+#:   presets carry ``other_logic_mm2`` 181: the graphics blocks the SM model leaves out, what
+#:   brings the model's 338 mm^2 (RTX 4090) to the published 608.5 mm^2 with the control
+#:   overhead [E: the die area is data, not a prediction; without it the model lays AD102
+#:   out as two pad-limited 170 mm^2 chiplets].
+#: * ``mi300x``: AMD Instinct MI300X datasheet: 304 CUs, 2100 MHz, fp32 matrix 163.4,
+#:   bf16/fp16 1,307.4, fp8 2,614.9 TFLOP/s, int8 2,614.9 TOPS, 192 GB HBM3 5.3 TB/s, 256 MB
+#:   Infinity Cache (the model's L2: the last level before HBM), 750 W; 320 CUs on the dies,
+#:   128 fp32 lanes and 64 KB LDS + 32 KB L1 per CU, 5 nm compute dies, 7 Infinity Fabric
+#:   links (costed as NVLink 4 PHYs [E]). AMD publishes no die area (press estimates: 8
+#:   compute dies of ~115 mm^2 on 4 I/O dies of ~370 mm^2). The kernel model is CUDA's
+#:   (cuBLAS tiles, flash attention): its efficiencies are [E].
 PRESETS: dict[str, dict[str, Any]] = {
     "a100": dict(sms=108, clock_hz=1.41e9, peak_bf16_flops=312e12, peak_fp16_flops=312e12,
                  peak_fp32_flops=19.5e12, peak_fp8_flops=0.0, peak_int8_ops=624e12,
@@ -147,29 +227,48 @@ PRESETS: dict[str, dict[str, Any]] = {
                  sms_on_die=128, tensor_macs_per_sm=1024, fp32_lanes_per_sm=64,
                  l1_kb_per_sm=192, node_nm=7, host_interface="pcie4x16", peer_links=12,
                  peer_link_phy_mm2=1.888),
+    "a100-40gb": dict(sms=108, clock_hz=1.41e9, peak_bf16_flops=312e12,
+                      peak_fp16_flops=312e12, peak_fp32_flops=19.5e12, peak_fp8_flops=0.0,
+                      peak_int8_ops=624e12, memory_bandwidth_Bps=1.555e12,
+                      memory_capacity_bytes=40e9, memory_kind="hbm2e", memory_devices=5,
+                      memory_devices_on_die=6, memory_device_gb=8, l2_bytes=40 * 2**20,
+                      tdp_w=400.0, idle_power_w=50.0, sms_on_die=128, tensor_macs_per_sm=1024,
+                      fp32_lanes_per_sm=64, l1_kb_per_sm=192, node_nm=7,
+                      host_interface="pcie4x16", peer_links=12, peer_link_phy_mm2=1.888),
     "h100": dict(sms=132, clock_hz=1.98e9, peak_bf16_flops=989e12, peak_fp16_flops=989e12,
                  peak_fp32_flops=67e12, peak_fp8_flops=1979e12, peak_int8_ops=1979e12,
                  memory_bandwidth_Bps=3.35e12, memory_capacity_bytes=80e9,
                  memory_kind="hbm3", memory_devices=5, memory_devices_on_die=6,
                  memory_device_gb=16, l2_bytes=50 * 2**20, tdp_w=700.0, idle_power_w=100.0,
-                 sms_on_die=144),
+                 sms_on_die=144, calibration="h200"),
+    "h100-pcie": dict(sms=114, clock_hz=1.755e9, peak_bf16_flops=756e12,
+                      peak_fp16_flops=756e12, peak_fp32_flops=51e12, peak_fp8_flops=1513e12,
+                      peak_int8_ops=1513e12, memory_bandwidth_Bps=2.0e12,
+                      memory_capacity_bytes=80e9, memory_kind="hbm2e", memory_devices=5,
+                      memory_devices_on_die=6, memory_device_gb=16, l2_bytes=50 * 2**20,
+                      tdp_w=350.0, idle_power_w=60.0, sms_on_die=144, calibration="h200"),
     "h200": dict(sms=132, clock_hz=1.98e9, peak_bf16_flops=989e12, peak_fp16_flops=989e12,
                  peak_fp32_flops=67e12, peak_fp8_flops=1979e12, peak_int8_ops=1979e12,
                  memory_bandwidth_Bps=4.8e12, memory_capacity_bytes=141e9,
                  memory_kind="hbm3e", memory_devices=6, memory_device_gb=24,
                  l2_bytes=60 * 2**20, tdp_w=700.0, idle_power_w=119.0, sms_on_die=144,
                  calibration="h200", memory_power_fraction=0.855),
-    # T4 has no bf16 tensor cores: bf16 is costed at the fp16 rate [E].
-    "t4": dict(sms=40, clock_hz=1.59e9, peak_bf16_flops=65e12, peak_fp16_flops=65e12,
+    "l40s": dict(sms=142, clock_hz=2.52e9, peak_bf16_flops=362.05e12,
+                 peak_fp16_flops=362.05e12, peak_fp32_flops=91.6e12, peak_fp8_flops=733e12,
+                 peak_int8_ops=733e12, memory_bandwidth_Bps=864e9, memory_capacity_bytes=48e9,
+                 memory_kind="gddr6", memory_devices=0, memory_device_gb=4,
+                 l2_bytes=96 * 2**20, tdp_w=350.0, idle_power_w=35.0, sms_on_die=144,
+                 tensor_macs_per_sm=512, fp32_lanes_per_sm=128, l1_kb_per_sm=128, node_nm=4,
+                 host_interface="pcie4x16", peer_links=0, other_logic_mm2=181.0),
+    "t4": dict(sms=40, clock_hz=1.59e9, peak_bf16_flops=0.0, peak_fp16_flops=65e12,
                peak_fp32_flops=8.1e12, peak_fp8_flops=0.0, peak_int8_ops=130e12,
                memory_bandwidth_Bps=320e9, memory_capacity_bytes=16e9, memory_kind="gddr6",
                memory_devices=8, memory_device_gb=2, l2_bytes=4 * 2**20, tdp_w=70.0,
                idle_power_w=10.0, sms_on_die=48, tensor_macs_per_sm=512,
                fp32_lanes_per_sm=64, l1_kb_per_sm=96, node_nm=12, host_interface="pcie4x16",
                peer_links=0),
-    # RTX 3090: dense tensor fp16/bf16 with fp32 accumulate (what PyTorch uses) 71 TFLOP/s,
-    # int8 284 TOPS dense [D, GA102 whitepaper]; 24 GB of GDDR6X on a 384-bit bus (twelve
-    # x32 PHYs; 2 GB per PHY); Samsung 8N taken as a 10-nm-class node [E].
+    # RTX 3090: 24 GB of GDDR6X on a 384-bit bus (twelve x32 PHYs; 2 GB per PHY); Samsung 8N
+    # taken as a 10-nm-class node [E].
     "rtx3090": dict(sms=82, clock_hz=1.695e9, peak_bf16_flops=71e12, peak_fp16_flops=71e12,
                     peak_fp32_flops=35.6e12, peak_fp8_flops=0.0, peak_int8_ops=284e12,
                     memory_bandwidth_Bps=936e9, memory_capacity_bytes=24e9,
@@ -178,6 +277,72 @@ PRESETS: dict[str, dict[str, Any]] = {
                     tensor_macs_per_sm=512, fp32_lanes_per_sm=128, l1_kb_per_sm=128,
                     node_nm=10, host_interface="pcie4x16", peer_links=4,
                     peer_link_phy_mm2=1.888),
+    "rtx4090": dict(sms=128, clock_hz=2.52e9, peak_bf16_flops=165.2e12,
+                    peak_fp16_flops=165.2e12, peak_fp32_flops=82.6e12,
+                    peak_fp8_flops=330.3e12, peak_int8_ops=660.6e12,
+                    memory_bandwidth_Bps=1008e9, memory_capacity_bytes=24e9,
+                    memory_kind="gddr6x", memory_devices=12, memory_device_gb=2,
+                    l2_bytes=72 * 2**20, tdp_w=450.0, idle_power_w=25.0, sms_on_die=144,
+                    tensor_macs_per_sm=512, fp32_lanes_per_sm=128, l1_kb_per_sm=128,
+                    node_nm=4, host_interface="pcie4x16", peer_links=0, other_logic_mm2=181.0),
+    "mi300x": dict(sms=304, clock_hz=2.1e9, peak_bf16_flops=1307.4e12,
+                   peak_fp16_flops=1307.4e12, peak_fp32_flops=163.4e12,
+                   peak_fp8_flops=2614.9e12, peak_int8_ops=2614.9e12,
+                   memory_bandwidth_Bps=5.3e12, memory_capacity_bytes=192e9,
+                   memory_kind="hbm3", memory_devices=8, memory_device_gb=24,
+                   l2_bytes=256 * 2**20, tdp_w=750.0, idle_power_w=140.0, sms_on_die=320,
+                   tensor_macs_per_sm=1024, fp32_lanes_per_sm=128, l1_kb_per_sm=96, node_nm=5,
+                   host_interface="pcie5x16", peer_links=7),
+    # B200 (HGX B200, SXM, 1000 W): dense (no sparsity) fp16/bf16 2.25 PFLOP/s, fp8 and int8
+    # 4.5 P, 8 TB/s of HBM3e, 180 GB per GPU usable (1.44 TB per 8-GPU board; eight 24 GB
+    # stacks), 18 NVLink 5 links [D: NVIDIA HGX B200 datasheet]; fp32 75 TFLOP/s = 148 SMs x
+    # 128 lanes x 2 x 1.98 GHz [D]; 148 of 160 SMs enabled (74 of 80 per die), 256 KiB L1 per
+    # SM and a 126 MB L2 read off a device [R: Chips and Cheese, "Nvidia's B200: Keeping the
+    # CUDA Juggernaut Rolling", 2025]; boost clock as the H100 SXM [E, same source]; 4096 dense
+    # fp16 MACs per SM per cycle (2.25 P / 148 SMs / 1.86 GHz tensor clock / 2) [D-derived];
+    # TSMC 4NP as the 4 nm node; the NVLink 5 PHY area is NVLink 4's [E]; idle power with a
+    # CUDA context [E]. The two reticle-sized dies are the floorplan's to split.
+    "b200": dict(sms=148, clock_hz=1.98e9, peak_bf16_flops=2.25e15, peak_fp16_flops=2.25e15,
+                 peak_fp32_flops=75e12, peak_fp8_flops=4.5e15, peak_int8_ops=4.5e15,
+                 memory_bandwidth_Bps=8.0e12, memory_capacity_bytes=180e9,
+                 memory_kind="hbm3e", memory_devices=8, memory_device_gb=24, l2_bytes=126e6,
+                 tdp_w=1000.0, idle_power_w=150.0, sms_on_die=160, tensor_macs_per_sm=4096,
+                 fp32_lanes_per_sm=128, l1_kb_per_sm=256, node_nm=4,
+                 host_interface="pcie5x16", peer_links=18),
+}
+
+#: The preset of each device name torch reports (``torch.cuda.get_device_properties().name``):
+#: the datasheet a calibration measured on that device is fitted against.
+DEVICE_PRESETS = {
+    "NVIDIA A100-SXM4-80GB": "a100", "NVIDIA A100-SXM4-40GB": "a100-40gb",
+    "NVIDIA H100 80GB HBM3": "h100", "NVIDIA H100 PCIe": "h100-pcie", "NVIDIA H200": "h200",
+    "NVIDIA L40S": "l40s", "Tesla T4": "t4", "NVIDIA GeForce RTX 3090": "rtx3090",
+    "NVIDIA GeForce RTX 4090": "rtx4090", "AMD Instinct MI300X": "mi300x", "NVIDIA B200": "b200",
+}
+
+
+def preset_chip(preset: str, sms: int | None = None, l2_bytes: float | None = None) -> Chip:
+    """The :class:`Chip` of a preset's datasheet (``sms`` and ``l2_bytes`` as read off a device
+    where given)."""
+    hw = {p.name: p.default for p in PARAMS} | PRESETS[preset]
+    return Chip(sms=int(sms or hw["sms"]), peak_flops=_peaks(hw),
+                bandwidth_Bps=hw["memory_bandwidth_Bps"],
+                l2_bytes=float(l2_bytes or hw["l2_bytes"]), clock_hz=hw["clock_hz"])
+
+
+def _peaks(hw) -> dict[str, float]:
+    """Dense peak FLOP/s per dtype (0: no datapath; ``Chip.datapath`` falls back)."""
+    return {"bf16": hw["peak_bf16_flops"], "fp16": hw["peak_fp16_flops"],
+            "fp32": hw["peak_fp32_flops"], "fp8": hw["peak_fp8_flops"],
+            "int8": hw["peak_int8_ops"]}
+
+
+#: What a result's latency means under each ``runtime`` (shown with every GPU result).
+LATENCY_MEANING = {
+    "kernels": "GPU kernel time only (device busy time; no host overhead: set "
+               "hw.runtime=eager with a host profile for PyTorch eager wall time)",
+    "eager": "PyTorch eager wall time: per-op host dispatch overlapped with the kernels",
+    "cuda_graphs": "CUDA-graph replay wall time: one graph launch, then the kernels",
 }
 
 #: Register file per SM, B [D: 64K 32-bit registers per SM since Volta].
@@ -212,7 +377,27 @@ def load_calibration(name_or_path: str) -> dict[str, Any]:
             cal.get("efficiency"), dict):
         raise BadInput("hw.calibration", name_or_path, f"expected {allowed} (not a gpu "
                        "calibration)")
+    problem = _calibration_problem(cal)
+    if problem:
+        raise BadInput("hw.calibration", name_or_path, f"expected {allowed} ({problem})")
     return cal
+
+
+def _calibration_problem(cal: dict[str, Any]) -> str | None:
+    """What is wrong with a calibration's numbers: every efficiency knob finite and >= 0, and
+    > 0 unless it is a time (``_s``) or a size (``_bytes``); memory-op rows finite and >= 0."""
+    def number(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    for key, v in cal["efficiency"].items():
+        zero_ok = key.endswith(("_s", "_bytes"))
+        if not number(v) or v < 0 or (v == 0 and not zero_ok):
+            return f"efficiency.{key} = {v!r}: expected a finite number " + (
+                ">= 0" if zero_ok else "> 0")
+    rows = cal.get("memory_ops", {})
+    for key, row in (rows.items() if isinstance(rows, dict) else [("", rows)]):
+        if not isinstance(row, list) or not all(number(v) and v >= 0 for v in row):
+            return f"memory_ops.{key} = {row!r}: expected a list of finite numbers >= 0"
+    return None
 
 
 def shipped_calibrations() -> list[str]:
@@ -220,27 +405,61 @@ def shipped_calibrations() -> list[str]:
     return sorted(p.stem for p in CALIBRATION_DIR.glob("*.json"))
 
 
+def calibration_chip(cal: dict[str, Any]) -> Chip | None:
+    """The chip a calibration was fitted on: its ``chip`` section, else the preset of its
+    device name (:data:`DEVICE_PRESETS`), else None (its knobs are then used as they are)."""
+    c = cal.get("chip")
+    if isinstance(c, dict):
+        try:
+            chip = Chip(sms=int(c["sms"]), peak_flops={k: float(v) for k, v in
+                                                      c["peak_flops"].items()},
+                        bandwidth_Bps=float(c["bandwidth_Bps"]),
+                        l2_bytes=float(c["l2_bytes"]), clock_hz=float(c.get("clock_hz", 0.0)))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            chip = None
+        if chip is None or chip.sms <= 0 or chip.bandwidth_Bps <= 0 or not all(
+                math.isfinite(v) for v in (chip.bandwidth_Bps, chip.l2_bytes, chip.clock_hz)):
+            raise BadInput("hw.calibration", cal.get("device", {}).get("name", "?"),
+                           'a calibration whose "chip" holds positive sms, peak_flops, '
+                           "bandwidth_Bps, l2_bytes and clock_hz")
+        return chip
+    dev = cal.get("device") or {}
+    preset = DEVICE_PRESETS.get(dev.get("name"))
+    return preset_chip(preset, dev.get("sms"), dev.get("l2_bytes")) if preset else None
+
+
 class GPU(Template):
     name = "gpu"
-    description = ("CUDA GPU (A100/H100/H200/T4/RTX 3090) running PyTorch eager kernels: wave "
+    description = ("GPU (A100/H100/H200/L40S/T4/RTX 3090/4090/MI300X) running PyTorch: wave "
                    "and tile quantisation, memory-bound GEMV and decode attention, a kernel "
-                   "launch floor; calibrated on an H200")
+                   "launch floor, eager host dispatch or CUDA graphs; calibrated on an H200")
     PARAMS = PARAMS
     PRESETS = PRESETS
     DEFAULT_PRESET = "h200"
+    SPARSE_ATTENTION = True
 
     def __init__(self, preset: str | None = None, **values: Any):
+        if "dtype" in values:
+            raise BadInput("hw.dtype", values["dtype"], "the gpu runs every op in its own dtype "
+                           "(the workload's --dtype) on that dtype's datapath; it has no dtype "
+                           "parameter")
         super().__init__(preset, **values)
         hw = self.hw
         self._calibration = load_calibration(hw.calibration) if hw.calibration else None
+        self.host = load_host_profile(hw.host_profile) if hw.host_profile else None
         explicit = set(values)
         knobs = dict(DEFAULT_KNOBS)
         knobs["mem_floor_s"] = self.params()["launch_overhead_s"].default
         memory_ops: dict[str, Any] = {}
         cal = self._calibration
+        chip = Chip(sms=hw.sms, peak_flops=_peaks(hw), bandwidth_Bps=hw.memory_bandwidth_Bps,
+                    l2_bytes=hw.l2_bytes, clock_hz=hw.clock_hz)
         if cal is not None:
-            knobs.update({k: float(v) for k, v in cal["efficiency"].items() if k in knobs})
-            memory_ops = {k: tuple(v) for k, v in cal.get("memory_ops", {}).items()}
+            fitted = {k: float(v) for k, v in cal["efficiency"].items() if k in knobs}
+            mops = {k: tuple(v) for k, v in cal.get("memory_ops", {}).items()}
+            fitted, memory_ops = transfer_knobs(fitted, mops, calibration_chip(cal) or chip,
+                                                chip)
+            knobs.update(fitted)
         for name in KNOB_PARAMS:  # a parameter set by hand or by a preset beats the file
             if cal is None or name in explicit or name in (self.PRESETS.get(self.preset) or {}):
                 knobs[name] = float(hw[name])
@@ -249,10 +468,7 @@ class GPU(Template):
             for name in _FIXED_TIMES:
                 knobs[name] = max(0.0, knobs[name] + shift)
         self.knobs = knobs
-        chip = Chip(sms=hw.sms, peak_flops=self._peaks(), bandwidth_Bps=hw.memory_bandwidth_Bps,
-                    l2_bytes=hw.l2_bytes)
         self.model = KernelModel(chip, knobs, memory_ops)
-        self._b = DTYPE_BYTES[hw.dtype]
         self._energy = self._energy_model()
         self._cache: dict[tuple, OpCost] = {}
 
@@ -268,15 +484,15 @@ class GPU(Template):
             return ("hw.idle_power_w", hw.idle_power_w, f"expected less than tdp_w={hw.tdp_w:g}")
         if hw.calibration:
             load_calibration(hw.calibration)
+        if hw.runtime != "kernels" and not hw.host_profile:
+            return ("hw.host_profile", hw.host_profile, f"runtime {hw.runtime} needs a host "
+                    "profile: a shipped name or the path of a JSON written by `python -m "
+                    "dse.calibrate.host_profile` on the machine to model")
+        if hw.host_profile:
+            load_host_profile(hw.host_profile)
         return None
 
     # ------------------------------------------------------------------------ rates / energy
-    def _peaks(self) -> dict[str, float]:
-        hw = self.hw
-        fp16 = hw.peak_fp16_flops
-        return {"bf16": hw.peak_bf16_flops, "fp16": fp16, "fp32": hw.peak_fp32_flops,
-                "fp8": hw.peak_fp8_flops or fp16, "int8": hw.peak_int8_ops or fp16}
-
     def _energy_model(self) -> dict[str, Any]:
         """Dynamic J/FLOP per dtype and J/B (DRAM share and on-chip share)."""
         hw = self.hw
@@ -287,9 +503,9 @@ class GPU(Template):
         return {"flop": per_flop, "byte": per_byte, "dram": min(dram, per_byte),
                 "onchip": max(0.0, per_byte - dram)}
 
-    def energy_per_flop_j(self, dtype: str | None = None) -> float:
-        """Dynamic energy of one FLOP in ``dtype`` (default: the design's), J."""
-        return self._energy["flop"][dtype or self.hw.dtype]
+    def energy_per_flop_j(self, dtype: str = "bf16") -> float:
+        """Dynamic energy of one FLOP in ``dtype``, J."""
+        return self._energy["flop"][dtype]
 
     def energy_per_byte_j(self) -> float:
         """Dynamic energy of one DRAM byte moved by a kernel (DRAM + on-chip share), J/B."""
@@ -297,22 +513,27 @@ class GPU(Template):
 
     # ----------------------------------------------------------------------------- cost
     def cost(self, op: Op) -> OpCost:
-        key = (op.kind, op.target, op.bytes_per_element, op.flops, op.total_bytes,
+        key = (op.kind, op.target, op.dtype, op.bytes_per_element, op.flops, op.total_bytes,
                op.input_shapes, op.output_shapes, repr(sorted(op.attrs.items())))
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        scale = self._b / op.bytes_per_element if op.bytes_per_element else 1.0
-        nbytes = op.total_bytes * scale
+        if op.kind == ir.HOST:
+            out = self._host_cost(op)
+            self._cache[key] = out
+            return out
+        nbytes = op.total_bytes
         flops = op.flops
-        dtype = self.hw.dtype
+        dtype = op.dtype  # the op's dtype decides its datapath (see the module docstring)
+        b = op.bytes_per_element
         a = op.attrs
         l2_bytes = nbytes
+        details: dict[str, Any] = {}
         if op.kind == ir.MATMUL and _has(a, "m", "n", "k"):
             m, n, k, batch = int(a["m"]), int(a["n"]), int(a["k"]), int(a.get("batch", 1))
             lat, comp, mem = self.model.gemm(m, n, k, batch, dtype, bytes_hbm=nbytes)
-            l2_bytes = self._b * batch * (m * k * math.ceil(n / 128) + k * n * math.ceil(m / 128)
-                                          + m * n)
+            l2_bytes = b * batch * (m * k * math.ceil(n / 128) + k * n * math.ceil(m / 128)
+                                    + m * n)
             bound = "compute" if comp >= mem else "memory"
         elif op.kind == ir.CONV and _has(a, "n", "c", "k", "p", "q"):
             lat, comp, mem = self.model.conv(
@@ -329,36 +550,67 @@ class GPU(Template):
             if a.get("causal"):
                 flops = int(a.get("causal_flops", flops))
             qb = int(self.knobs["attention_q_block"])
-            kv = op.kv_bytes_read * scale or nbytes / 2
+            kv = op.kv_bytes_read or nbytes / 2
             l2_bytes = nbytes + kv * (math.ceil(int(a["q_len"]) / qb) - 1)
+            bound = "compute" if comp >= mem else "memory"
+        elif op.kind == ir.SPARSE_ATTENTION and _has(a, "heads", "q_len", "kv_len", "head_dim"):
+            hw = self.hw
+            sparse = sparse_attention_time(self.model, a, dtype, hw.attention_block_q,
+                                           hw.attention_block_kv, hw.attention_mask_policy,
+                                           hw.peak_fp32_flops / 2)
+            lat, comp, mem = sparse.latency_s, sparse.compute_s, sparse.memory_s
+            flops, details = sparse.executed_flops, sparse.details()
             bound = "compute" if comp >= mem else "memory"
         else:
             width, rows = _rows(op)
             lat, mem = self.model.memory(nbytes, op.target, op.kind, rows=rows, width=width,
-                                         bytes_per_element=self._b)
+                                         bytes_per_element=b)
             comp = 0.0
             bound = "memory"
         lat = max(lat, nbytes / self.hw.memory_bandwidth_Bps)
         e = self._energy
-        flop_dtype = dtype if op.kind in (ir.MATMUL, ir.CONV, ir.ATTENTION) else "fp32"
+        flop_dtype = dtype if op.kind in (ir.MATMUL, ir.CONV, ir.ATTENTION,
+                                          ir.SPARSE_ATTENTION) else "fp32"
         out = OpCost(
             unit="sm", latency_s=lat, compute_s=min(comp, lat), clock_hz=self.hw.clock_hz,
             traffic={"hbm": nbytes}, bytes_by_level={"hbm": nbytes, "l2": l2_bytes},
             energy_j={"compute": flops * e["flop"][flop_dtype],
                       "offchip_memory": nbytes * e["dram"],
                       "onchip_memory": nbytes * e["onchip"]},
-            bound=bound)
+            bound=bound, details=details)
         self._cache[key] = out
         return out
 
+    def _host_cost(self, op: Op) -> OpCost:
+        """A host op of the runtime's plan (:mod:`accelerators.gpu_runtime`): its time from
+        the host profile; no GPU energy (the board's idle power runs on as static power)."""
+        host = self.host
+        if host is None:
+            raise BadInput("hw.host_profile", "", "a host op needs a host profile (runtime "
+                           f"{self.hw.runtime})")
+        if op.target == START_TARGET["eager"]:
+            t = host.step_s + host.launch_latency_s
+        elif op.target == START_TARGET["cuda_graphs"]:
+            t = host.graph_launch_s + host.launch_latency_s
+        else:
+            t = (host.dispatch(op.target, op.attrs.get("for_kind", ""))
+                 + float(op.attrs.get("views", 0.0)) * host.view_s)
+        return OpCost(unit="host", latency_s=t, compute_s=t, clock_hz=self.hw.clock_hz,
+                      bound="host")
+
     # ------------------------------------------------------------------------- the rest
+    def plan(self, workload: Workload) -> Workload:
+        """The workload as one stream under ``runtime`` (:func:`gpu_runtime.stream_plan`)."""
+        return stream_plan(workload, self.hw.runtime)
+
     def resources(self) -> Resources:
-        return Resources(units={"sm": 1}, channels={"hbm": self.hw.memory_bandwidth_Bps})
+        units = {"sm": 1} if self.hw.runtime == "kernels" else {"sm": 1, "host": 1}
+        return Resources(units=units, channels={"hbm": self.hw.memory_bandwidth_Bps})
 
     def floorplan(self) -> Floorplan:
         """The die: SMs (tensor MACs as systolic-class PEs, fp32 lanes, and the rest of the SM
         as ``SM_OVERHEAD`` of those), register files, L1 and L2 as SRAM, memory PHYs for every
-        site on the die, host and peer-link PHYs. Power is the datasheet's: ``tdp_w`` at full
+        site on the die, host and peer-link PHYs, ``other_logic_mm2``. Power is the datasheet's: ``tdp_w`` at full
         load and ``idle_power_w`` idle (memory included)."""
         hw = self.hw
         node, sms = hw.node_nm, hw.sms_on_die or hw.sms
@@ -371,7 +623,8 @@ class GPU(Template):
         phys_on_die = hw.memory_devices_on_die or mem.devices
         extra_phy = (phys_on_die - mem.devices) * mem.standard.phy_area_mm2
         return Floorplan(node_nm=node, compute_mm2=datapath * (1 + SM_OVERHEAD) + extra_phy
-                         + hw.peer_links * hw.peer_link_phy_mm2, sram_mm2=sram,
+                         + hw.peer_links * hw.peer_link_phy_mm2 + hw.other_logic_mm2,
+                         sram_mm2=sram,
                          peak_dynamic_w=max(0.0, hw.tdp_w - hw.idle_power_w - mem_w),
                          leakage_w=max(0.0, hw.idle_power_w - mem.static_w), memory=mem,
                          host_interface=hw.host_interface)
@@ -390,6 +643,10 @@ class GPU(Template):
         out["efficiency"] = dict(self.knobs)  # the kernel-model knobs in effect
         if self._calibration is not None:
             out["calibration_device"] = self._calibration.get("device", {}).get("name")
+        out["latency_is"] = LATENCY_MEANING[self.hw.runtime]
+        if self.host is not None:
+            out["host_profile"] = {"name": self.host.name, "measured": self.host.measured,
+                                   "where": self.host.source.get("where")}
         return out
 
 

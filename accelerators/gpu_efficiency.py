@@ -145,14 +145,34 @@ MEMORY_OP_ALIASES = {
 }
 
 
+#: The datapath an op of a dtype falls back to when the chip has none for it (its peak is 0):
+#: fp8 and int8 GEMMs are dequantised to fp16 [E: PyTorch's ``_scaled_mm`` / ``_int_mm`` need
+#: the tensor-core types; a model quantised for them runs fp16 kernels elsewhere]; bf16 and
+#: fp16 without tensor cores run on the fp32 CUDA cores [E: e.g. bf16 on a T4 (Turing has no
+#: bf16 tensor cores) is emulated through fp32 math].
+DATAPATH_FALLBACK = {"fp8": "fp16", "int8": "fp16", "bf16": "fp32", "fp16": "fp32"}
+
+
 @dataclass(frozen=True)
 class Chip:
-    """Datasheet numbers the model needs: SMs, dense peak FLOP/s per dtype, HBM B/s, L2 B."""
+    """Datasheet numbers the model needs: SMs, dense peak FLOP/s per dtype (0: no datapath for
+    that dtype, see :data:`DATAPATH_FALLBACK`), DRAM B/s, L2 B, and the SM boost clock Hz (0:
+    unknown; it converts calibrated times to cycles when a calibration moves to another chip,
+    :func:`transfer_knobs`)."""
 
     sms: int
     peak_flops: Mapping[str, float]
     bandwidth_Bps: float
     l2_bytes: float
+    clock_hz: float = 0.0
+
+    def datapath(self, dtype: str) -> str:
+        """The dtype whose datapath runs an op in ``dtype`` on this chip: ``dtype`` itself
+        where its peak is positive, else its fallback (:data:`DATAPATH_FALLBACK`)."""
+        seen = dtype
+        while self.peak_flops.get(seen, 0.0) <= 0.0 and seen in DATAPATH_FALLBACK:
+            seen = DATAPATH_FALLBACK[seen]
+        return seen
 
 
 def alignment_bytes(elements: int, bytes_per_element: int) -> int:
@@ -200,14 +220,15 @@ class KernelModel:
     # -- rates ---------------------------------------------------------------------------
 
     def dtype_efficiency(self, dtype: str) -> float:
+        """Fraction of the peak a large GEMM in ``dtype`` sustains on its datapath."""
         key = {"bf16": "tensor_efficiency", "fp16": "tensor_efficiency",
                "fp8": "fp8_efficiency", "int8": "int8_efficiency",
-               "fp32": "fp32_efficiency"}[dtype]
+               "fp32": "fp32_efficiency"}[self.chip.datapath(dtype)]
         return self.k[key]
 
     def peak(self, dtype: str) -> float:
-        """Datasheet dense peak of ``dtype`` on this chip, FLOP/s."""
-        return self.chip.peak_flops[dtype]
+        """Datasheet dense peak of the datapath that runs ``dtype`` on this chip, FLOP/s."""
+        return self.chip.peak_flops[self.chip.datapath(dtype)]
 
     def sustained_flops(self, dtype: str) -> float:
         """The FLOP/s a large aligned GEMM sustains (peak x dtype efficiency)."""
@@ -223,7 +244,7 @@ class KernelModel:
 
     def tile_rate(self, tm: int, tn: int, dtype: str = "bf16") -> float:
         """Relative rate of a ``tm x tn`` tile (1 for the largest of ``GEMM_TILES``)."""
-        c = self.k["fp32_tile_cost" if dtype == "fp32" else "tile_cost"]
+        c = self.k["fp32_tile_cost" if self.chip.datapath(dtype) == "fp32" else "tile_cost"]
         ref = 1.0 / GEMM_TILES[0][0] + 1.0 / GEMM_TILES[0][1]
         return (1.0 + c * ref) / (1.0 + c * (1.0 / tm + 1.0 / tn))
 
@@ -327,7 +348,9 @@ class KernelModel:
                 tile = kn["attention_tile_s"] + qb * kv_len * per_score
                 compute = math.ceil(tiles / sms) * tile
             l2_fit = kv_bytes / (batch * kv_heads) <= self.chip.l2_bytes / 4
-            kv_reads = 1 if (l2_fit or nqb == 1) else nqb
+            # a wave of up to `sms` query blocks of one head sweeps K/V together: one HBM read
+            # per wave (the L2 shares the tiles in flight), once when a head's K/V fit the L2
+            kv_reads = 1 if (l2_fit or nqb == 1) else math.ceil(nqb / sms)
             mem_s = (q_bytes + kv_bytes * kv_reads) / self.copy_Bps
             out = (kn["attention_launch_s"] + max(compute, mem_s), compute, mem_s)
         self._cache[key] = out
@@ -398,3 +421,59 @@ def is_decode(heads: int, kv_heads: int, q_len: int) -> bool:
 
 def _bytes(dtype: str) -> int:
     return {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}[dtype]
+
+
+# --------------------------------------------------------------------------------------------
+# Moving a calibration to another chip
+
+#: How each knob moves from the chip it was calibrated on to another chip (the datasheet is the
+#: chip; the knobs are the kernels): ``ratio`` knobs are fractions of a datasheet number or
+#: counts of elements and carry over unchanged; ``cycles`` knobs are times of work done by the
+#: SMs or the GPU front end and scale with the inverse SM clock; ``per_sm_share`` knobs are
+#: bandwidths one thread block reaches, scaled with the chip's bandwidth per SM; ``bytes`` knobs
+#: carry over unchanged [E: the rules are hypotheses the cross-GPU validation checks; see
+#: docs/validation.md, gpu section].
+KNOB_TRANSFER: dict[str, str] = {
+    **{k: "ratio" for k in (
+        "tensor_efficiency", "fp8_efficiency", "int8_efficiency", "fp32_efficiency",
+        "tile_cost", "fp32_tile_cost", "l2_spill_efficiency", "gemm_bandwidth_efficiency",
+        "gemv_unaligned_memory", "align8_compute", "align4_compute", "align2_compute",
+        "align8_memory", "align4_memory", "align2_memory", "attention_efficiency",
+        "attention_q_block", "attention_causal_tail", "decode_bandwidth_efficiency",
+        "decode_split_keys", "conv_efficiency", "conv1x1_efficiency",
+        "conv_small_channel_efficiency", "conv_transform", "bandwidth_efficiency")},
+    **{k: "cycles" for k in (
+        "tile_overhead_s", "gemm_launch_s", "splitk_overhead_s", "gemm_ramp_s",
+        "attention_score_s", "attention_tile_s", "attention_launch_s", "decode_launch_s",
+        "decode_block_s", "conv_launch_s", "mem_floor_s", "mem_ramp_s")},
+    "sm_bandwidth_Bps": "per_sm_share", "decode_sm_bandwidth_Bps": "per_sm_share",
+    "gemm_ramp_bytes": "bytes", "mem_ramp_bytes": "bytes",
+}
+
+
+def transfer_factor(rule: str, src: Chip, dst: Chip) -> float:
+    """The factor a knob of ``rule`` (:data:`KNOB_TRANSFER`) is multiplied by from ``src`` to
+    ``dst``; 1 where a chip lacks the number the rule needs (clock 0)."""
+    if rule == "cycles" and src.clock_hz > 0 and dst.clock_hz > 0:
+        return src.clock_hz / dst.clock_hz
+    if rule == "per_sm_share":
+        return (dst.bandwidth_Bps / dst.sms) / (src.bandwidth_Bps / src.sms)
+    return 1.0
+
+
+def transfer_knobs(knobs: Mapping[str, float], memory_ops: Mapping[str, Any], src: Chip,
+                   dst: Chip, rules: Mapping[str, str] | None = None
+                   ) -> tuple[dict[str, float], dict[str, tuple[float, ...]]]:
+    """Knobs and per-operator memory models calibrated on ``src``, moved to ``dst`` by
+    ``rules`` (default :data:`KNOB_TRANSFER`; a knob without a rule carries over unchanged).
+    A memory operator's efficiency is a ratio, its extra and per-element latencies cycles.
+    Identity when ``src == dst``."""
+    rules = {**KNOB_TRANSFER, **(rules or {})}
+    out = {k: float(v) * transfer_factor(rules.get(k, "ratio"), src, dst)
+           for k, v in knobs.items()}
+    cyc = transfer_factor("cycles", src, dst)
+    mops = {}
+    for name, v in memory_ops.items():
+        vals = tuple(float(x) for x in v) + (0.0, 0.0, 0.0, 0.0)
+        mops[name] = (vals[0], vals[1], vals[2] * cyc, vals[3] * cyc)
+    return out, mops

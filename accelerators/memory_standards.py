@@ -122,7 +122,9 @@ MEMORY_STANDARDS: dict[str, MemoryStandard] = {s.name: s for s in (
          3.5, 32, 0.1),
     _std("lpddr5x", "chip", 32, 8.533, (2, 4, 8, 16), 8, _X32_PHY_LPDDR, _X32_CTRL, 3.0, 0.9,
          2.4, 4.0, 32, 0.1),
-    _std("gddr6", "chip", 32, 16.0, (1, 2), 2, _X32_PHY_GDDR, _X32_CTRL, 4.5, 4.5, 3.0, 3.0,
+    # 4 GB: two 16 Gb chips in clamshell on one x32 channel (L40S, RTX 6000 Ada: 48 GB on
+    # a 384-bit bus) [D]
+    _std("gddr6", "chip", 32, 16.0, (1, 2, 4), 2, _X32_PHY_GDDR, _X32_CTRL, 4.5, 4.5, 3.0, 3.0,
          16, 0.5),
     _std("gddr6x", "chip", 32, 21.0, (1, 2), 2, _X32_PHY_GDDR, _X32_CTRL, 4.5, 4.5, 2.75,
          4.0, 12, 0.5),

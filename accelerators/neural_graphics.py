@@ -46,6 +46,7 @@ import networkx as nx
 from accelerators import hashgrid_cost as hc
 from accelerators import technology as tech
 from accelerators.base import OpCost, Param, Resources, Template
+from accelerators.capacity import capacity_problem
 from accelerators.physical import Floorplan
 from dse.errors import BadInput
 from workloads import ir
@@ -215,11 +216,18 @@ class NGPC(Template):
                                           batch=items))
 
     def check(self, workload: Workload) -> str | None:
-        """The base checks (buildable, fits the GPU's memory), then: infeasible when a grid
+        """Buildable (:meth:`physical`), the planned frame's footprint fits the GPU's memory,
+        then: infeasible when a grid
         SRAM cannot hold one level's working set: the sectors of its look-ups in flight
         (:func:`hashgrid_cost.min_sram_bytes`). Tables larger than the SRAM are feasible: their
         misses spill to DRAM and cost time."""
-        problem = super().check(workload)
+        phys = self.physical()
+        if phys.problem:
+            return phys.problem
+        # a frame streams through as ray batches: what must fit is the planned pipeline's
+        # live set, not the whole frame's activations at once
+        problem = capacity_problem(self.plan(workload), self.memory_capacity_bytes(),
+                                   self.element_bytes(workload), self.gpu.capacity_holder())
         if problem:
             return problem
         for op in workload.ops:

@@ -19,6 +19,7 @@ Per op (closed form, O(1); :mod:`accelerators.systolic` holds the formulas):
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from accelerators import systolic, technology as tech
@@ -27,6 +28,7 @@ from accelerators.memory_standards import STANDARD_NAMES, MemorySystem, memory_s
 from accelerators.physical import CONTROL_OVERHEAD, HOST_INTERFACES, Floorplan
 from dse.errors import BadInput, InfeasibleDesign
 from workloads import ir
+from workloads.gna import op_tiles
 from workloads.ir import DTYPE_BYTES, Op
 
 #: Bytes of one partial sum held in the ofmap scratchpad / accumulators: 32-bit accumulation
@@ -195,6 +197,7 @@ class NPU(Template):
     PARAMS = PARAMS
     PRESETS = PRESETS
     DEFAULT_PRESET = "datacenter-bf16"
+    SPARSE_ATTENTION = True
 
     def __init__(self, preset: str | None = None, **values: Any):
         super().__init__(preset, **values)
@@ -255,6 +258,8 @@ class NPU(Template):
             out = self._gemm_op_cost(op)
         elif op.kind == ir.ATTENTION:
             out = self._attention_cost(op)
+        elif op.kind == ir.SPARSE_ATTENTION:
+            out = self._sparse_attention_cost(op)
         else:
             out = self._vector_cost(op)
         self._cache[key] = out
@@ -347,13 +352,16 @@ class NPU(Template):
                             reg_bytes=macs * _register_bytes_per_mac(self._b))
 
     # attention --------------------------------------------------------------------------------
-    def _attention_cost(self, op: Op) -> OpCost:
+    def _attention_cost(self, op: Op, work_fraction: float | None = None,
+                        mask_ops: float = 0.0) -> OpCost:
         """QK^T and PV per head on the array(s), softmax on the vector unit, fused: scores stay
         on chip (online softmax, FlashAttention-style) and the vector unit works on one tile
         while the array computes the next, so the op takes the longer of the two and holds
-        both units. Causal masking skips the fraction of work ``causal_flops / flops``."""
+        both units. Causal masking skips the fraction of work ``causal_flops / flops``; a
+        sparse op passes its own ``work_fraction`` and the vector unit's ``mask_ops``."""
         hw, b = self.hw, self._b
         batch, heads, kv_heads, sq, skv, d, dv, frac = attention_dims(op)
+        frac = frac if work_fraction is None else work_fraction
         g = batch * heads
         if self._problem:
             raise InfeasibleDesign(self._problem)
@@ -361,7 +369,7 @@ class NPU(Template):
         pv = systolic.gemm_compute_cycles(hw.dataflow, hw.rows, hw.cols, sq, dv, skv, g, hw.arrays)
         array_cycles = math.ceil((qk + pv) * frac)
         scores = g * sq * skv * frac
-        vector_ops = scores * VECTOR_OPS_PER_ELEMENT[ir.SOFTMAX]
+        vector_ops = scores * VECTOR_OPS_PER_ELEMENT[ir.SOFTMAX] + mask_ops
         vector_cycles = math.ceil(vector_ops / hw.vector_lanes)
         cycles = max(array_cycles, vector_cycles)
 
@@ -400,6 +408,21 @@ class NPU(Template):
                             sram_j=sram_j, sram_bytes=sram_bytes,
                             reg_bytes=macs * _register_bytes_per_mac(b) + vector_ops * 3 * b,
                             also_holds=("vector",))
+
+    def _sparse_attention_cost(self, op: Op) -> OpCost:
+        """A systolic array skipping whole tiles: query blocks of ``rows`` queries by key
+        blocks of ``cols`` keys (the stationary K tile of QK^T), so the array shape is the
+        tile shape. The visited tiles' share of the dense attention work (padding and masked
+        pairs included) runs as dense attention; partial tiles evaluate the mask on the
+        vector unit (the op's ``mask_ops`` lane operations per score)."""
+        a = op.attrs
+        tiles = op_tiles(a, self.hw.rows, self.hw.cols)
+        dense = int(a["q_len"]) * int(a["kv_len"])
+        frac = tiles.visited * tiles.block_q * tiles.block_kv / dense
+        per_map = tiles.partial * tiles.block_q * tiles.block_kv * float(a.get("mask_ops", 0))
+        maps = int(a.get("batch", 1)) * int(a["heads"])
+        cost = self._attention_cost(op, work_fraction=frac, mask_ops=per_map * maps)
+        return replace(cost, details={**tiles.to_dict(), "masked_tiles": tiles.partial})
 
     # vector unit ------------------------------------------------------------------------------
     def _vector_cost(self, op: Op) -> OpCost:
@@ -442,7 +465,7 @@ class NPU(Template):
     # ----------------------------------------------------------------------------- the rest
     def resources(self) -> Resources:
         return Resources(units={"array": 1, "vector": 1},
-                         channels={"dram": self.hw.dram_bandwidth_Bps})
+                         channels={"dram": self._bw})
 
     def floorplan(self) -> Floorplan:
         """Systolic PEs (:func:`technology.pe_area_mm2`) and vector lanes, the three

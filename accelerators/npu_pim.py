@@ -116,6 +116,7 @@ class NeuPIMs(Template):
     PARAMS = PARAMS
     PRESETS = PRESETS
     DEFAULT_PRESET = "neupims"
+    SPARSE_ATTENTION = True   # sparse attention runs on the NPU, skipping tiles
 
     def __init__(self, preset: str | None = None, **values: Any):
         super().__init__(preset, **values)

@@ -500,6 +500,8 @@ def _cost_exact(a: DesignArrays, ops: Sequence[Op], lat: np.ndarray, energy: np.
                     gemm.append((j, op, shapes))
                 else:
                     scalar.append(j)
+            elif op.kind == ir.SPARSE_ATTENTION:   # tile counts: the scalar code
+                scalar.append(j)
             elif op.kind == ir.ATTENTION:
                 x = attention_dims(op)
                 bt, h, kvh, q, kv, dd, dvv, _ = x

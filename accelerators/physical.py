@@ -38,8 +38,9 @@ from accelerators.memory_standards import MemorySystem
 RETICLE_MM2 = 26.0 * 33.0
 #: Most chiplets one package joins [E: B200 joins 2 reticle dies, MI300X 8 compute dies].
 MAX_CHIPLETS = 8
-#: Largest silicon interposer, mm^2 [D: TSMC CoWoS-L at 3.3 reticles, 2024].
-MAX_INTERPOSER_MM2 = 3.3 * RETICLE_MM2
+#: Largest silicon interposer, mm^2 [D: TSMC CoWoS-L at 3.5 reticles in volume (B200, 2025),
+#: announced to grow to 5.5].
+MAX_INTERPOSER_MM2 = 3.5 * RETICLE_MM2
 #: Share of a die's perimeter memory PHYs may take [E: three of four edges, as GA102 and
 #: TU104 place their GDDR PHYs; A100 / H100 put six HBM sites on the two long edges (~58 % of
 #: the perimeter), leaving a short edge to NVLink / PCIe].
@@ -90,9 +91,10 @@ SUBSTRATE_USD_PER_MM2 = 0.01
 SUBSTRATE_AREA_PER_SILICON = 3.0
 ASSEMBLY_USD = 10.0
 #: Silicon interposer (2.5-D) wafer price, US$ [E: a 65-nm-class wafer with TSVs and a
-#: CoWoS-class premium], area = 1.2 x what sits on it, yield per interposer [E].
+#: CoWoS-class premium], area = 1.1 x what sits on it (spacing, seal ring), yield per
+#: interposer [E].
 INTERPOSER_WAFER_USD = 6000.0
-INTERPOSER_AREA_FACTOR = 1.2
+INTERPOSER_AREA_FACTOR = 1.1
 INTERPOSER_YIELD = 0.9
 
 
@@ -229,20 +231,24 @@ def _node_key(node_nm: int) -> int:
 
 
 # ------------------------------------------------------------------------------- assessment
-def _dies_for(logic_mm2: float, edge_need_mm: float, d2d_edge_mm: float,
-              at_least: int = 1) -> tuple[int, float]:
-    """The fewest dies (at least ``at_least``), each within the reticle, that hold
-    ``logic_mm2`` and offer ``edge_need_mm`` of I/O edge (``MEMORY_EDGE_FRACTION`` of their
-    perimeters, less the die-to-die links' edge on both sides of each joint), and each die's
-    area: a die whose logic is too small for its I/O grows to the square that gives the edge
-    (a pad-limited die). ``MAX_CHIPLETS + 1`` dies when none will do."""
-    for dies in range(max(at_least, math.ceil(logic_mm2 / RETICLE_MM2)), MAX_CHIPLETS + 1):
-        joints = 2 * (dies - 1) * d2d_edge_mm if dies > 1 else 0.0
-        side = (edge_need_mm + joints) / (MEMORY_EDGE_FRACTION * 4 * dies)
-        die = max(logic_mm2 / dies, side * side)
-        if die <= RETICLE_MM2:
-            return dies, die
-    return MAX_CHIPLETS + 1, logic_mm2 / (MAX_CHIPLETS + 1)
+def _dies_for(logic_mm2: float, edge_need_mm: float, d2d_edge_mm: float) -> tuple[int, float]:
+    """The number of dies (each within the reticle) that holds ``logic_mm2`` and offers
+    ``edge_need_mm`` of I/O edge on the least silicon, and each die's area. Split dies each
+    pay die-to-die PHYs of ``d2d_edge_mm`` (edge and mm^2) and lose that edge on both sides of
+    each joint; the I/O may use ``MEMORY_EDGE_FRACTION`` of the perimeters; a die whose logic
+    is too small for its I/O grows to the square that gives the edge (a pad-limited die).
+    ``MAX_CHIPLETS + 1`` dies when none will do. (Least silicon, so that more memory devices
+    or logic never shrink a design.)"""
+    best: tuple[float, int, float] | None = None
+    for dies in range(max(1, math.ceil(logic_mm2 / RETICLE_MM2)), MAX_CHIPLETS + 1):
+        d2d = d2d_edge_mm if dies > 1 else 0.0
+        side = (edge_need_mm + 2 * (dies - 1) * d2d) / (MEMORY_EDGE_FRACTION * 4 * dies)
+        die = max(logic_mm2 / dies + d2d, side * side)
+        if die <= RETICLE_MM2 and (best is None or dies * die < best[0] * (1 - 1e-12)):
+            best = (dies * die, dies, die)
+    if best is None:
+        return MAX_CHIPLETS + 1, logic_mm2 / (MAX_CHIPLETS + 1)
+    return best[1], best[2]
 
 
 def assess(fp: Floorplan) -> Physical:
@@ -279,14 +285,16 @@ def assess(fp: Floorplan) -> Physical:
         if 1 < dies <= MAX_CHIPLETS:   # split: each die pays die-to-die PHYs
             parts["io_other"] += dies * d2d_edge
             on_die += dies * d2d_edge
-            dies, die_mm2 = _dies_for(on_die, edge_need, d2d_edge, dies)
             d2d_j = D2D_PJ_PER_BIT * 8e-12 * (dies - 1) / dies
         if dies > MAX_CHIPLETS:
+            most = MAX_CHIPLETS * MEMORY_EDGE_FRACTION * 4 * math.sqrt(RETICLE_MM2) - (
+                2 * (MAX_CHIPLETS - 1) * d2d_edge)
             problems.append(
-                f"the logic needs {on_die:,.0f} mm^2 and its memory and host I/O "
-                f"{edge_need:.1f} mm of die edge: more than {MAX_CHIPLETS} dies within the "
-                f"{RETICLE_MM2:g} mm^2 reticle (each offering {MEMORY_EDGE_FRACTION:.0%} of its "
-                f"perimeter to I/O), but a package joins at most {MAX_CHIPLETS}")
+                f"the logic needs {on_die:,.0f} mm^2 of silicon and its memory and host I/O "
+                f"{edge_need:.1f} mm of die edge, but the most a package joins, {MAX_CHIPLETS} "
+                f"dies of the {RETICLE_MM2:g} mm^2 reticle, offer {RETICLE_MM2 * MAX_CHIPLETS:,.0f}"
+                f" mm^2 and {max(most, 0.0):.1f} mm of edge ({MEMORY_EDGE_FRACTION:.0%} of their "
+                "perimeters)")
         elif dies * die_mm2 > on_die * (1 + 1e-9):
             parts["pad_limited"] = dies * die_mm2 - on_die   # silicon grown for the I/O edge
         silicon_cost = dies * die_cost_usd(die_mm2, fp.node_nm)

@@ -97,9 +97,9 @@ class Wafer(Template):
               1, 4096, step=1),
         Param("mesh_height", int, "cores", 996, "cores along Y (WSE-2 fabric 996 [P/R])",
               1, 4096, step=1),
-        Param("sram_per_core_kb", float, "KB", 48.0, "SRAM per core (WSE-2 48 KB [P])",
+        Param("sram_per_core_kb", float, "KiB", 48.0, "SRAM per core (WSE-2 48 KiB [P])",
               1.0, 65536.0, log=True),
-        Param("reserved_sram_per_core_kb", float, "KB", 6.0,
+        Param("reserved_sram_per_core_kb", float, "KiB", 6.0,
               "SRAM per core taken by code, runtime and routing tables [E]", 0.0, 1024.0),
         Param("clock_hz", float, "Hz", 1.1e9, "core clock (WSE-2 up to 1.1 GHz [P])",
               1e8, 5e9, log=True),
@@ -498,10 +498,10 @@ class Wafer(Template):
             return exc.reason
         total = sum(need.values())
         if total > self._sram_bytes:
-            parts = ", ".join(f"{k} {v / 1024:.1f} KB" for k, v in need.items())
-            return (f"{workload.model} {workload.phase} needs {total / 1024:.1f} KB per core on "
+            parts = ", ".join(f"{k} {v / 1024:.1f} KiB" for k, v in need.items())
+            return (f"{workload.model} {workload.phase} needs {total / 1024:.1f} KiB per core on "
                     f"the {width} x {height} {_PHASE_REGION.get(workload.phase, 'prefill')} "
-                    f"region ({parts}) but a core has {self.hw.sram_per_core_kb:g} KB; "
+                    f"region ({parts}) but a core has {self.hw.sram_per_core_kb:g} KiB; "
                     f"use a larger region or more SRAM per core")
         peak = self.peak_power_w()
         if peak > self.hw.tdp_w:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelerators.base import Template
 from accelerators.registry import get_template, make_accelerator, template_names
+from dse.errors import BadInput
 from simulators.engine import simulate as _simulate
 from simulators.result import Result
 from workloads.build import build_workload
@@ -28,15 +29,20 @@ if TYPE_CHECKING:
 
 def workload(model: str, phase: str | None = None, batch: int | None = None,
              seq: int | None = None, context: int | None = None, dtype: str = "bf16",
-             arch: dict[str, Any] | None = None, hf_config: str | None = None) -> Workload:
+             arch: dict[str, Any] | None = None, hf_config: str | None = None,
+             kv_update: str | None = None) -> Workload:
     """Capture (or fetch from the cache) the workload of zoo ``model`` or of a Hugging Face
-    config file. ``w.summary()`` is what ``dse workload --json`` prints."""
+    config file. ``kv_update`` (``in_place`` | ``concat``) is how a decode step updates the KV
+    cache; by default what the model does (zoo: ``in_place``, as a serving engine; Hugging
+    Face: ``concat``, its default dynamic cache). ``w.summary()`` is what ``dse workload
+    --json`` prints."""
     if hf_config:
         from workloads.hf import workload_from_hf_config
         return workload_from_hf_config(hf_config, phase=phase, batch=batch, seq=seq,
-                                       context=context, dtype=dtype)
+                                       context=context, dtype=dtype,
+                                       kv_update=kv_update or "concat")
     return build_workload(model, phase=phase, batch=batch, seq=seq, context=context,
-                          dtype=dtype, arch=arch)
+                          dtype=dtype, arch=arch, kv_update=kv_update or "in_place")
 
 
 def accelerator(spec: str = "npu", hw: dict[str, Any] | None = None) -> Template:
@@ -48,7 +54,8 @@ def simulate(model: str | Workload, accelerator: str | Template | None = None,
              hw: dict[str, Any] | None = None, arch: dict[str, Any] | None = None,
              phase: str | None = None, batch: int | None = None, seq: int | None = None,
              context: int | None = None, dtype: str = "bf16",
-             hf_config: str | None = None, system: "str | System | None" = None,
+             hf_config: str | None = None, kv_update: str | None = None,
+             system: "str | System | None" = None,
              devices: int | None = None, parallel: "dict[str, Any] | Layout | None" = None,
              sys: dict[str, Any] | None = None) -> Result:
     """Simulate a model (zoo name or captured :class:`Workload`) on a design (default
@@ -63,7 +70,7 @@ def simulate(model: str | Workload, accelerator: str | Template | None = None,
     """
     w = model if isinstance(model, Workload) else workload(
         model, phase=phase, batch=batch, seq=seq, context=context, dtype=dtype, arch=arch,
-        hf_config=hf_config)
+        hf_config=hf_config, kv_update=kv_update)
     if system is None and parallel is None and devices is None and not sys:
         design = accelerator if isinstance(accelerator, Template) else make_accelerator(
             accelerator or "npu", hw)
@@ -192,12 +199,20 @@ def models() -> list[dict[str, Any]]:
 
 
 def accelerators() -> list[dict[str, Any]]:
-    """Templates with their presets and parameters (units, defaults, ranges)."""
+    """Templates with their presets and parameters (units, defaults, ranges); ``defaults``
+    holds the values a design gets with no preset or value given (the default preset's)."""
     out = []
     for name in template_names():
-        cls = get_template(name)
+        try:
+            cls = get_template(name)
+        except BadInput as exc:  # another package's template that does not load
+            out.append({"name": name, "error": str(exc)})
+            continue
+        defaults = {p.name: p.default for p in cls.PARAMS}
+        defaults.update(cls.PRESETS.get(cls.DEFAULT_PRESET) or {})
         out.append({"name": name, "description": cls.description,
                     "default_preset": cls.DEFAULT_PRESET,
                     "presets": {k: dict(v) for k, v in cls.PRESETS.items()},
+                    "defaults": defaults,  # what runs when no preset or value is given
                     "params": [p.to_dict() for p in cls.PARAMS]})
     return out

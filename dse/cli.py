@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from dse.errors import BadInput, DSEError
+from dse.errors import BadInput, DSEError, first_line
 from dse.report.cli import report_command
 from dse.study.cli import study_app
 
@@ -84,10 +84,22 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) ->
     out.print(t)
 
 
-def _workload_from_flags(model, phase, batch, seq, context, dtype, arch, hf_config):
+def _workload_from_flags(model, phase, batch, seq, context, dtype, arch, hf_config,
+                         kv_update=None):
     from dse import api
-    return api.workload(model, phase=phase, batch=batch, seq=seq, context=context, dtype=dtype,
-                        arch=parse_pairs(arch, "--arch"), hf_config=hf_config)
+    if not hf_config:
+        from workloads.build import check_sizes_apply
+        check_sizes_apply(model, phase, seq, context)
+    with _busy(f"capturing {hf_config or model} with torch.export"):
+        return api.workload(model, phase=phase, batch=batch, seq=seq, context=context,
+                            dtype=dtype, arch=parse_pairs(arch, "--arch"), hf_config=hf_config,
+                            kv_update=kv_update)
+
+
+def _busy(what: str):
+    """A spinner on stderr while a slow step runs, on a terminal only (so pipes and scripts
+    get nothing but the result or the one-line error)."""
+    return Console(stderr=True).status(f"{what}...")
 
 
 PhaseOpt = typer.Option(None, "--phase", help="prefill | decode | forward (default: the model's first).")
@@ -97,6 +109,8 @@ ContextOpt = typer.Option(None, "--context", help="KV-cache length in tokens (de
 DtypeOpt = typer.Option("bf16", "--dtype", help="fp32 | fp16 | bf16 | fp8 | int8.")
 ArchOpt = typer.Option(None, "--arch", help="Architecture override KEY=VALUE (repeatable).")
 HfOpt = typer.Option(None, "--hf-config", help="A Hugging Face config.json (needs transformers).")
+KvUpdateOpt = typer.Option(None, "--kv-update", help="in_place | concat: how decode updates the "
+                           "KV cache (default: as the model does; zoo in_place, HF concat).")
 
 
 @app.command()
@@ -104,11 +118,11 @@ def workload(model: str = typer.Argument(..., help="Zoo model name (see `dse mod
              phase: Optional[str] = PhaseOpt, batch: Optional[int] = BatchOpt,
              seq: Optional[int] = SeqOpt, context: Optional[int] = ContextOpt,
              dtype: str = DtypeOpt, arch: Optional[list[str]] = ArchOpt,
-             hf_config: Optional[Path] = HfOpt,
+             hf_config: Optional[Path] = HfOpt, kv_update: Optional[str] = KvUpdateOpt,
              as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Capture a model with torch.export and summarise its op graph."""
     w = _workload_from_flags(model, phase, batch, seq, context, dtype, arch,
-                             str(hf_config) if hf_config else None)
+                             str(hf_config) if hf_config else None, kv_update)
     s = w.summary()
     if as_json:
         _print_json(s)
@@ -136,22 +150,12 @@ def workload(model: str = typer.Argument(..., help="Zoo model name (see `dse mod
 def accelerators(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Accelerator templates, their presets and parameters (units, defaults, ranges)."""
     from dse import api
+    from dse.cli_format import accelerators_text
     rows = api.accelerators()
     if as_json:
         _print_json(rows)
         return
-    for a in rows:
-        out.print(f"[bold]{a['name']}[/] — {a['description']}")
-        out.print("  presets: " + (", ".join(a["presets"]) or "(none)")
-                  + (f" (default {a['default_preset']})" if a["default_preset"] else ""))
-        t = Table(show_header=True, box=None, padding=(0, 2))
-        for col in ("param", "unit", "default", "allowed", "description"):
-            t.add_column(col)
-        for p in a["params"]:
-            allowed = (", ".join(map(str, p["choices"])) if p["choices"]
-                       else f"[{p['low']:g}, {p['high']:g}]" if p["low"] is not None else "")
-            t.add_row(p["name"], p["unit"], str(p["default"]), allowed, p["description"])
-        out.print(t)
+    sys.stdout.write(accelerators_text(rows, out.width))
 
 
 # ----------------------------------------------------------------------------- simulate
@@ -164,7 +168,7 @@ def simulate(model: str = typer.Argument(..., help="Zoo model name."),
              phase: Optional[str] = PhaseOpt, batch: Optional[int] = BatchOpt,
              seq: Optional[int] = SeqOpt, context: Optional[int] = ContextOpt,
              dtype: str = DtypeOpt, arch: Optional[list[str]] = ArchOpt,
-             hf_config: Optional[Path] = HfOpt,
+             hf_config: Optional[Path] = HfOpt, kv_update: Optional[str] = KvUpdateOpt,
              as_json: bool = typer.Option(False, "--json", help="Print the Result as JSON."),
              trace: Optional[Path] = typer.Option(None, "--trace", help="Write a Chrome trace (Perfetto)."),
              report: Optional[Path] = typer.Option(None, "--report", help="Write a one-design HTML report."),
@@ -181,42 +185,70 @@ def simulate(model: str = typer.Argument(..., help="Zoo model name."),
     """Simulate one design (or a system of devices) on one model: latency, energy, area,
     power, timeline."""
     from dse import api
+    from dse.files import atomic_write_text, output_errors
     w = _workload_from_flags(model, phase, batch, seq, context, dtype, arch,
-                             str(hf_config) if hf_config else None)
+                             str(hf_config) if hf_config else None, kv_update)
     parallel = {"tp": tp, "pp": pp, "ep": ep, "dp": dp, "sequence_parallel": sp,
                 "microbatches": microbatches, "ep_imbalance": ep_imbalance}
-    many = system or sys_pairs or devices or tp * pp * ep * dp > 1 or sp
-    if many:
-        r = api.simulate(w, accelerator=accelerator, hw=parse_pairs(hw, "--hw") or None,
-                         system=system, devices=devices, parallel=parallel,
-                         sys=parse_pairs(sys_pairs, "--sys"))
+    design = None
+    if system or sys_pairs or devices or tp * pp * ep * dp > 1 or sp:
+        with _busy(f"simulating {len(w)} ops on {system or 'a system'}"):
+            r = api.simulate(w, accelerator=accelerator, hw=parse_pairs(hw, "--hw") or None,
+                             system=system, devices=devices, parallel=parallel,
+                             sys=parse_pairs(sys_pairs, "--sys"))
     else:
-        r = api.simulate(w, api.accelerator(accelerator or "npu", parse_pairs(hw, "--hw")))
+        design = api.accelerator(accelerator or "npu", parse_pairs(hw, "--hw"))
+        with _busy(f"simulating {len(w)} ops on {accelerator or 'npu'}"):
+            r = api.simulate(w, design)
     if trace:
-        trace.write_text(json.dumps(r.to_chrome_trace()))
+        with output_errors("--trace", trace):
+            atomic_write_text(trace, json.dumps(r.to_chrome_trace()))
     if report:
         from dse.report import write_design_report
-        write_design_report(r, report)
+        with output_errors("--report", report):
+            write_design_report(r, report)
     if as_json:
         _print_json(r.to_dict())
         return
-    _print_result(r)
+    _print_result(r, w, design)
     if trace:
         out.print(f"trace: {trace}")
     if report:
         out.print(f"report: {report}")
 
 
-def _print_result(r) -> None:
+def _print_ran(w, design) -> None:
+    """What ran: the workload (sizes, architecture) and the design (every parameter)."""
+    from dse.cli_format import items_text, wrapped
+    sizes = {"batch": w.batch, "seq": w.seq, "context": w.context}
+    text = (f"workload: {w.dtype}, " + items_text({k: v for k, v in sizes.items() if v})
+            + f", {len(w)} ops" + (f"; arch {items_text(w.arch)}" if w.arch else ""))
+    units = {p.name: p.unit for p in design.PARAMS}
+    for line in (text, f"design: {items_text(dict(design.hw), units)}"):
+        out.print(wrapped(line, out.width), markup=False, highlight=False)
+
+
+def _print_result(r, w=None, design=None) -> None:
     if hasattr(r, "per_device"):
         _print_system_result(r)
         return
     out.print(f"[bold]{r.model}[/] {r.phase} on [bold]{r.accelerator['template']}"
               f"{':' + r.accelerator['preset'] if r.accelerator.get('preset') else ''}[/]")
+    if w is not None:
+        _print_ran(w, design)
     out.print(f"latency {_si(r.latency_s, 's')}   energy {_si(r.energy_j, 'J')}   "
               f"area {r.area_mm2:,.1f} mm²   avg power {_si(r.avg_power_w, 'W')}   "
               f"throughput {r.throughput:,.4g} {r.throughput_unit}")
+    if r.accelerator.get("latency_is"):
+        out.print(f"latency is {r.accelerator['latency_is']}")
     out.print("energy: " + "  ".join(f"{k} {_si(v, 'J')}" for k, v in r.energy_breakdown_j.items() if v))
+    if r.memory:
+        m = r.memory
+        out.print(f"memory: {m['devices']} x {m['standard']}, {_si(m['capacity_bytes'], 'B')}, "
+                  f"{_si(m['bandwidth_Bps'], 'B/s')}   cost ${r.cost_usd:,.0f} per chip   "
+                  f"TDP {_si(r.tdp_w, 'W')}")
+    out.print("area: " + "  ".join(f"{k} {v:,.1f} mm²" for k, v in r.area_breakdown_mm2.items()
+                                   if v))
     out.print("utilisation: " + "  ".join(f"{k} {100 * v:.1f}%" for k, v in r.utilisation.items()))
     t = Table(title="top ops by time")
     for col in ("op", "kind", "unit", "time", "bound", "FLOPs", "bytes"):
@@ -323,11 +355,14 @@ def collective(kind: str = typer.Argument(..., help="all_reduce | all_gather | r
 
 # ----------------------------------------------------------------------------- reproduce
 @app.command()
-def reproduce(name: str = typer.Argument(..., help="pim-gpt | neupims | ngpc | waferllm"),
-              as_json: bool = typer.Option(False, "--json", help='Print {"rows": [...]}.')) -> None:
+def reproduce(name: str = typer.Argument(..., help="pim-gpt | neupims | ngpc | waferllm | gna | nasaic"),
+              as_json: bool = typer.Option(False, "--json", help='Print {"rows": [...]}.'),
+              gpu_hw: Optional[list[str]] = typer.Option(
+                  None, "--gpu-hw", help="GPU baseline KEY=VALUE (pim-gpt), e.g. runtime=eager "
+                  "host_profile=FILE (repeatable).")) -> None:
     """Reproduce a seed paper's headline numbers: metric, paper, ours, ratio."""
     from dse.reproduce import run_reproduction
-    rows = run_reproduction(name)
+    rows = run_reproduction(name, parse_pairs(gpu_hw, "--gpu-hw"))
     if as_json:
         _print_json({"rows": [r.to_dict() for r in rows]})
         return
@@ -370,8 +405,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(0)
     except click_exc.ClickException as exc:
         _fail(exc.format_message().replace("\n", " "))
-    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
-        _fail(f"{exc.filename}: {exc.strerror}")
+    except OSError as exc:  # the machine refused (a full disk, no permission, a missing path)
+        _fail(f"{exc.filename}: {exc.strerror}" if exc.filename else first_line(exc))
 
 
 def _fail(message: str) -> None:

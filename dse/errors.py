@@ -1,5 +1,7 @@
 """Typed exceptions. The CLI turns every :class:`DSEError` into one line on stderr and exit 2."""
 
+import re
+
 #: Longest value shown in an error message, characters (longer values are cut with "...").
 MAX_VALUE_CHARS = 80
 
@@ -14,6 +16,22 @@ def shorten(value: object, limit: int = MAX_VALUE_CHARS) -> str:
     """``repr(value)`` on one line, cut to ``limit`` characters."""
     text = one_line(repr(value))
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def first_line(exc: BaseException, limit: int = 160) -> str:
+    """The first non-empty line of an exception's message (of the driver's error it wraps, for
+    SQLAlchemy's), on one line and cut to ``limit`` characters: for messages about errors of
+    code we call."""
+    orig = getattr(exc, "orig", None) or exc
+    lines = [ln.strip() for ln in str(orig).splitlines() if ln.strip()]
+    return one_line(lines[0] if lines else type(orig).__name__)[:limit]
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password masked (``postgresql://u:***@host/db``, ``?password=***``),
+    fit to print or store."""
+    text = re.sub(r"(://[^:/@]*):[^/]*@", r"\1:***@", str(url))
+    return re.sub(r"(?i)([?&]password=)[^&]*", r"\1***", text)
 
 
 class DSEError(ValueError):

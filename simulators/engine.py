@@ -17,6 +17,7 @@ from accelerators.base import ENERGY_COMPONENTS, OpCost, Template
 from dse.errors import InfeasibleDesign
 from simulators.channel import FluidChannel
 from simulators.result import OpRecord, Result
+from workloads.gna import dense_equivalent
 from workloads.ir import Op, Workload
 
 
@@ -42,7 +43,8 @@ def simulate(workload: Workload, accelerator: Template,
         reason = accelerator.check(workload)
         if reason:
             raise InfeasibleDesign(reason)
-        workload = accelerator.plan(workload)
+        workload = accelerator.plan(workload if accelerator.SPARSE_ATTENTION
+                                    else dense_equivalent(workload))
         costs = accelerator.costs(workload)
     ops = workload.ops
     costs = list(costs)
@@ -104,7 +106,8 @@ def op_process(env: simpy.Environment, op: Op, cost: OpCost, preds: list,
     records[i] = OpRecord(
         name=op.name, kind=op.kind, unit=prefix + cost.unit, start_s=start, end_s=env.now,
         cycles=(env.now - start) * cost.clock_hz, compute_cycles=cost.compute_cycles,
-        flops=op.flops, bytes=op.total_bytes, energy_j=cost.total_energy_j, bound=cost.bound)
+        flops=op.flops, bytes=op.total_bytes, energy_j=cost.total_energy_j, bound=cost.bound,
+        details=dict(cost.details))
     done.succeed()
 
 
@@ -133,13 +136,14 @@ def _result(workload: Workload, accelerator: Template, costs: Sequence[OpCost],
 
 
 def physical_fields(accelerator: Template) -> dict[str, Any]:
-    """A design's ``area_breakdown_mm2``, ``cost_usd``, ``tdp_w`` and ``memory`` for a result
+    """A design's ``area_breakdown_mm2``, ``cost_usd`` (and its breakdown), ``tdp_w`` and
+    ``memory`` for a result
     (NaN cost and TDP for a template that does not model its silicon)."""
     phys = accelerator.physical()
     if phys is None:
         return {"area_breakdown_mm2": {"total": accelerator.area_mm2()}}
     return {"area_breakdown_mm2": dict(phys.area_breakdown_mm2), "cost_usd": phys.cost_usd,
-            "tdp_w": phys.tdp_w, "memory": phys.memory.to_dict() if phys.memory else None}
+            "cost_breakdown_usd": dict(phys.cost_breakdown_usd), "tdp_w": phys.tdp_w, "memory": phys.memory.to_dict() if phys.memory else None}
 
 
 def _event_count(env: simpy.Environment) -> int:

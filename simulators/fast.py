@@ -24,6 +24,7 @@ import numpy as np
 from accelerators.base import Template
 from dse.errors import DSEError
 from simulators.engine import throughput_of
+from workloads.gna import dense_equivalent
 from workloads.ir import Op, Workload
 
 
@@ -187,7 +188,8 @@ def evaluate_many(workload: Workload, designs: Sequence[Template],
             reason = design.check(workload)
             if reason:
                 raise DSEError(reason)
-            planned = design.plan(workload)
+            planned = design.plan(workload if design.SPARSE_ATTENTION
+                                  else dense_equivalent(workload))
             dedupe = not costs_whole_workload(type(design))
             key = (id(planned), dedupe)
             if key not in structures:

@@ -12,7 +12,8 @@ SIMULATOR_VERSION = "0.1.0"
 
 @dataclass(frozen=True, slots=True)
 class OpRecord:
-    """One op as simulated: when it ran (s), where, and what it cost."""
+    """One op as simulated: when it ran (s), where, and what it cost; ``details``: the
+    template's op-specific figures (tiles of a sparse attention op), empty for most ops."""
 
     name: str
     kind: str
@@ -25,6 +26,7 @@ class OpRecord:
     bytes: int
     energy_j: float
     bound: str
+    details: dict[str, Any] = field(default_factory=dict)
 
     @property
     def duration_s(self) -> float:
@@ -33,7 +35,8 @@ class OpRecord:
 
 @dataclass
 class Result:
-    """Latency (s), energy (J) by component, area (mm^2) and its breakdown, cost per chip (US$),
+    """Latency (s), energy (J) by component, area (mm^2) and its breakdown, cost per chip (US$)
+    and its breakdown,
     TDP (W), off-chip memory (standard, devices, capacity B, bandwidth B/s), average power (W),
     utilisation per unit (0-1), and per-op records. ``throughput`` is items/s where the item is a token for LLM phases and a
     sample otherwise (``throughput_unit`` says which)."""
@@ -53,6 +56,7 @@ class Result:
     events: int = 0
     area_breakdown_mm2: dict[str, float] = field(default_factory=dict)
     cost_usd: float = float("nan")
+    cost_breakdown_usd: dict[str, float] = field(default_factory=dict)
     tdp_w: float = float("nan")
     memory: dict[str, Any] | None = None
     fidelity: str = "event"
@@ -85,13 +89,15 @@ class Result:
              "latency_s": self.latency_s, "energy_j": self.energy_j,
              "energy_breakdown_j": self.energy_breakdown_j, "area_mm2": self.area_mm2,
              "area_breakdown_mm2": self.area_breakdown_mm2, "cost_usd": self.cost_usd,
+             "cost_breakdown_usd": self.cost_breakdown_usd,
              "tdp_w": self.tdp_w, "memory": self.memory,
              "avg_power_w": self.avg_power_w, "edp": self.edp,
              "throughput": self.throughput, "throughput_unit": self.throughput_unit,
              "utilisation": self.utilisation, "events": self.events, "fidelity": self.fidelity,
              "simulator_version": self.simulator_version}
         if ops:
-            d["ops"] = [asdict(r) for r in self.ops]
+            d["ops"] = [{k: v for k, v in asdict(r).items() if k != "details" or v}
+                        for r in self.ops]
         return d
 
     def to_chrome_trace(self) -> dict[str, Any]:

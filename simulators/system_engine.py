@@ -36,6 +36,7 @@ from dse.errors import InfeasibleDesign
 from simulators.channel import FluidChannel
 from simulators.engine import _event_count, op_process, throughput_of
 from simulators.result import OpRecord, Result
+from workloads.gna import dense_equivalent
 from workloads.ir import Workload
 from workloads.parallel import COLLECTIVE, Layout, ParallelWorkload, parallelize
 
@@ -152,23 +153,27 @@ def simulate_system(workload: Workload | ParallelWorkload, system: System,
         raise InfeasibleDesign(problem)
     reps = sorted(set(pw.representative)) if symmetric else list(range(pw.devices))
     rep_of = pw.representative if symmetric else list(range(pw.devices))
-    # each simulated device: its design checks and costs its compute ops
-    prepared: dict[int, tuple[list[OpCost | None], Any]] = {}
-    checked: dict[tuple[int, int], None] = {}
+    # each simulated device: its design checks its part, plans it (the GPU's stream order
+    # and host ops, collectives included) and costs every op that is not a collective
+    prepared: dict[int, tuple[Workload, list[OpCost | None]]] = {}
+    done_for: dict[tuple[int, int], tuple[Workload, list[OpCost | None]]] = {}
     for r in reps:
         w, design = pw.graphs[r], system.device(r)
-        compute = _compute_only(w)
         key = (id(w), id(design))
-        if key not in checked:
-            reason = design.check(compute)
+        if key not in done_for:
+            reason = design.check(_compute_only(w))
             if reason:
                 raise InfeasibleDesign(f"device {r}: {reason}" if pw.devices > 1 else reason)
-            if design.plan(compute) is not compute:
-                raise InfeasibleDesign(f"{design.name} restructures the graph it runs (plan); "
-                                       "it cannot be a device of a system yet")
-            checked[key] = None
-        by_name = dict(zip((op.name for op in compute.ops), design.costs(compute)))
-        prepared[r] = ([by_name.get(op.name) for op in w.ops], design)
+            planned = design.plan(w if design.SPARSE_ATTENTION else dense_equivalent(w))
+            names = {op.name for op in planned.ops}
+            if any(op.name not in names for op in w.ops if op.kind == COLLECTIVE):
+                raise InfeasibleDesign(f"{design.name} restructures the graph it runs (plan) "
+                                       "and drops its collectives: it cannot be a device of "
+                                       "a system yet")
+            compute = _compute_only(planned)
+            by_name = dict(zip((op.name for op in compute.ops), design.costs(compute)))
+            done_for[key] = (planned, [by_name.get(op.name) for op in planned.ops])
+        prepared[r] = done_for[key]
 
     env = simpy.Environment()
     links = system.topology.links
@@ -181,9 +186,9 @@ def simulate_system(workload: Workload | ParallelWorkload, system: System,
         res = system.device(r).resources()
         device_units[r] = {u: simpy.Resource(env, capacity=int(c)) for u, c in res.units.items()}
         device_channels[r] = {c: FluidChannel(env, bw) for c, bw in res.channels.items()}
-        for op in pw.graphs[r].ops:
+        for op in prepared[r][0].ops:
             done[(r, op.name)] = env.event()
-        records[r] = [None] * len(pw.graphs[r].ops)
+        records[r] = [None] * len(prepared[r][0].ops)
     simulated = set(reps)
     costs_cache: dict[tuple, Any] = {}
     instances: dict[tuple, simpy.Event] = {}
@@ -246,9 +251,8 @@ def simulate_system(workload: Workload | ParallelWorkload, system: System,
             sim = (op.name, lay.group(op, r)) if symmetric and r != d else own
             mirrors.setdefault(sim, set()).add(own)
     for r in reps:
-        w = pw.graphs[r]
+        w, costs = prepared[r]
         graph = w.graph
-        costs, _ = prepared[r]
         prefix = f"d{r}/"
         for i, (op, cost) in enumerate(zip(w.ops, costs)):
             if op.kind == COLLECTIVE:
@@ -260,7 +264,7 @@ def simulate_system(workload: Workload | ParallelWorkload, system: System,
                     waits, seen = [], set()
                     for m in group:          # a mirrored member waits as its representative
                         src = rep_of[m]
-                        for p in pw.graphs[src].graph.predecessors(op.name):
+                        for p in prepared[src][0].graph.predecessors(op.name):
                             ev = done[(src, p)]
                             if id(ev) not in seen:
                                 seen.add(id(ev))
@@ -301,7 +305,7 @@ def _system_result(pw, system, prepared, records, rep_of, reps, env, link_channe
     energy = {c: 0.0 for c in ENERGY_COMPONENTS}
     per_rep: dict[int, dict[str, float]] = {}
     for r in reps:
-        costs, _ = prepared[r]
+        _, costs = prepared[r]
         e = 0.0
         for cost in costs:
             if cost is None:

@@ -188,7 +188,7 @@ def test_hugging_face_configs_match_flop_counter(config):
 
 def _small_arch(spec):
     """Fewer layers for the deep models keeps the test fast; the per-layer ops are the same."""
-    return {k: 2 for k in ("n_layer",) if k in spec.arch}
+    return {k: 2 for k in ("n_layer", "double_blocks", "single_blocks") if k in spec.arch}
 
 
 @pytest.mark.parametrize("name", __import__("workloads.zoo", fromlist=["model_names"]).model_names())

@@ -208,7 +208,8 @@ def test_validate_prints_the_space(tmp_path, capsys):
 
 
 STUDIES = [Path(__file__).resolve().parent.parent / "studies" / f"{n}.yaml"
-           for n in ("npu_resnet50", "gpu_vs_npu_llama2", "codesign_gpt2_npu", "nasaic_multitask")]
+           for n in ("npu_resnet50", "gpu_vs_npu_llama2", "codesign_gpt2_npu", "nasaic_multitask",
+                     "nasaic_published")]
 
 
 @pytest.mark.parametrize("path", STUDIES, ids=[p.stem for p in STUDIES])

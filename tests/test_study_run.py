@@ -87,7 +87,12 @@ def test_a_run_writes_every_trial_and_the_feasible_pareto_front(tmp_path):
     assert set(t.user_attrs) >= {"metrics", "design", "simulator_version"}
     assert t.user_attrs["design"]["designs"]["npu"]["hw"]["node_nm"] == 28  # preset value
     assert t.user_attrs["metrics"]["latency_s"] == t.values[0]
-    assert set(t.constraints) == {"area_mm2<=6"}
+    # constraints as Optuna's list (what best_trials and optuna-dashboard read), named in order
+    # by the study's user attr
+    assert isinstance(t.system_attrs["constraints"], list) and set(t.constraints) == {"0"}
+    stored_study = optuna.load_study(study_name="t_run",
+                                     storage=f"sqlite:///{r.out_dir}/study.db")
+    assert stored_study.user_attrs["constraints"] == ["area_mm2<=6"]
 
 
 def test_rerunning_resumes_and_counts_finished_trials(tmp_path):

@@ -9,7 +9,8 @@ from dse.study.driver import run_study
 from dse.study.loader import load_study
 
 STUDIES = Path(__file__).resolve().parent.parent / "studies"
-MINE = ["npu_resnet50", "gpu_vs_npu_llama2", "codesign_gpt2_npu", "nasaic_multitask"]
+MINE = ["npu_resnet50", "gpu_vs_npu_llama2", "codesign_gpt2_npu", "nasaic_multitask",
+        "nasaic_published"]
 
 
 @pytest.mark.slow

@@ -147,8 +147,8 @@ def test_capacity_infeasible_with_reason():
     w = build_workload("linear", arch={"m": 1, "k": 8192, "n": 4096}, dtype="fp16")
     t = make_accelerator("wafer:wse-1k")
     reason = t.check(w)
-    assert reason and "KB per core" in reason and "weights" in reason and "48 KB" in reason
-    with pytest.raises(InfeasibleDesign, match="KB per core"):
+    assert reason and "KiB per core" in reason and "weights" in reason and "48 KiB" in reason
+    with pytest.raises(InfeasibleDesign, match="KiB per core"):
         simulate(w, t)
     # the same weights fit with 128 KB per core
     assert make_accelerator("wafer:wse-1k", {"sram_per_core_kb": 128}).check(w) is None

@@ -55,6 +55,15 @@ SMALL = {
     "linear": {"m": 8, "k": 16, "n": 4},
     "conv2d": {"c": 4, "h": 8, "w": 8, "k": 8, "groups": 2},
     "sdpa": {"b": 1, "h": 4, "sq": 8, "skv": 8, "d": 16, "kv_heads": 2},
+    "gna": {"grid": "12x10", "window": "5x4", "stride": "2x2", "heads": 2, "head_dim": 8,
+            "layout": "tiled", "tile": "4x2"},
+    **{n: {"d_model": 32, "heads": 4, "double_blocks": 1, "single_blocks": 1, "txt_tokens": 4,
+           "txt_dim": 16, "vec_dim": 8, "in_features": 8, "attention": "gna",
+           "refiner_blocks": 1, **grid}
+       for n, grid in (("flux-dit", {"grid": "8x8", "window": "4x4", "stride": "2x2",
+                                      "tile": "4x2"}),
+                       ("hunyuan-dit", {"grid": "4x4x6", "window": "2x2x3", "stride": "1",
+                                        "tile": "2x2x2"}))},
 }
 
 

@@ -1,17 +1,20 @@
 """Build a zoo model's workload for a phase and sizes, with a two-level cache.
 
 The cache key is (model, architecture, phase, batch, seq, context, dtype, package and torch
-versions). Level 1 is an in-process LRU; level 2 a pickle per key under ``$DSE_CACHE_DIR``
-(default ``~/.cache/accel-dse/workloads``), shared by worker processes and CLI runs; files are
-written atomically (temp file + rename) and a corrupt file is rebuilt.
+versions). Level 1 is an in-process LRU; level 2 a gzipped JSON file per key under
+``$DSE_CACHE_DIR`` (default ``~/.cache/accel-dse/workloads``; :mod:`workloads.ir_json`),
+shared by worker processes and CLI runs. Reading a file cannot run code (no pickle); a cache
+directory that another user could write is refused (:class:`BadInput`), files are written
+atomically (temp file + rename) and a corrupt, foreign or oversized file is rebuilt.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
-import pickle
+import stat
 import tempfile
 import warnings
 from collections import OrderedDict
@@ -21,9 +24,10 @@ from typing import Any
 import torch
 
 import dse
-from dse.errors import BadInput
-from workloads import ir
+from dse.errors import BadInput, CaptureError, DSEError, first_line
+from workloads import ir, ir_json
 from workloads.capture import capture
+from workloads.kv_update import check_kv_update, with_kv_update
 from workloads.zoo import get_model
 
 #: Default sizes when the caller gives none.
@@ -31,25 +35,58 @@ DEFAULT_SEQ = {"llm": 512, "encoder": 128}
 DEFAULT_CONTEXT = 1024
 DEFAULT_BATCH = {"neural_field": 65536}
 
+#: Largest batch, sequence length or context, items [E: 2**31, as the study file allows;
+#: larger sizes overflow torch's int64 element counts once multiplied by a model's widths].
+MAX_SIZE = 2**31
+#: Largest cache file read, bytes once decompressed [E: a 70 B-parameter prefill graph is a
+#: few MB of JSON].
+MAX_CACHE_FILE_BYTES = 256 * 2**20
+
 _MEMORY: "OrderedDict[str, ir.Workload]" = OrderedDict()
 _MEMORY_SIZE = 64
+_CHECKED_DIRS: set[Path] = set()
 
 
 def cache_dir() -> Path:
     return Path(os.environ.get("DSE_CACHE_DIR") or Path.home() / ".cache" / "accel-dse") / "workloads"
 
 
-def _positive(field: str, value: Any) -> int:
-    """``value`` as a positive int (ints, integral floats and digit strings are accepted)."""
+def check_cache_dir() -> Path:
+    """The cache directory, refused (:class:`BadInput`) when a user other than this one could
+    write it or the ``$DSE_CACHE_DIR`` above it: a file planted there would be read as a
+    captured model."""
+    d = cache_dir()
+    if d in _CHECKED_DIRS:
+        return d
+    for path in (d.parent, d):
+        try:
+            st = path.stat()
+        except OSError:  # not there yet: created private (0700) when the first file is stored
+            continue
+        if st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise BadInput("DSE_CACHE_DIR", str(path), "expected a cache directory only you can "
+                           "write (chmod go-w it, or point DSE_CACHE_DIR elsewhere)")
+    _CHECKED_DIRS.add(d)
+    return d
+
+
+def check_size(field: str, value: Any) -> int:
+    """``value`` as an int in [1, :data:`MAX_SIZE`] (ints, integral floats and digit strings
+    are accepted)."""
+    allowed = f"expected a positive int up to {MAX_SIZE:,}"
     try:
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
             raise ValueError
-        f = float(value)
-        if not f.is_integer() or f <= 0:
-            raise ValueError
-    except ValueError:
-        raise BadInput(field, value, "expected a positive int") from None
-    return int(f)
+        n = int(value) if isinstance(value, int) else float(value)
+        if isinstance(n, float):
+            if not n.is_integer():
+                raise ValueError
+            n = int(n)
+    except (ValueError, OverflowError):
+        raise BadInput(field, value, allowed) from None
+    if not 1 <= n <= MAX_SIZE:
+        raise BadInput(field, value, allowed)
+    return n
 
 
 def resolve(model: str, phase: str | None = None, batch: int | None = None,
@@ -63,18 +100,38 @@ def resolve(model: str, phase: str | None = None, batch: int | None = None,
         raise BadInput("phase", phase, f"{model} runs phases " + ", ".join(spec.phases))
     if dtype not in ir.DTYPE_BYTES:
         raise BadInput("dtype", dtype, "expected one of " + ", ".join(ir.DTYPE_BYTES))
-    batch = _positive("batch", batch if batch is not None else DEFAULT_BATCH.get(spec.family, 1))
-    seq = _positive("seq", seq if seq is not None else DEFAULT_SEQ.get(spec.family, 1))
+    batch = check_size("batch", batch if batch is not None else DEFAULT_BATCH.get(spec.family, 1))
+    seq = check_size("seq", seq if seq is not None else DEFAULT_SEQ.get(spec.family, 1))
     arch_values = spec.resolve_arch(arch)
     if context is None:  # the default fits models with learned positions (max_seq)
         context = min(DEFAULT_CONTEXT, int(arch_values.get("max_seq", DEFAULT_CONTEXT + 1)) - 1)
-    context = _positive("context", context)
+    context = check_size("context", context)
     if phase != "prefill" and spec.family == "llm":
         seq = 1
     if phase != "decode":
         context = 0
     return {"model": model, "phase": phase, "batch": batch, "seq": seq, "context": context,
             "dtype": dtype, "arch": arch_values}
+
+
+def check_sizes_apply(model: str, phase: str | None, seq: Any, context: Any) -> None:
+    """Refuse a size the phase would ignore (:func:`resolve` ignores it): ``seq`` in decode
+    (one token per step) or outside LLMs and encoders, ``context`` outside decode. The CLI and
+    study files call this, so what a user types is never silently dropped."""
+    spec = get_model(model)
+    family, phase = spec.family, phase or spec.phases[0]
+    if phase not in spec.phases:
+        return  # resolve() names the phases
+    if seq is not None:
+        if family == "llm" and phase == "decode" and seq != 1:
+            raise BadInput("seq", seq, "expected no seq in decode, which makes one token per "
+                           "step (the KV-cache length is context)")
+        if family not in ("llm", "encoder"):
+            raise BadInput("seq", seq, f"expected no seq: {model} ({family}) has no sequence "
+                           "length")
+    if context is not None and phase != "decode":
+        raise BadInput("context", context, f"expected no context in {phase}: context is the "
+                       "KV-cache length of an LLM decode step (the prompt length is seq)")
 
 
 def _key(args: dict[str, Any]) -> str:
@@ -85,29 +142,39 @@ def _key(args: dict[str, Any]) -> str:
 
 def build_workload(model: str, phase: str | None = None, batch: int | None = None,
                    seq: int | None = None, context: int | None = None, dtype: str = "bf16",
-                   arch: dict[str, Any] | None = None, use_cache: bool = True) -> ir.Workload:
-    """The workload of zoo ``model`` (captured once per distinct arguments)."""
+                   arch: dict[str, Any] | None = None, use_cache: bool = True,
+                   kv_update: str = "in_place") -> ir.Workload:
+    """The workload of zoo ``model`` (captured once per distinct arguments; the KV-cache update
+    semantics are applied to the cached capture, :mod:`workloads.kv_update`)."""
+    check_kv_update(kv_update)
     args = resolve(model, phase, batch, seq, context, dtype, arch)
     key = _key(args)
     if use_cache:
         hit = _MEMORY.get(key) or _load(key)
         if hit is not None:
             _remember(key, hit)
-            return hit
+            return with_kv_update(hit, kv_update)
     w = _capture_zoo(args)
     if use_cache:
         _remember(key, w)
         _store(key, w)
-    return w
+    return with_kv_update(w, kv_update)
 
 
 def _capture_zoo(args: dict[str, Any]) -> ir.Workload:
     spec = get_model(args["model"])
     arch = args["arch"]
-    with torch.device("meta"):
-        module = spec.build(arch)
-        ex_args, ex_kwargs = spec.inputs(arch, args["phase"], args["batch"], args["seq"],
-                                         args["context"])
+    try:
+        with torch.device("meta"):
+            module = spec.build(arch)
+            ex_args, ex_kwargs = spec.inputs(arch, args["phase"], args["batch"], args["seq"],
+                                             args["context"])
+    except DSEError:
+        raise
+    except Exception as exc:  # torch or the model refuses these sizes (overflow, bad shapes)
+        raise CaptureError(f"{args['model']} cannot be built at these sizes (batch "
+                           f"{args['batch']}, {args['phase']}): {type(exc).__name__}: "
+                           f"{first_line(exc)}") from None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return capture(module, ex_args, ex_kwargs, model=args["model"], phase=args["phase"],
@@ -124,29 +191,36 @@ def _remember(key: str, w: ir.Workload) -> None:
 
 
 def _load(key: str) -> ir.Workload | None:
-    path = cache_dir() / f"{key}.pkl"
+    path = check_cache_dir() / f"{key}.json.gz"
     try:
-        with open(path, "rb") as f:
-            w = pickle.load(f)
-        return w if isinstance(w, ir.Workload) else None
+        with gzip.open(path, "rb") as f:
+            blob = f.read(MAX_CACHE_FILE_BYTES + 1)
+        if len(blob) > MAX_CACHE_FILE_BYTES:
+            return None
+        return ir_json.loads(blob, key)
     except FileNotFoundError:
         return None
-    except Exception:  # a corrupt or stale cache file is rebuilt
+    except (OSError, EOFError, ValueError, RecursionError):  # corrupt: rebuilt
         return None
 
 
 def _store(key: str, w: ir.Workload) -> None:
-    d = cache_dir()
+    d = check_cache_dir()
+    tmp = None
     try:
-        d.mkdir(parents=True, exist_ok=True)
-        w.__dict__.pop("ops", None)  # cached_property: rebuilt on load
-        w.__dict__.pop("flops", None)
+        blob = ir_json.dumps(w, key)
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump(w, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, d / f"{key}.pkl")
-    except OSError:
-        pass  # a read-only home still works, just without the disk cache
+        with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb",
+                                                      compresslevel=6, mtime=0) as f:
+            f.write(blob)
+        os.replace(tmp, d / f"{key}.json.gz")
+        tmp = None
+    except (OSError, TypeError, ValueError):
+        pass  # a read-only home, or a value JSON cannot hold: works without the disk cache
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def clear_memory_cache() -> None:

@@ -7,9 +7,10 @@ route their input through; everything unclassified becomes an ``unknown`` op.
 
 Bytes are counted in the requested ``dtype`` for floating-point tensors (the module may be built
 in fp32 on the meta device: nothing is allocated) and in their own dtype for integer tensors.
-Tensors reached from the user input named ``kv_cache`` are KV cache: a ``cat`` onto them is an
-in-place cache append (only the new entries are written), and attention reading them reads KV
-cache bytes.
+Tensors reached from the user input named ``kv_cache`` are KV cache: a ``cat`` onto them is a
+cache append (``attrs["kv_append"]``), costed as ``kv_update`` says (:mod:`workloads.kv_update`:
+``in_place`` writes only the new entries, ``concat`` reads and writes the whole cache), and
+attention reading them reads KV cache bytes. View ops are counted (``Workload.free_ops``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 
 from dse.errors import BadInput, CaptureError
 from workloads import ir
+from workloads.kv_update import check_kv_update, with_kv_update
 from workloads.op_kinds import FLOPS_PER_ELEMENT, classify
 
 KV_INPUT_NAME = "kv_cache"
@@ -47,7 +49,8 @@ def export_module(module: torch.nn.Module, args: tuple, kwargs: dict | None = No
     """``torch.export`` the module in eval mode; :class:`CaptureError` on rejection."""
     module.eval()
     try:
-        return torch.export.export(module, tuple(args), kwargs or {}, strict=False)
+        with torch.no_grad():  # inference graphs (flex_attention refuses to trace autograd on CPU)
+            return torch.export.export(module, tuple(args), kwargs or {}, strict=False)
     except Exception as exc:  # torch raises many types; the user gets one line
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise CaptureError(f"torch.export rejected the module: {type(exc).__name__}: {first}") from None
@@ -56,7 +59,7 @@ def export_module(module: torch.nn.Module, args: tuple, kwargs: dict | None = No
 def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
             model: str | None = None, phase: str = "forward", dtype: str = "bf16",
             batch: int = 1, seq: int = 0, context: int = 0,
-            arch: dict[str, Any] | None = None) -> ir.Workload:
+            arch: dict[str, Any] | None = None, kv_update: str = "in_place") -> ir.Workload:
     """Export ``module`` on ``args``/``kwargs`` and build its :class:`~workloads.ir.Workload`.
 
     Works on any module torch.export accepts; pass meta tensors (and build the module under
@@ -66,15 +69,18 @@ def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
         raise BadInput("dtype", dtype, "expected one of " + ", ".join(ir.DTYPE_BYTES))
     if phase not in ir.PHASES:
         raise BadInput("phase", phase, "expected one of " + ", ".join(ir.PHASES))
+    check_kv_update(kv_update)
     ep = export_module(module, args, kwargs)
     params = _count_params(module)
-    graph, unknown = _build_graph(ep, dtype)
+    free: dict[str, int] = {}
+    graph, unknown = _build_graph(ep, dtype, free)
     if unknown:
         warnings.warn("unknown ops (costed by their bytes only): "
                       + ", ".join(f"{k} x{v}" for k, v in sorted(unknown.items())), stacklevel=2)
-    return ir.Workload(graph=graph, model=model or type(module).__name__, phase=phase,
-                       dtype=dtype, batch=batch, seq=seq, context=context, arch=dict(arch or {}),
-                       params=params, unknown_targets=unknown)
+    w = ir.Workload(graph=graph, model=model or type(module).__name__, phase=phase,
+                    dtype=dtype, batch=batch, seq=seq, context=context, arch=dict(arch or {}),
+                    params=params, unknown_targets=unknown, free_ops=tuple(sorted(free.items())))
+    return with_kv_update(w, kv_update)
 
 
 def _count_params(module: torch.nn.Module) -> int:
@@ -86,7 +92,8 @@ def _count_params(module: torch.nn.Module) -> int:
 _WRAPPERS = ("wrap_with_set_grad_enabled", "wrap_with_autocast")
 
 
-def _build_graph(ep, dtype: str) -> tuple[nx.DiGraph, dict[str, int]]:
+def _build_graph(ep, dtype: str, free: dict[str, int]) -> tuple[nx.DiGraph, dict[str, int]]:
+    """The op graph and the unknown operators; ``free`` receives the view ops by name."""
     elem = ir.DTYPE_BYTES[dtype]
     sig = ep.graph_signature
     constant_inputs = set(sig.inputs_to_parameters) | set(sig.inputs_to_buffers) | set(
@@ -148,6 +155,7 @@ def _build_graph(ep, dtype: str) -> tuple[nx.DiGraph, dict[str, int]]:
             outs = val if isinstance(val, (tuple, list)) else (val,)
             if kind == "free" or (name == "contiguous" and all(
                     isinstance(v, torch.Tensor) and v.is_contiguous() for v in outs)):
+                free[name] = free.get(name, 0) + 1
                 src = inputs[0] if inputs else None
                 if src is not None:
                     out_ts = tuple(meta_tensor(o, src.producer, src.role) for o in outs)
@@ -253,6 +261,10 @@ def _make_op(node, op_name: str, name: str, kind: str, inputs: list[_Tensor], ou
         elif kind == ir.HASHGRID:
             attrs = _hashgrid_attrs(node, inputs)
             flops = attrs["points"] * attrs["levels"] * (2 ** attrs["dims"]) * attrs["features"] * 2
+        elif kind == ir.SPARSE_ATTENTION:
+            from workloads.sparse_attention import capture_attrs
+            attrs = capture_attrs(node, [t.shape for t in inputs])
+            flops = attrs.pop("_flops")
         else:
             attrs["elements"] = out_elems
     act_w = sum(_bytes(t) for t in outputs) if out_role == ACT else 0

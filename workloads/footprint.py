@@ -72,8 +72,12 @@ def memory_footprint(workload: Workload) -> Footprint:
     hit = _CACHE.get(key)
     if hit is not None and hit[0]() is workload:
         return hit[1]
+    # attention's cache, the entries the step appends, and (a ``concat`` update,
+    # workloads.kv_update) one layer's old cache, alive while its copy is made
+    appends = [op for op in workload.ops if op.attrs.get("kv_append")]
     kv = (sum(op.kv_bytes_read for op in workload.ops if op.kind == ir.ATTENTION)
-          + sum(op.kv_bytes_written for op in workload.ops))
+          + sum(op.kv_bytes_written - op.kv_bytes_read for op in appends)
+          + max((op.kv_bytes_read for op in appends), default=0))
     fp = Footprint(float(workload.weight_footprint_bytes), float(kv),
                    peak_live_activation_bytes(workload))
     _CACHE[key] = (weakref.ref(workload, lambda _, k=key: _CACHE.pop(k, None)), fp)

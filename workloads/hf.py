@@ -3,11 +3,13 @@
 Decoder LLMs (``*ForCausalLM`` architectures or a known causal ``model_type``) are built with
 ``AutoModelForCausalLM``, everything else with ``AutoModel``; always with ``attn_implementation=
 "sdpa"`` so attention is one op. Phases: ``prefill`` for causal LMs, ``forward`` otherwise.
+The workload records the KV-cache update the model's cache does: ``concat`` by default, what
+transformers' default ``DynamicCache`` does (``torch.cat`` of the whole cache every step);
+``in_place`` for its ``StaticCache``.
 """
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,8 @@ from typing import Any
 import torch
 
 from dse.errors import BadInput, CaptureError
-from workloads import ir
+from workloads import hf_checks, ir
+from workloads.build import check_size
 from workloads.capture import capture
 
 _CAUSAL_TYPES = {"gpt2", "llama", "mistral", "qwen2", "gpt_neox", "opt", "gptj", "phi", "gemma",
@@ -29,18 +32,15 @@ def load_hf_config(path: str | Path):
     except ImportError:
         raise BadInput("--hf-config", str(path),
                        "needs transformers: pip install 'accel-dse[hf]'") from None
+    data = hf_checks.read_config(path)
     try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise BadInput("--hf-config", str(path), "expected an existing config.json") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadInput("--hf-config", str(path), f"expected a readable JSON file ({exc})") from None
-    if not isinstance(data, dict) or "model_type" not in data:
-        raise BadInput("--hf-config", str(path), "expected a config with a model_type")
-    try:
-        return transformers.AutoConfig.for_model(**data)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise BadInput("--hf-config", str(path), f"a config transformers understands ({exc})") from None
+        with hf_checks.quiet_transformers():
+            config = transformers.AutoConfig.for_model(**data)
+    except Exception as exc:  # transformers raises many types on a bad config
+        raise BadInput("--hf-config", str(path), "expected a config transformers understands ("
+                       + hf_checks.error_text(exc) + ")") from None
+    hf_checks.check_sizes(config)
+    return config
 
 
 def is_causal(config) -> bool:
@@ -51,7 +51,7 @@ def is_causal(config) -> bool:
 
 def workload_from_hf_config(path: str | Path, phase: str | None = None, batch: int | None = None,
                             seq: int | None = None, context: int | None = None,
-                            dtype: str = "bf16") -> ir.Workload:
+                            dtype: str = "bf16", kv_update: str = "concat") -> ir.Workload:
     import transformers
     config = load_hf_config(path)
     causal = is_causal(config)
@@ -60,14 +60,14 @@ def workload_from_hf_config(path: str | Path, phase: str | None = None, batch: i
     if phase not in allowed:
         raise BadInput("phase", phase, f"a Hugging Face config captures phase {allowed[0]} "
                        "(use a zoo model for decode with a KV cache)")
-    batch = batch or 1
-    seq = seq or 128
-    if batch <= 0 or seq <= 0:
-        raise BadInput("batch/seq", (batch, seq), "expected positive ints")
+    batch = check_size("batch", batch if batch is not None else 1)
+    seq = check_size("seq", seq if seq is not None else 128)
+    if context is not None:
+        raise BadInput("context", context, f"expected no context: phase {phase} has no KV cache")
     config._attn_implementation = "sdpa"
     auto = transformers.AutoModelForCausalLM if causal else transformers.AutoModel
     try:
-        with torch.device("meta"):
+        with torch.device("meta"), hf_checks.quiet_transformers():
             module = auto.from_config(config)
     except Exception as exc:
         raise CaptureError(f"transformers could not build {config.model_type}: {exc}") from None
@@ -77,6 +77,6 @@ def workload_from_hf_config(path: str | Path, phase: str | None = None, batch: i
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return capture(module, (ids,), kwargs, model=f"hf:{config.model_type}", phase=phase,
-                       dtype=dtype, batch=batch, seq=seq,
+                       dtype=dtype, batch=batch, seq=seq, kv_update=kv_update,
                        arch={k: v for k, v in config.to_diff_dict().items()
                              if isinstance(v, (int, float, str, bool))})

@@ -27,8 +27,18 @@ EMBEDDING = "embedding"
 HASHGRID = "hashgrid"
 DATA_MOVEMENT = "data_movement"
 UNKNOWN = "unknown"
+#: Host-side work a template adds when it plans a workload (a framework dispatching an op, a
+#: graph launch); never produced by capture.
+HOST = "host"
+SPARSE_ATTENTION = "sparse_attention"
 OP_KINDS = (MATMUL, CONV, ATTENTION, ELEMENTWISE, NORM, SOFTMAX, REDUCTION, EMBEDDING,
-            HASHGRID, DATA_MOVEMENT, UNKNOWN)
+            HASHGRID, DATA_MOVEMENT, UNKNOWN, HOST, SPARSE_ATTENTION)
+
+#: How a decode step updates the KV cache: ``in_place`` writes the new token's keys and values
+#: into a preallocated cache (serving engines, Hugging Face's static cache); ``concat`` builds a
+#: new cache tensor each step, reading and writing the whole cache (``torch.cat``: Hugging
+#: Face's default dynamic cache).
+KV_UPDATES = ("in_place", "concat")
 
 #: Bytes per element of each supported dtype.
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
@@ -52,6 +62,9 @@ class Op:
       * conv: ``n, c, h, w, k, r, s, p, q, stride, padding, groups`` (input NCHW, k filters of
         r x s, output p x q); ``gemm_m, gemm_n, gemm_k`` its im2col GEMM per group.
       * attention: ``batch, heads, kv_heads, q_len, kv_len, head_dim, causal, causal_flops``.
+      * sparse_attention: the attention keys plus ``dense_flops``, ``attended_pairs`` and the
+        pattern (``gna`` or a captured ``block_mask``); FLOPs count attended pairs only
+        (:mod:`workloads.sparse_attention`).
       * hashgrid: ``points, levels, features, log2_table_size, base_resolution,
         finest_resolution, dims``.
       * elementwise/norm/softmax/reduction/embedding/data_movement: ``elements`` (output).
@@ -101,7 +114,10 @@ class Workload:
     """A captured model: its op graph plus what it was captured with.
 
     ``params`` is the number of unique parameters (tied weights counted once), and
-    ``weight_footprint_bytes`` = ``params`` x bytes per element.
+    ``weight_footprint_bytes`` = ``params`` x bytes per element. ``kv_update`` is the KV-cache
+    update the append ops are costed with (:data:`KV_UPDATES`); ``free_ops`` counts the view
+    ops capture dropped, ``(ATen name, count)`` pairs (no bytes move, but an eager framework
+    dispatches each).
     """
 
     graph: nx.DiGraph
@@ -114,6 +130,8 @@ class Workload:
     arch: dict[str, Any] = field(default_factory=dict)
     params: int = 0
     unknown_targets: dict[str, int] = field(default_factory=dict)
+    kv_update: str = "in_place"
+    free_ops: tuple[tuple[str, int], ...] = ()
 
     @cached_property
     def ops(self) -> list[Op]:
@@ -188,4 +206,6 @@ class Workload:
                 "weights_read": traffic["weights"],
             },
             "unknown_ops": dict(self.unknown_targets),
+            "kv_update": self.kv_update,
+            "free_ops": dict(self.free_ops),
         }

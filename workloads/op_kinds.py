@@ -49,10 +49,13 @@ bitwise_right_shift isnan isinf nan_to_num diff
 """.split())
 #: Custom ops of this project, by their qualified name without ``::`` prefix handling.
 HASHGRID = frozenset({"hash_grid_encode"})
+#: Sparse attention: this project's GNA op and torch's flex_attention higher-order op.
+SPARSE_ATTENTION = frozenset({"gna_attention", "flex_attention"})
 
 _TABLE = [(MATMUL, ir.MATMUL), (CONV, ir.CONV), (ATTENTION, ir.ATTENTION), (NORM, ir.NORM),
           (SOFTMAX, ir.SOFTMAX), (REDUCTION, ir.REDUCTION), (EMBEDDING, ir.EMBEDDING),
-          (ELEMENTWISE, ir.ELEMENTWISE), (COPY, ir.DATA_MOVEMENT), (HASHGRID, ir.HASHGRID)]
+          (ELEMENTWISE, ir.ELEMENTWISE), (COPY, ir.DATA_MOVEMENT), (HASHGRID, ir.HASHGRID),
+          (SPARSE_ATTENTION, ir.SPARSE_ATTENTION)]
 
 #: Elementwise operations per output element for the non-GEMM kinds (FLOP convention of this
 #: project for ops that FlopCounterMode does not count): normalisation ~5 (mean, var, sub,

@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from accelerators.gpu import DEVICE_PRESETS, preset_chip
 from accelerators.gpu_efficiency import (DEFAULT_KNOBS, Chip, KernelModel, alignment_bytes,
                                          is_decode)
 
@@ -38,18 +39,6 @@ HOLDOUT_EVERY = 4
 #: driver runs such memcpy nodes on the copy engines at ~2.77 TB/s (measured), while eager
 #: copies (what a model runs) reach ~4.2 TB/s (the power section's 1 GiB copy loop).
 GRAPH_MEMCPY_LIMIT_BYTES = 1 << 30
-
-#: Datasheet numbers of the GPUs the bench may meet, by the name torch reports: SMs, dense peak
-#: FLOP/s per dtype, HBM bandwidth B/s [D: NVIDIA H100/H200 datasheets; REFERENCES.md].
-KNOWN_CHIPS = {
-    "NVIDIA H200": {"peak": {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12, "fp8": 1979e12,
-                             "int8": 1979e12}, "bandwidth_Bps": 4.8e12},
-    "NVIDIA H100 80GB HBM3": {"peak": {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12,
-                                       "fp8": 1979e12, "int8": 1979e12},
-                              "bandwidth_Bps": 3.35e12},
-    "NVIDIA A100-SXM4-80GB": {"peak": {"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12,
-                                       "int8": 624e12}, "bandwidth_Bps": 2.039e12},
-}
 
 #: Knob bounds (low, high) for the fit; fractions are fitted through a logit, the rest in log.
 BOUNDS = {
@@ -80,14 +69,20 @@ _LINEAR = {"conv_transform", "mem_ramp_s", "attention_causal_tail"}
 
 
 def chip_from_raw(raw: dict[str, Any]) -> Chip:
-    """The :class:`Chip` of the benchmarked device: SMs and L2 as read off it, peak and
-    bandwidth from :data:`KNOWN_CHIPS` (datasheet)."""
+    """The :class:`Chip` of the benchmarked device: SMs and L2 as read off it, peaks, bandwidth
+    and clock from its ``gpu`` preset's datasheet (:data:`accelerators.gpu.DEVICE_PRESETS`)."""
     dev = raw["device"]
-    spec = KNOWN_CHIPS.get(dev.get("name"))
-    if spec is None:
-        raise ValueError(f"no datasheet numbers for {dev.get('name')!r}; add it to KNOWN_CHIPS")
-    return Chip(sms=int(dev["sms"]), peak_flops=dict(spec["peak"]),
-                bandwidth_Bps=spec["bandwidth_Bps"], l2_bytes=float(dev["l2_bytes"]))
+    preset = DEVICE_PRESETS.get(dev.get("name"))
+    if preset is None:
+        raise ValueError(f"no datasheet numbers for {dev.get('name')!r}; add its preset to "
+                         "accelerators.gpu.DEVICE_PRESETS")
+    return preset_chip(preset, int(dev["sms"]), float(dev["l2_bytes"]))
+
+
+def chip_dict(chip: Chip) -> dict[str, Any]:
+    """The ``chip`` section of a calibration file (what ``gpu.calibration_chip`` reads)."""
+    return {"sms": chip.sms, "clock_hz": chip.clock_hz, "peak_flops": dict(chip.peak_flops),
+            "bandwidth_Bps": chip.bandwidth_Bps, "l2_bytes": chip.l2_bytes}
 
 
 # --------------------------------------------------------------------------------------------
@@ -346,6 +341,7 @@ def fit_calibration(raw: dict[str, Any], iters: int = 400) -> dict[str, Any]:
         "template": "gpu",
         "device": {k: raw["device"].get(k) for k in ("name", "sms", "l2_bytes", "memory_bytes",
                                                       "torch", "cuda", "cudnn")},
+        "chip": chip_dict(chip),
         "raw_sha256": raw_digest(raw),
         "measured": measured_ceilings(raw),
         "efficiency": knobs,

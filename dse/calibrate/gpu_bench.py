@@ -224,6 +224,21 @@ class Bench:
                  f"(total {self.elapsed_s():.0f} s)")
 
 
+def capture_graph(torch, fn: Callable[[], Any], calls: int = 1):
+    """A CUDA graph of ``calls`` back-to-back calls of ``fn``, after one warm-up call on a side
+    stream (handles, workspaces, lazy initialisation)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    return graph
+
+
 def _with_slots(fn, slots: int):
     fn.slots = slots
     return fn

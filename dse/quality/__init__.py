@@ -12,6 +12,8 @@ model (its defaults), so ``quality >= 0.95`` reads "at least 95 % of the referen
   ``PSNR / PSNR_ref``. Raw value: PSNR, dB.
 * ``quality: {python: "package.module:function"}``: ``function(arch_dict)`` returns the quality
   itself (any family), used as is.
+* ``quality: published``: measured ImageNet top-1 of trained networks from a table
+  (:mod:`dse.quality.published`), quality = ``top1 / top1_ref``. Raw value: top-1, %.
 
 Encoders (BERT) and micro-benchmarks have no built-in proxy: give a ``python`` function.
 """
@@ -39,22 +41,34 @@ class QualityConfig:
     tokens: float | None = None
     tokens_per_param: float = 20.0
     steps: int = 200
+    source: str = "proxy"          # "proxy" (the family's built-in) or "published"
+    table: str | None = None       # with "published": a table file (default: the shipped one)
 
 
 @dataclass(frozen=True)
 class QualityValue:
     """``value``: the quality (higher is better); ``raw``: the proxy's own number;
-    ``method``: which proxy."""
+    ``method``: which proxy; ``detail``: for ``published``, the table entry and its source."""
 
     value: float
     raw: float
     method: str
+    detail: str = ""
+
+
+def source_text(stored: dict[str, Any]) -> str:
+    """What rated a trial, from its stored ``{method, raw, value, detail}``: ``naswot``, or
+    ``published: resnet34 (torchvision, [R])``."""
+    method, detail = stored.get("method", ""), stored.get("detail", "")
+    return f"{method}: {detail}" if detail else str(method)
 
 
 def method_for(family: str, config: QualityConfig) -> str | None:
     """The proxy that rates a model of ``family`` under ``config``, or None."""
     if config.python:
         return "python"
+    if config.source == "published":
+        return "published"
     return BUILTIN.get(family)
 
 
@@ -103,6 +117,8 @@ class QualityModel:
         if self._fn is not None:
             v = _number(self._fn(dict(arch)), f"quality function {self.config.python}")
             return QualityValue(v, v, "python")
+        if self.config.source == "published":
+            return self._published(model, arch)
         method = BUILTIN.get(spec.family)
         if method is None:
             raise BadInput("quality", model, f"no built-in quality proxy for {spec.family} "
@@ -116,6 +132,19 @@ class QualityModel:
         else:
             value = raw / ref
         return QualityValue(value, raw, method)
+
+    def _published(self, model: str, arch: dict[str, Any]) -> QualityValue:
+        from dse.quality.published import arch_overrides, load_table
+
+        table = load_table(self.config.table)
+        entry = table.lookup(model, arch)
+        ref = table.lookup(model, None)
+        for what, found, shown in (("an architecture", entry, arch), ("the reference", ref, {})):
+            if found is None:
+                raise BadInput("quality", {model: arch_overrides(model, shown)},
+                               f"expected {what} the published table {table.path} covers")
+        return QualityValue(entry.top1_pct / ref.top1_pct, entry.top1_pct, "published",
+                            table.source_text(entry))
 
     def raw(self, spec, arch: dict[str, Any], method: str) -> float:
         """The proxy's own number for ``arch`` (cached)."""

@@ -28,10 +28,13 @@ def report_command(
 ) -> None:
     """Write a study's interactive report: Pareto front, design details, parallel coordinates,
     parameter importances, history and the Pareto table, in one HTML file that opens offline."""
+    from dse.files import output_errors
     from dse.report import write_study_report
+    from dse.study.loader import check_storage_url
     if (directory is None) == (storage is None):
         raise BadInput("DIR", directory, "give a study output directory or --storage URL (one of them)")
-    source = storage if storage is not None else directory
+    source = check_storage_url(storage, "--storage") if storage is not None else directory
     target = out or (directory / "report.html" if directory is not None else Path("report.html"))
-    path = write_study_report(source, target, study_name=study, max_details=max_details)
+    with output_errors("--out", target):
+        path = write_study_report(source, target, study_name=study, max_details=max_details)
     typer.echo(f"report: {path} ({path.stat().st_size / 1e6:.1f} MB)")

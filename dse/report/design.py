@@ -20,9 +20,16 @@ def design_label(accelerator: dict[str, Any]) -> str:
 def totals(result: Result) -> list[tuple[str, str]]:
     """(label, formatted value) of the headline numbers, in display order."""
     rows = [("latency", fmt(result.latency_s, "s")), ("energy", fmt(result.energy_j, "J")),
-            ("area", fmt(result.area_mm2, "mm²")), ("average power", fmt(result.avg_power_w, "W")),
+            ("area", fmt(result.area_mm2, "mm²")), ("cost per chip", fmt(result.cost_usd, "US$")),
+            ("TDP", fmt(result.tdp_w, "W")), ("average power", fmt(result.avg_power_w, "W")),
             ("energy-delay product", fmt(result.edp, "J·s")),
             ("throughput", fmt(result.throughput, result.throughput_unit))]
+    mem = result.memory
+    if mem:
+        rows.append(("memory", f"{mem['devices']} x {mem['standard']}, "
+                     f"{fmt(mem['capacity_bytes'], 'B')}, {fmt(mem['bandwidth_Bps'], 'B/s')}"))
+    rows += [(f"area: {k}", fmt(v, "mm²")) for k, v in result.area_breakdown_mm2.items() if v]
+    rows += [(f"cost: {k}", fmt(v, "US$")) for k, v in result.cost_breakdown_usd.items() if v]
     rows += [(f"utilisation {u}", f"{100 * v:.1f}%") for u, v in sorted(result.utilisation.items())]
     flops = sum(r.flops for r in result.ops)
     rows += [("ops", f"{len(result.ops):,}"), ("FLOPs", fmt(flops, "FLOP")),

@@ -199,8 +199,10 @@ def _safe_script(js: str) -> str:
 
 
 def write_page(path: str | Path, text: str) -> Path:
-    """Write the page (UTF-8), making parent folders."""
+    """Write the page (UTF-8), making parent folders; atomically (a temporary file renamed
+    over it), so a kill mid-write never leaves a truncated report."""
+    from dse.files import atomic_write_text
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    atomic_write_text(path, text)
     return path

@@ -31,10 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dse.errors import BadInput
+from dse.errors import BadInput, first_line, redact_url
 
 #: Default storage file of a study output directory [R dse/study: ``study.db`` in the out dir].
 STUDY_DB = "study.db"
+#: File naming the storage of a study that ran elsewhere [R dse/study/driver.py STORAGE_NOTE].
+STORAGE_NOTE = "storage.txt"
 
 #: User-attr keys read as the reason a design is infeasible or could not run, first found wins.
 REASON_KEYS = ("infeasible_reason", "fail_reason", "infeasible", "error", "reason")
@@ -129,9 +131,7 @@ class StudyData:
 
 
 # ----------------------------------------------------------------------------- opening
-def redact(url: str) -> str:
-    """A storage URL without its password (``postgresql://u:***@host/db``), fit to print."""
-    return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", url)
+redact = redact_url  # a storage URL without its password, fit to print
 
 
 def storage_url(source: str | Path) -> str:
@@ -142,6 +142,11 @@ def storage_url(source: str | Path) -> str:
     path = Path(text)
     if path.is_dir():
         db = path / STUDY_DB
+        note = path / STORAGE_NOTE
+        if not db.is_file() and note.is_file():
+            where = note.read_text(errors="replace").strip()[:200]
+            raise BadInput("DIR", text, f"expected {STUDY_DB}: this study ran in the storage "
+                           f"{where}; pass --storage with that URL (and its password)")
         if not db.is_file():
             raise BadInput("DIR", text, f"expected a study output directory holding {STUDY_DB}")
         return f"sqlite:///{db.resolve()}"
@@ -162,7 +167,8 @@ def open_study(source: Any, study_name: str | None = None):
     try:
         names = optuna.get_all_study_names(storage=url)
     except Exception as exc:  # unreachable database, bad URL, not an Optuna database
-        raise BadInput("--storage", redact(url), f"expected a readable Optuna storage ({type(exc).__name__})") from None
+        raise BadInput("--storage", redact(url), "expected a readable Optuna storage ("
+                       + first_line(exc) + ")") from None
     if not names:
         raise BadInput("--storage", redact(url), "expected a storage holding a study (it holds none)")
     if study_name is None:

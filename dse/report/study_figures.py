@@ -11,6 +11,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from dse.quality import source_text
 from dse.report.html import plot_text
 from dse.report.study_data import DOMINATED, INFEASIBLE, PARETO, StudyData, TrialRow
 from dse.report.units import axis_title, fmt, metric_name, prefix_for, unit_of
@@ -64,6 +65,11 @@ def hover_texts(data: StudyData, rows: list[TrialRow]) -> list[str]:
         lines = [f"<b>trial {t.number}</b> · {t.status} · {plot_text(t.fidelity)} simulation"]
         if t.reason:
             lines.append(plot_text(_clip(t.reason)))
+        rated = [(w, q) for w, q in ((t.design or {}).get("quality") or {}).items()
+                 if isinstance(q, dict)]
+        for label, stored in rated:
+            where = f" ({label})" if len(rated) > 1 else ""
+            lines.append(plot_text(f"quality source{where}: {source_text(stored)}"))
         for k in keys:
             if k in t.values:
                 lines.append(f"{plot_text(k)} = {fmt(t.values[k], units[k])}")

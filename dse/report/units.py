@@ -23,17 +23,19 @@ METRICS: dict[str, tuple[str, str]] = {
     "params": ("parameters", ""),
     "flops": ("FLOPs", "FLOP"),
     "total_pes": ("total PEs", "PEs"),
+    "cost_usd": ("cost per chip", "US$"),
+    "tdp_w": ("TDP", "W"),
 }
 
 #: Key suffix -> unit, for metrics and parameters not listed above.
 SUFFIX_UNITS: tuple[tuple[str, str], ...] = (
-    ("_mm2", "mm²"), ("_bps", "B/s"), ("_hz", "Hz"), ("_kb", "KiB"), ("_mb", "MiB"),
+    ("_mm2", "mm²"), ("_usd", "US$"), ("_bps", "B/s"), ("_hz", "Hz"), ("_kb", "KiB"), ("_mb", "MiB"),
     ("_nm", "nm"), ("_s", "s"), ("_j", "J"), ("_w", "W"),
 )
 
 #: Units that take SI prefixes on axes (others, like mm², are printed as they are).
-PREFIXABLE = {"s", "J", "W", "J·s", "B", "B/s", "Hz", "FLOP", "FLOP/s", "FLOP/B", "items/s",
-              "tokens/s", "samples/s", "steps/s"}
+PREFIXABLE = {"s", "J", "W", "J·s", "B", "B/s", "Hz", "FLOP", "FLOP/s", "OP/s", "FLOP/B",
+              "items/s", "tokens/s", "samples/s", "steps/s"}
 
 _PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""),
              (1e-3, "m"), (1e-6, "µ"), (1e-9, "n"), (1e-12, "p"), (1e-15, "f"))

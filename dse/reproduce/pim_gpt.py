@@ -13,6 +13,14 @@ Both designs' per-token latency and energy are affine in the context length (wei
 once per token, the KV cache grows linearly), so the mean over those steps equals the value at
 the mean context, 512 tokens, which is what we simulate. The GPU runs the same captured
 workload (fp16).
+
+The T4 baseline is the ``gpu`` template's ``t4`` preset. By default it reports kernel time
+(``runtime: kernels``); ``rows(gpu_hw={"runtime": "eager", "host_profile": FILE})`` (CLI:
+``dse reproduce pim-gpt --gpu-hw runtime=eager --gpu-hw host_profile=FILE``) makes it PyTorch
+eager wall time: each op's host dispatch from a measured host profile, overlapped with the
+kernels. The profile is measured on whatever machine ran ``python -m
+dse.calibrate.host_profile`` (the lent H100/H200 machines' CPUs, not the paper's T4 host,
+which the paper does not describe beyond the card); nothing is fitted to the paper.
 """
 
 from __future__ import annotations
@@ -61,9 +69,14 @@ def measure(model: str, arch: dict[str, Any] | None, hw: dict[str, Any] | None =
     """Per-token latency (s) and energy (J) of PIM-GPT and the T4 on one model."""
     w = build_workload(model, phase="decode", batch=1, context=CONTEXT, dtype=DTYPE, arch=arch)
     pim = simulate(w, PIM("pim-gpt", **(hw or {})))
-    gpu = simulate(w, make_accelerator(GPU, gpu_hw))
+    design = make_accelerator(GPU, gpu_hw)
+    gpu = simulate(w, design)
+    runtime = design.hw.runtime
+    if design.host is not None:
+        runtime += f", host profile {design.host.name} measured at " + str(
+            design.host.source.get("where") if design.host.measured else "nowhere (unmeasured)")
     return {"pim_s": pim.latency_s, "pim_j": pim.energy_j, "gpu_s": gpu.latency_s,
-            "gpu_j": gpu.energy_j, "params": w.params}
+            "gpu_j": gpu.energy_j, "params": w.params, "gpu_runtime": runtime}
 
 
 def rows(hw: dict[str, Any] | None = None, gpu_hw: dict[str, Any] | None = None) -> list[Row]:
@@ -73,7 +86,7 @@ def rows(hw: dict[str, Any] | None = None, gpu_hw: dict[str, Any] | None = None)
         m = measure(model, arch, hw, gpu_hw)
         note = (f"{m['params'] / 1e6:.0f}M params, context {CONTEXT}: PIM "
                 f"{m['pim_s'] * 1e3:.3f} ms / {m['pim_j'] * 1e3:.2f} mJ per token, T4 "
-                f"{m['gpu_s'] * 1e3:.3f} ms / {m['gpu_j'] * 1e3:.1f} mJ")
+                f"{m['gpu_s'] * 1e3:.3f} ms / {m['gpu_j'] * 1e3:.1f} mJ ({m['gpu_runtime']})")
         out.append(Row(f"{label}: token-generation speedup over T4", PAPER_SPEEDUP,
                        m["gpu_s"] / m["pim_s"], note))
         out.append(Row(f"{label}: energy efficiency over T4", PAPER_ENERGY,

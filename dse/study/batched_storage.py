@@ -227,17 +227,22 @@ class BatchedStorage(BaseStorage, BaseHeartbeat):
             trials = [t for t in trials if t.state in states]
         return copy.deepcopy(trials) if deepcopy else trials
 
-    def count_trials(self, study_id: int) -> int:
-        """Trials of the study in every state, by one query; marks the local list stale when
+    def count_by_state(self, study_id: int) -> dict[TrialState, int]:
+        """Trials of the study in each state, by one query; marks the local list stale when
         it holds fewer (another worker added some)."""
         if not self.batch:
-            return len(self.inner.get_all_trials(study_id, deepcopy=False))
+            counts: dict[TrialState, int] = {}
+            for trial in self.inner.get_all_trials(study_id, deepcopy=False):
+                counts[trial.state] = counts.get(trial.state, 0) + 1
+            return counts
         from optuna.storages._rdb import models
         from sqlalchemy import func, select
         t = models.TrialModel.__table__
         with self.rdb.engine.connect() as conn:
-            n = int(conn.execute(select(func.count()).select_from(t)
-                                 .where(t.c.study_id == study_id)).scalar_one())
+            counts = {state: int(k) for state, k in conn.execute(
+                select(t.c.state, func.count()).where(t.c.study_id == study_id)
+                .group_by(t.c.state)).all()}
+        n = sum(counts.values())
         with self._lock:
             last = self._read.get(study_id)
             known = set(t.number for t in last[1]) if last else set()
@@ -246,7 +251,7 @@ class BatchedStorage(BaseStorage, BaseHeartbeat):
                          if p.study_id == study_id)
             if n > len(known):
                 self._stale.add(study_id)
-        return n
+        return counts
 
     def set_trial_state_values(self, trial_id: int, state: TrialState,
                                values: Sequence[float] | None = None) -> bool:

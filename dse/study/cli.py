@@ -11,6 +11,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from dse.errors import redact_url
+
 study_app = typer.Typer(no_args_is_help=True, help="Run and inspect co-search studies.")
 _out = Console()
 
@@ -18,7 +20,8 @@ _out = Console()
 @study_app.command()
 def run(file: Path = typer.Argument(..., help="Study file (YAML)."),
         trials: Optional[int] = typer.Option(None, "--trials", "-n",
-                                             help="Total trials (finished ones count)."),
+                                             help="Designs to evaluate in total (earlier runs' "
+                                                  "count; failed trials are re-asked)."),
         workers: int = typer.Option(1, "--workers", "-w", help="Worker processes."),
         storage: Optional[str] = typer.Option(None, "--storage",
                                               help="Optuna storage URL (sqlite:/// or "
@@ -40,16 +43,19 @@ def run(file: Path = typer.Argument(..., help="Study file (YAML)."),
 
 
 def _print_summary(study, summary) -> None:
-    st = summary.states
-    _out.print(f"[bold]{summary.study_name}[/]: {sum(st.values())}/{summary.target} trials "
-               f"({st.get('COMPLETE', 0)} complete, {st.get('PRUNED', 0)} infeasible, "
-               f"{st.get('FAIL', 0)} failed"
-               + (f", {st.get('RUNNING', 0)} running elsewhere" if st.get("RUNNING") else "")
-               + f"); this run {summary.session_trials} in {summary.session_s:.1f} s "
+    o = summary.outcomes
+    _out.print(f"[bold]{summary.study_name}[/]: {o['evaluated']}/{summary.target} designs "
+               f"evaluated: {o['feasible']} feasible, {o['infeasible']} infeasible "
+               f"({o['cannot_run']} cannot run, {o['violates_constraints']} violate a "
+               f"constraint); {o['failed']} failed (re-asked)"
+               + (f", {o['running']} running elsewhere" if o["running"] else "")
+               + f"; this run {summary.session_trials} trials in {summary.session_s:.1f} s "
                f"({summary.trials_per_s:.1f} trials/s)"
                + (f", resumed from {summary.resumed_from}" if summary.resumed_from else "")
                + (f", {summary.failed_orphans} orphaned trial(s) marked failed"
                   if summary.failed_orphans else ""))
+    if summary.stopped:
+        _out.print(f"[yellow]{summary.stopped}[/]")
     if summary.pareto_rows:
         t = Table(title=f"Pareto front ({len(summary.pareto_rows)} feasible trials)")
         t.add_column("trial", justify="right")
@@ -68,7 +74,8 @@ def _print_summary(study, summary) -> None:
         _out.print(f"report: {summary.report}")
     elif summary.report_error:
         _out.print(f"report: not written ({summary.report_error})")
-    _out.print(f"storage: {summary.storage_url}  (optuna-dashboard {summary.storage_url})")
+    url = redact_url(summary.storage_url)
+    _out.print(f"storage: {url}  (optuna-dashboard {url})")
 
 
 @study_app.command()
@@ -102,6 +109,9 @@ def validate(file: Path = typer.Argument(..., help="Study file (YAML)."),
     _out.print("objectives: " + ", ".join(f"{o.direction} {o.metric}" for o in study.objectives))
     if study.constraints:
         _out.print("constraints: " + ", ".join(c.label for c in study.constraints))
+    if study.quality.python:
+        _out.print(f"quality: {study.quality.python} is Python code; it is imported when the "
+                   "study runs, not by validate: run only study files you trust")
 
 
 @study_app.command()

@@ -1,17 +1,21 @@
 """Run a study: open (or resume) it in its storage, run K workers to the trial count, write
 ``trials.csv`` and ``pareto.csv`` (and the report, when :mod:`dse.report` can write one).
 
-Resuming: the same output directory (or storage URL) holds the same study; its finished
-trials count toward ``trials``, RUNNING trials left by a killed run are failed first
-(:func:`~dse.study.storage.fail_orphans`), and a study made from a different spec (other
-objectives, space, workloads...) is refused rather than mixed. With one worker the run is
-in-process; with K, K spawned processes share the storage, each with its own seed
-(:func:`~dse.study.workers.derive_seed`); the same command on several machines with one
-PostgreSQL ``--storage`` grows one study the same way. This module imports no plotting library.
+Resuming: the same output directory (or storage URL) holds the same study; its evaluated
+designs (COMPLETE and PRUNED trials) count toward ``trials``, RUNNING trials left by a killed
+run are failed first (:func:`~dse.study.storage.fail_orphans`), failed trials are re-asked (a
+run stops after ``trials`` failures of its own), and a study made from a different spec (other
+objectives, space, workloads...) is refused rather than mixed. Before anything is written the
+run imports the study's ``quality.python`` function and checks the capture cache directory.
+With one worker the run is in-process; with K, K spawned processes share the storage, each
+with its own seed (:func:`~dse.study.workers.derive_seed`); the same command on several
+machines with one PostgreSQL ``--storage`` grows one study the same way. This module imports
+no plotting library.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import time
@@ -22,13 +26,15 @@ from typing import Any
 
 import optuna
 
-from dse.errors import BadInput
-from dse.study.loader import ResolvedStudy, check_storage_url
-from dse.study.outputs import state_counts, write_outputs
+from dse.errors import BadInput, redact_url
+from dse.files import atomic_write_text
+from dse.study.loader import (ResolvedStudy, check_storage_url, grid_points,
+                              load_quality_function)
+from dse.study.outputs import outcome_counts, state_counts, write_outputs
 from dse.study.progress import StudyProgress
 from dse.study.space import Shown
-from dse.study.storage import (RunLock, fail_orphans, is_sqlite, open_storage, sqlite_path,
-                               sqlite_url)
+from dse.study.storage import (CountLock, RunLock, fail_orphans, is_sqlite, open_storage,
+                               sqlite_path, sqlite_url)
 from dse.study.workers import WorkerJob, run_worker, worker_main
 
 #: Study user attributes the driver writes.
@@ -36,6 +42,8 @@ FINGERPRINT_ATTR = "dse_fingerprint"
 SPEC_ATTR = "dse_spec"
 #: How often the parent polls the storage for progress with several workers, s [E].
 POLL_S = 0.5
+#: File in the output directory naming a storage other than its own study.db (password masked).
+STORAGE_NOTE = "storage.txt"
 
 
 @dataclass
@@ -57,6 +65,8 @@ class RunSummary:
     resumed_from: int = 0
     failed_orphans: int = 0
     pareto_rows: list[dict[str, Any]] = field(default_factory=list)
+    outcomes: dict[str, int] = field(default_factory=dict)
+    stopped: str | None = None
 
     @property
     def trials_per_s(self) -> float:
@@ -64,9 +74,9 @@ class RunSummary:
 
 
 def resolve_run_args(study: ResolvedStudy, trials: int | None, workers: int,
-                     storage: str | None, out: str | Path | None) -> tuple[Path, str, int]:
-    """Output directory, storage URL and target trial count, validated before anything is
-    written."""
+                     storage: str | None, out: str | Path | None) -> tuple[Path, str, int, str]:
+    """Output directory, storage URL, target count of evaluated designs and the field the URL
+    came from, validated before anything is written."""
     if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 256:
         raise BadInput("--workers", Shown(workers), "expected an int in [1, 256]")
     if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int)
@@ -76,29 +86,28 @@ def resolve_run_args(study: ResolvedStudy, trials: int | None, workers: int,
     if out_dir.exists() and not out_dir.is_dir():
         raise BadInput("--out", str(out_dir), "expected a directory, not a file")
     if storage is not None:
-        url = check_storage_url(storage, "--storage")
+        url, where = check_storage_url(storage, "--storage"), "--storage"
     elif study.spec.storage is not None:
-        url = study.spec.storage
+        url, where = study.spec.storage, "storage"
     else:
-        url = sqlite_url(out_dir / "study.db")
+        url, where = sqlite_url(out_dir / "study.db"), "--out"
     if is_sqlite(url):
         db = sqlite_path(url)
         if not db.parent.exists() and db.parent.resolve() != out_dir.resolve():
-            raise BadInput("--storage", url, "expected a SQLite file in an existing directory")
+            raise BadInput(where, url, "expected a SQLite file in an existing directory")
+        if db.exists() and not db.is_file():
+            raise BadInput(where, url, "expected a SQLite file, not a directory or device")
     target = trials if trials is not None else study.spec.trials
     if study.spec.sampler.name == "grid":  # the grid sampler visits each point once
-        points = 1
-        for d in study.space.dimensions:
-            points *= len(d.grid(study.spec.sampler.grid_points))
-        target = min(target, points)
-    return out_dir, url, target
+        target = min(target, grid_points(study))
+    return out_dir, url, target, where
 
 
-def _check_existing(study: ResolvedStudy, url: str) -> None:
+def _check_existing(study: ResolvedStudy, url: str, where: str) -> None:
     """Refuse to resume a study of the same name made from a different spec."""
     if is_sqlite(url) and not sqlite_path(url).exists():
         return
-    storage = open_storage(url)
+    storage = open_storage(url, where)
     try:
         for s in storage.get_all_studies():
             if s.study_name == study.name:
@@ -137,24 +146,35 @@ def run_study(study: ResolvedStudy, trials: int | None = None, workers: int = 1,
               storage: str | None = None, out: str | Path | None = None,
               show_progress: bool = True, write_report: bool = True) -> RunSummary:
     """Run ``study`` to ``trials`` trials in total (see the module docstring)."""
-    out_dir, url, target = resolve_run_args(study, trials, workers, storage, out)
-    _check_existing(study, url)
+    out_dir, url, target, where = resolve_run_args(study, trials, workers, storage, out)
+    load_quality_function(study)
+    from workloads.build import check_cache_dir
+    check_cache_dir()
+    _check_existing(study, url, where)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     out_dir.mkdir(parents=True, exist_ok=True)
-    rdb = open_storage(url)
+    rdb = open_storage(url, where)
+    _note_storage(out_dir, url)
     run_lock = RunLock(url)
     alone = run_lock.acquire_alone()
     try:
         s = open_study(study, rdb)
-        orphans = fail_orphans(s, rdb, url, alone)
+        count_lock = None if is_sqlite(url) else CountLock(url, study.name)
+        try:
+            orphans = fail_orphans(s, rdb, url, alone, count_lock)
+        finally:
+            if count_lock is not None:
+                count_lock.close()
         existing = s.get_trials(deepcopy=False)
         n_existing = len(existing)
+        failed_before = outcome_counts(existing)["failed"]
         deadline = time.time() + study.spec.timeout_s if study.spec.timeout_s else None
         spec_data = study.spec.model_dump(mode="json")
         jobs = [WorkerJob(spec=spec_data, source=study.source, storage_url=url,
                           study_name=study.name, target=target, seed=study.spec.seed,
                           index=i, deadline=deadline,
-                          parent_pid=os.getpid() if workers > 1 else None)
+                          parent_pid=os.getpid() if workers > 1 else None,
+                          failed_before=failed_before, max_failures=target)
                 for i in range(workers)]
         progress = StudyProgress([o.sign for o in study.objectives], target,
                                  enabled=show_progress)
@@ -168,7 +188,7 @@ def run_study(study: ResolvedStudy, trials: int | None = None, workers: int = 1,
                 else:
                     _run_processes(jobs, s, progress)
                 if study.spec.fidelity == "multi":
-                    confirm_pareto(s, study, on_trial=progress.add)
+                    confirm_pareto(s, study, on_trial=progress.add, url=url)
         except KeyboardInterrupt:  # keep what finished: write the files, then stop
             write_outputs(s.get_trials(deepcopy=False), study, out_dir)
             raise
@@ -182,22 +202,50 @@ def run_study(study: ResolvedStudy, trials: int | None = None, workers: int = 1,
     by_number = {t.number: t for t in all_trials}
     pareto_rows = [{"number": n, **{o.metric: by_number[n].values[i]
                                     for i, o in enumerate(study.objectives)}} for n in front]
+    outcomes = outcome_counts(all_trials)
     return RunSummary(study_name=study.name, out_dir=out_dir, storage_url=url, target=target,
                       states=state_counts(all_trials),
                       session_trials=len(all_trials) - n_existing, session_s=session_s,
                       pareto=front, trials_csv=trials_csv, pareto_csv=pareto_csv, report=report,
                       report_error=report_error, resumed_from=n_existing,
-                      failed_orphans=orphans, pareto_rows=pareto_rows)
+                      failed_orphans=orphans, pareto_rows=pareto_rows, outcomes=outcomes,
+                      stopped=_why_stopped(outcomes, target, failed_before, deadline))
 
 
-def confirm_pareto(s: optuna.Study, study: ResolvedStudy, on_trial=None) -> list[int]:
+def _why_stopped(outcomes: dict[str, int], target: int, failed_before: int,
+                 deadline: float | None) -> str | None:
+    """Why a run ended short of ``target`` evaluated designs, or None."""
+    if outcomes["evaluated"] >= target:
+        return None
+    if outcomes["failed"] - failed_before >= target:
+        return (f"stopped after {outcomes['failed'] - failed_before} failed trials in this run "
+                "(their reasons are in trials.csv); run again to retry")
+    if deadline is not None and time.time() >= deadline:
+        return "stopped at timeout_s"
+    return None
+
+
+def _note_storage(out_dir: Path, url: str) -> None:
+    """Name the storage in the output directory when it is not the directory's own study.db,
+    so that `dse report DIR` can say where the trials are."""
+    note = out_dir / STORAGE_NOTE
+    if is_sqlite(url) and sqlite_path(url).resolve() == (out_dir / "study.db").resolve():
+        note.unlink(missing_ok=True)
+    else:
+        atomic_write_text(note, redact_url(url) + "\n")
+
+
+def confirm_pareto(s: optuna.Study, study: ResolvedStudy, on_trial=None,
+                   url: str | None = None) -> list[int]:
     """``fidelity: multi``: re-evaluate each feasible Pareto-optimal fast-path trial with the
     event-driven simulator, as a new trial (user attrs ``fidelity: event``, ``confirms: N``).
-    Trials already confirmed (an earlier run) are skipped. Returns the new trials' numbers."""
+    Trials already confirmed (an earlier run) are skipped. Returns the new trials' numbers.
+    On PostgreSQL (``url``) each trial is created under the count lock with its first
+    heartbeat, and beats while it runs, as a worker's (see storage.py)."""
     from dse.study.evaluate import Evaluator
     from dse.study.progress import is_feasible
     from dse.study.pareto import ParetoFront
-    from dse.study.workers import record
+    from dse.study.workers import Heartbeat, record
     from simulators.result import SIMULATOR_VERSION
     trials = s.get_trials(deepcopy=False)
     confirmed = {t.user_attrs.get("confirms") for t in trials}
@@ -207,17 +255,34 @@ def confirm_pareto(s: optuna.Study, study: ResolvedStudy, on_trial=None) -> list
             front.add(t.number, t.values)
     by_number = {t.number: t for t in trials}
     evaluator = Evaluator(study, fidelity="event")
+    postgres = url is not None and not is_sqlite(url)
+    lock = CountLock(url, study.name) if postgres else None
+    heartbeat = Heartbeat(s._storage) if postgres else None
+    if heartbeat is not None:
+        heartbeat.start()
     new = []
-    for number in front.keys():
-        if number in confirmed:
-            continue
-        s.enqueue_trial(by_number[number].params, user_attrs={"confirms": number})
-        trial = s.ask()
-        frozen = record(s, trial, study, evaluator.evaluate(study.space.suggest(trial)),
-                        SIMULATOR_VERSION)
-        new.append(frozen.number)
-        if on_trial is not None:
-            on_trial(frozen)
+    try:
+        for number in front.keys():
+            if number in confirmed:
+                continue
+            with (lock.held() if lock is not None else contextlib.nullcontext(),
+                  warnings.catch_warnings()):
+                warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
+                s.enqueue_trial(by_number[number].params, user_attrs={"confirms": number})
+                trial = s.ask()
+                if heartbeat is not None:
+                    s._storage.record_heartbeat(trial._trial_id)
+                    heartbeat.trial_id = trial._trial_id
+            frozen = record(s, trial, study, evaluator.evaluate(study.space.suggest(trial)),
+                            SIMULATOR_VERSION)
+            new.append(frozen.number)
+            if on_trial is not None:
+                on_trial(frozen)
+    finally:
+        if heartbeat is not None:
+            heartbeat.stop()
+        if lock is not None:
+            lock.close()
     return new
 
 
@@ -266,7 +331,8 @@ def _write_report(out_dir: Path, url: str, study_name: str) -> tuple[Path | None
 def summary_dict(summary: RunSummary) -> dict[str, Any]:
     """A JSON-friendly summary (``dse study run --json``)."""
     return {"study": summary.study_name, "out_dir": str(summary.out_dir),
-            "storage": summary.storage_url, "target": summary.target, "states": summary.states,
+            "storage": redact_url(summary.storage_url), "target": summary.target,
+            "states": summary.states, **summary.outcomes, "stopped": summary.stopped,
             "session_trials": summary.session_trials,
             "trials_per_s": round(summary.trials_per_s, 3), "resumed_from": summary.resumed_from,
             "failed_orphans": summary.failed_orphans, "pareto": summary.pareto_rows,

@@ -134,7 +134,7 @@ class Evaluator:
                 q = self.quality(w.model, dict(wl.arch))
                 quality = q.value
                 described.setdefault("quality", {})[w.label] = {
-                    "method": q.method, "raw": q.raw, "value": q.value}
+                    "method": q.method, "raw": q.raw, "value": q.value, "detail": q.detail}
             per_workload[w.label] = obj.workload_metrics(result_metrics, wl.params, wl.flops,
                                                          quality)
         extra = {}

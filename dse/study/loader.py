@@ -1,9 +1,14 @@
 """Study file (YAML) -> validated, resolved study. Every problem is one :class:`BadInput` line
 naming the key path, the value and what is allowed; nothing is written while loading.
 
-Steps: safe YAML (duplicate keys are errors) -> :class:`~dse.study.spec.StudySpec` (pydantic)
--> checks against the zoo and the template registry -> :class:`ResolvedStudy` with its search
-space, objectives and constraints.
+Steps: safe YAML (duplicate keys are errors; a regular file of at most ``MAX_STUDY_BYTES``;
+at most ``MAX_YAML_NODES`` values once aliases are expanded; no YAML 1.1 sexagesimal or octal
+numbers) -> :class:`~dse.study.spec.StudySpec` (pydantic) -> checks against the zoo and the
+template registry -> :class:`ResolvedStudy` with its search space, objectives and constraints.
+
+Loading imports no code named by the file: ``quality.python`` is checked for its form only and
+imported when the study runs (:func:`load_quality_function`), so ``dse study validate`` is safe
+on a file from anyone.
 """
 
 from __future__ import annotations
@@ -11,7 +16,9 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
 import re
+import stat
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,9 +27,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from dse.errors import BadInput
+from dse.errors import BadInput, redact_url
 from dse.quality import BUILTIN, QualityConfig, load_function
 from dse.study import objectives as obj
+from dse.study.networks import NETWORK_KEY, check_published_coverage, network_dimension
 from dse.study.space import (Dimension, Fixed, SearchSpace, Shown, Target, _NOTHING, bad,
                              parse_range)
 from dse.study.spec import StudySpec
@@ -31,6 +39,14 @@ from dse.study.spec import StudySpec
 SAMPLER_NEEDS = {"gp": "scipy", "qmc": "scipy", "cmaes": "cmaes"}
 #: Storage URL schemes a study can use (SQLite files, PostgreSQL servers).
 STORAGE_SCHEMES = ("sqlite", "postgresql", "postgresql+psycopg2", "postgresql+psycopg")
+#: Largest study file read, bytes [E: the ready studies are under 3 kB].
+MAX_STUDY_BYTES = 2**20
+#: Most values (scalars, lists, mappings) a study file may hold once its aliases are expanded
+#: [E: the ready studies hold under 200; a "billion laughs" alias bomb holds 10**9].
+MAX_YAML_NODES = 100_000
+#: Most points a grid search may have: Optuna's GridSampler holds every point in memory
+#: [E: 100,000 points of ten parameters take about 15 MB].
+MAX_GRID_POINTS = 100_000
 
 
 # ------------------------------------------------------------------------------ YAML
@@ -65,15 +81,56 @@ _UniqueKeyLoader.yaml_implicit_resolvers = {
 _FLOAT_1_2 = re.compile(r"""^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
                             |[0-9][0-9_]*[eE][-+]?[0-9]+
                             |\.[0-9_]+(?:[eE][-+]?[0-9]+)?)$""", re.X)
+# YAML 1.1 also reads ``1:30`` as 90 (base 60) and ``010`` as 8 (octal); YAML 1.2 has neither,
+# so they stay strings here (and a field that wants a number says so).
+_NOT_A_NUMBER_1_2 = re.compile(r"^(?:[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?"
+                               r"|[-+]?0[0-9_]+)$")
 for _first in "-+0123456789.":
     _UniqueKeyLoader.yaml_implicit_resolvers.setdefault(_first, []).insert(
         0, ("tag:yaml.org,2002:float", _FLOAT_1_2))
+    _UniqueKeyLoader.yaml_implicit_resolvers[_first].insert(
+        0, ("tag:yaml.org,2002:str", _NOT_A_NUMBER_1_2))
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _expanded_nodes(root: yaml.Node, limit: int) -> int:
+    """How many nodes ``root`` holds with every alias expanded; :class:`_TooLarge` past
+    ``limit`` (counted without expanding: an aliased node's size is computed once)."""
+    sizes: dict[int, int] = {}
+
+    def size(node: yaml.Node) -> int:
+        known = sizes.get(id(node))
+        if known is not None:
+            return known
+        n = 1
+        if isinstance(node, yaml.SequenceNode):
+            n += sum(size(child) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            n += sum(size(k) + size(v) for k, v in node.value)
+        if n > limit:
+            raise _TooLarge
+        sizes[id(node)] = n
+        return n
+
+    return size(root)
 
 
 def parse_yaml(text: str, source: str = "study file") -> Any:
     """``text`` as YAML (safe types only); syntax errors become one :class:`BadInput` line."""
+    loader = None
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        loader = _UniqueKeyLoader(text)
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _expanded_nodes(node, MAX_YAML_NODES)
+        return loader.construct_document(node)
+    except _TooLarge:
+        raise BadInput(source, Shown(_NOTHING), f"expected at most {MAX_YAML_NODES:,} values "
+                       "once YAML aliases (*name) are expanded") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
@@ -86,6 +143,9 @@ def parse_yaml(text: str, source: str = "study file") -> Any:
                        f"invalid YAML ({problem})") from None
     except RecursionError:
         raise BadInput(source, Shown(_NOTHING), "invalid YAML (nested too deeply)") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
 
 
 # ------------------------------------------------------------------------------ pydantic errors
@@ -136,6 +196,8 @@ _TYPE_WORDS = {
     "string_pattern_mismatch": "expected a name of letters, digits, '_' and '-', starting with "
                                "a letter (at most 64 characters)",
 }
+#: Pattern messages of fields that are not names.
+_PATTERN_WORDS = {"python": "expected 'package.module:function' (Python identifiers)"}
 
 
 def from_validation_error(exc: ValidationError) -> BadInput:
@@ -159,6 +221,8 @@ def from_validation_error(exc: ValidationError) -> BadInput:
         return BadInput(_path(loc), Shown(_NOTHING), "required")
     if kind == "literal_error":
         allowed = "expected one of " + str(ctx.get("expected", "")).replace("'", "")
+    elif kind == "string_pattern_mismatch" and loc and loc[-1] in _PATTERN_WORDS:
+        allowed = _PATTERN_WORDS[loc[-1]]
     elif kind in _TYPE_WORDS:
         allowed = _TYPE_WORDS[kind]
     elif kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
@@ -235,18 +299,39 @@ class ResolvedStudy:
 
 def load_study(path: str | Path) -> ResolvedStudy:
     """Read, validate and resolve the study file at ``path``."""
-    p = Path(path)
+    return load_study_text(read_study_file(path), source=str(path))
+
+
+def read_study_file(path: str | Path) -> str:
+    """The text of a regular file of at most ``MAX_STUDY_BYTES`` (opened without blocking,
+    so a named pipe or a device is refused instead of read forever)."""
+    p = str(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
-        raise BadInput("study file", str(p), "no such file") from None
+        raise BadInput("study file", p, "no such file") from None
     except IsADirectoryError:
-        raise BadInput("study file", str(p), "expected a YAML file, not a directory") from None
-    except UnicodeDecodeError:
-        raise BadInput("study file", str(p), "expected UTF-8 text") from None
+        raise BadInput("study file", p, "expected a YAML file, not a directory") from None
     except OSError as exc:
-        raise BadInput("study file", str(p), exc.strerror or "cannot be read") from None
-    return load_study_text(text, source=str(p))
+        raise BadInput("study file", p, exc.strerror or "cannot be read") from None
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise BadInput("study file", p, "expected a YAML file, not a directory")
+        if not stat.S_ISREG(mode):
+            raise BadInput("study file", p, "expected a regular YAML file, not a device, pipe "
+                           "or socket")
+        try:
+            blob = f.read(MAX_STUDY_BYTES + 1)
+        except OSError as exc:
+            raise BadInput("study file", p, exc.strerror or "cannot be read") from None
+    if len(blob) > MAX_STUDY_BYTES:
+        raise BadInput("study file", p, f"expected a study file of at most {MAX_STUDY_BYTES:,} "
+                       "bytes")
+    try:
+        return blob.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadInput("study file", p, "expected UTF-8 text") from None
 
 
 def load_study_text(text: str, source: str = "study file") -> ResolvedStudy:
@@ -275,6 +360,7 @@ def resolve(data: Any, source: str | None = None) -> ResolvedStudy:
     """Parsed YAML -> :class:`ResolvedStudy` (see the module docstring)."""
     spec = validate_spec(data)
     _check_forms(spec)
+    _check_quality_source(spec)
     workloads = [_resolve_workload(i, w) for i, w in enumerate(spec.workloads)]
     designs = _resolve_designs(spec)
     space = _build_space(spec, designs, workloads)
@@ -294,17 +380,20 @@ def resolve(data: Any, source: str | None = None) -> ResolvedStudy:
                 constraints.append(obj.Constraint(key, "<=", float(value)))
     q = spec.quality
     quality = QualityConfig(python=q.python, tokens=q.tokens, tokens_per_param=q.tokens_per_param,
-                            steps=q.steps) if q else QualityConfig()
+                            steps=q.steps, source=q.source, table=q.table) if q else QualityConfig()
+    published = quality.source == "published"
     uses = [(f"objectives[{i}]", o.metric) for i, o in enumerate(objectives)] + \
            [(f"constraints[{i}]", c.metric) for i, c in enumerate(constraints)]
     needs_quality = False
+    rated: set[str] = set()
     for where, metric in uses:
         if obj.base_metric(metric) != "quality":
             continue
         needs_quality = True
         scope = [w for w in workloads if "." not in metric or metric.split(".")[0] == w.label]
+        rated.update(w.label for w in scope)
         for w in scope:
-            if not quality.python and w.family not in BUILTIN:
+            if not quality.python and not published and w.family not in BUILTIN:
                 raise bad(where, metric, f"expected a quality proxy for {w.model} "
                           f"({w.family} models "
                           "have none built in); give quality: {python: 'package.module:function'}")
@@ -316,14 +405,17 @@ def resolve(data: Any, source: str | None = None) -> ResolvedStudy:
                 if "rows" not in params or "cols" not in params:
                     raise bad(where, metric, "expected sub-accelerators with a PE count (rows x "
                               f"cols); {d.name} ({d.template}) has none")
-    if quality.python:
-        load_function(quality.python)
+    if published and rated:
+        check_published_coverage(space, workloads, rated, _table(spec))
     _check_sampler(spec, objectives)
     if spec.storage is not None:
         spec.storage = check_storage_url(spec.storage, "storage")
-    return ResolvedStudy(spec=spec, space=space, objectives=objectives, constraints=constraints,
-                         workloads=workloads, designs=designs, quality=quality,
-                         needs_quality=needs_quality, source=source, metric_names=allowed)
+    study = ResolvedStudy(spec=spec, space=space, objectives=objectives, constraints=constraints,
+                          workloads=workloads, designs=designs, quality=quality,
+                          needs_quality=needs_quality, source=source, metric_names=allowed)
+    if spec.sampler.name == "grid":
+        grid_points(study)
+    return study
 
 
 def _check_forms(spec: StudySpec) -> None:
@@ -352,13 +444,22 @@ def _check_forms(spec: StudySpec) -> None:
                 raise bad(f"{group}[{i}].name", n, "expected a name of its own")
 
 
+def _check_quality_source(spec: StudySpec) -> None:
+    q = spec.quality
+    if q is not None and q.source == "published" and q.python:
+        raise bad("quality.python", q.python, "expected either python or source: published, "
+                  "not both")
+    if q is not None and q.table and q.source != "published":
+        raise bad("quality.table", q.table, "expected source: published with a table")
+
+
 def _remap(prefix: str, exc: BadInput) -> BadInput:
     field_name = exc.field.split(".")[-1] if exc.field else ""
     return BadInput(f"{prefix}.{field_name}" if field_name else prefix, exc.value, exc.allowed)
 
 
 def _resolve_workload(i: int, w) -> ResolvedWorkload:
-    from workloads.build import resolve as resolve_capture
+    from workloads.build import check_sizes_apply, resolve as resolve_capture
     from workloads.zoo import get_model
 
     where = f"workloads[{i}]"
@@ -367,6 +468,7 @@ def _resolve_workload(i: int, w) -> ResolvedWorkload:
     except BadInput as exc:
         raise BadInput(f"{where}.model", Shown(w.model), exc.allowed) from None
     try:
+        check_sizes_apply(w.model, w.phase, w.seq, w.context)
         args = resolve_capture(w.model, phase=w.phase, batch=w.batch, seq=w.seq,
                                context=w.context, dtype=w.dtype)
     except BadInput as exc:
@@ -447,13 +549,13 @@ def _arch_target(model_name: str, key: str, default: Any) -> Target:
 
     spec = get_model(model_name)
     choices = spec.arch_choices.get(key)
-    ranges = getattr(spec, "arch_ranges", None) or {}
-    low, high = ranges.get(key, (None, None))
+    low, high = (spec.arch_range(key) if isinstance(default, int) else None) or (None, None)
 
     def check(v: Any, _spec=spec, _key=key) -> Any:
         numeric = isinstance(default, (int, float)) and not isinstance(default, bool)
         if numeric and isinstance(v, str):
-            raise BadInput(f"arch.{_key}", v, f"expected a {type(default).__name__}")
+            raise BadInput(f"arch.{_key}", v, "expected " + ("an int" if isinstance(default, int)
+                                                            else "a number"))
         return _spec.resolve_arch({_key: v})[_key]
 
     kind = bool if isinstance(default, bool) else type(default)
@@ -501,6 +603,7 @@ def _build_space(spec: StudySpec, designs: list[ResolvedDesign],
             dims.append(got)
     labels = [w.label for w in workloads]
     fixed_arch: dict[str, dict[str, Any]] = {w: {} for w in labels}
+    networks: dict[str, dict[str, dict[str, Any]]] = {}
     arch_raw = _names_or_mapping(spec.search.architecture, "search.architecture")
     for key, raw in arch_raw.items():
         where = f"search.architecture.{key}"
@@ -512,10 +615,23 @@ def _build_space(spec: StudySpec, designs: list[ResolvedDesign],
         else:
             wlabel, akey = labels[0], key
         w = workloads[labels.index(wlabel)]
+        opt_name = f"arch.{wlabel}.{akey}" if len(workloads) > 1 else f"arch.{akey}"
+        if akey == NETWORK_KEY and akey not in w.arch_defaults:
+            others = [k for k in arch_raw if k != key and (len(workloads) == 1
+                                                           or k.startswith(wlabel + "."))]
+            if others:
+                raise bad(f"search.architecture.{others[0]}", arch_raw[others[0]],
+                          f"expected no other architecture key of {wlabel} beside {key}")
+            got, archs = network_dimension(where, opt_name, raw, w.model, _table(spec))
+            if isinstance(got, Fixed):
+                fixed_arch[wlabel].update(archs[got.value])
+            else:
+                networks[wlabel] = archs
+                dims.append(got)
+            continue
         if akey not in w.arch_defaults:
             raise bad(where, raw, f"expected a {w.model} architecture key: "
                       + ", ".join(w.arch_defaults))
-        opt_name = f"arch.{wlabel}.{akey}" if len(workloads) > 1 else f"arch.{akey}"
         got = parse_range(where, opt_name, raw,
                           _arch_target(w.model, akey, w.arch_defaults[akey]))
         if isinstance(got, Fixed):
@@ -535,7 +651,15 @@ def _build_space(spec: StudySpec, designs: list[ResolvedDesign],
                   "parameter in search.hardware, search.architecture, search.system or "
                   "search.parallel")
     return SearchSpace(dimensions=dims, designs=names, workloads=labels, fixed_hw=fixed_hw,
-                       fixed_arch=fixed_arch, segments=segments, alternatives=spec.alternatives)
+                       fixed_arch=fixed_arch, segments=segments, alternatives=spec.alternatives,
+                       networks=networks)
+
+
+def _table(spec: StudySpec):
+    """The accuracy table a study's ``quality.table`` names (default: the shipped one)."""
+    from dse.quality.published import load_table
+
+    return load_table(spec.quality.table if spec.quality else None)
 
 
 #: The parallel layout's keys as parameters (``search.parallel``, ``system.parallel``).
@@ -612,31 +736,55 @@ def _check_sampler(spec: StudySpec, objectives: list[obj.Objective]) -> None:
                   "objectives (cmaes optimises one): tpe, nsga2, nsga3, gp, random, grid or qmc")
 
 
+def grid_points(study: "ResolvedStudy") -> int:
+    """Points of the study's grid search; :class:`BadInput` past ``MAX_GRID_POINTS`` (counted
+    without building the grid)."""
+    per_range = study.spec.sampler.grid_points
+    n = 1
+    for d in study.space.dimensions:
+        n *= d.grid_size(per_range)
+        if n > MAX_GRID_POINTS:
+            raise bad("sampler.grid_points", per_range, f"expected a grid of at most "
+                      f"{MAX_GRID_POINTS:,} points; this search space makes more (search fewer "
+                      "parameters, give int ranges a step, or lower grid_points)")
+    return n
+
+
+def load_quality_function(study: "ResolvedStudy"):
+    """Import the study's ``quality.python`` function (user code: only when the study runs),
+    or None; :class:`BadInput` when it cannot be imported."""
+    return load_function(study.quality.python) if study.quality.python else None
+
+
+def _masked(url: Any) -> Any:
+    return redact_url(url) if isinstance(url, str) else url
+
+
 def check_storage_url(url: Any, field_name: str = "storage") -> str:
     """``url`` if it names a storage a study can use (normalised: ``postgresql://`` gets the
     installed driver, since SQLAlchemy 2.1 defaults to psycopg 3); :class:`BadInput` otherwise."""
     if not isinstance(url, str) or "://" not in url:
-        raise bad(field_name, url, "expected a URL like sqlite:///path/study.db or "
+        raise bad(field_name, _masked(url), "expected a URL like sqlite:///path/study.db or "
                   "postgresql://user:password@host/db")
     scheme, rest = url.split("://", 1)
     scheme = scheme.lower()
     if scheme not in STORAGE_SCHEMES:
-        raise bad(field_name, url, "expected a sqlite:/// or postgresql:// URL")
+        raise bad(field_name, _masked(url), "expected a sqlite:/// or postgresql:// URL")
     if scheme.startswith("postgresql"):
         drivers = {"postgresql+psycopg2": "psycopg2", "postgresql+psycopg": "psycopg"}
         if scheme == "postgresql":
             found = [s for s, mod in drivers.items() if importlib.util.find_spec(mod)]
             if not found:
-                raise bad(field_name, url, "expected psycopg2 to be installed for PostgreSQL: "
-                          "pip install 'accel-dse[postgres]'")
+                raise bad(field_name, _masked(url), "expected psycopg2 to be installed for "
+                          "PostgreSQL: pip install 'accel-dse[postgres]'")
             return f"{found[0]}://{rest}"
         if importlib.util.find_spec(drivers[scheme]) is None:
-            raise bad(field_name, url, f"expected {drivers[scheme]} to be installed for "
+            raise bad(field_name, _masked(url), f"expected {drivers[scheme]} to be installed for "
                       "PostgreSQL: pip install 'accel-dse[postgres]'")
         return url
     if url.rstrip("/") in ("sqlite:", "sqlite:/", "sqlite://"):
-        raise bad(field_name, url, "expected a file: sqlite:///path/study.db")
+        raise bad(field_name, _masked(url), "expected a file: sqlite:///path/study.db")
     if ":memory:" in url:
-        raise bad(field_name, url, "expected a file (an in-memory database cannot be shared or "
-                  "resumed)")
+        raise bad(field_name, _masked(url), "expected a file (an in-memory database cannot be "
+                  "shared or resumed)")
     return url

@@ -1,24 +1,28 @@
 """``trials.csv`` (every trial) and ``pareto.csv`` (feasible Pareto-optimal trials only).
 
 Columns: ``number``, ``state`` (COMPLETE, PRUNED = infeasible design, FAIL, RUNNING),
-``feasible``, ``reason`` (why infeasible or failed), ``duration_s``, then every design
+``feasible``, ``reason`` (why infeasible or failed: the design's reason, or each violated
+constraint with the metric's value and by how much), ``duration_s``, then every design
 parameter (``design``, ``hw.*``, ``arch.*``, ``assign.*``: the searched ones under their
-Optuna names plus the fixed ones and the preset's), every metric (the objectives first), each
-constraint's relative violation (``violation:latency_s<=0.02``), and ``simulator_version``.
+Optuna names plus the fixed ones and the preset's), ``quality_source`` (``WORKLOAD.
+quality_source`` with several workloads: the proxy or published table entry that rated the
+trial), every metric (the objectives first), each constraint's relative violation
+(``violation:latency_s<=0.02``), and ``simulator_version``.
 Rows are in trial order; files are written atomically (temporary file + rename).
 """
 
 from __future__ import annotations
 
 import csv
-import os
 from pathlib import Path
 from typing import Any, Sequence
 
 from optuna.trial import FrozenTrial, TrialState
 
+from dse.quality import source_text
+from dse.files import atomic_open
 from dse.study.loader import ResolvedStudy
-from dse.study.objectives import METRICS
+from dse.study.objectives import METRICS, Constraint
 from dse.study.pareto import ParetoFront
 from dse.study.progress import is_feasible
 
@@ -44,9 +48,40 @@ def design_columns(t: FrozenTrial, resolved: ResolvedStudy) -> dict[str, Any]:
         out[f"sys.{k}"] = v
     for k, v in (d.get("parallel") or {}).items():
         out[f"par.{k}"] = v
+    for w, q in (d.get("quality") or {}).items():  # which quality source rated the trial
+        prefix = f"{w}." if many_workloads else ""
+        out[f"{prefix}quality_source"] = source_text(q)
     for k, v in t.params.items():  # searched values, also when the design attr is missing
         out.setdefault(k, v)
     return out
+
+
+def constraint_values(t: FrozenTrial, resolved: ResolvedStudy) -> dict[str, float]:
+    """The trial's relative constraint violations by label: stored as Optuna's list (in the
+    study's order) or, by studies of earlier versions, by name (``set_constraint``)."""
+    stored = t.constraints
+    labels = [c.label for c in resolved.constraints]
+    return {label: stored.get(str(i), stored.get(label)) for i, label in enumerate(labels)
+            if str(i) in stored or label in stored}
+
+
+def violation_text(c: Constraint, value: float | None, violation: float) -> str:
+    """``latency_s<=0.003: latency_s = 0.00412, 37% over``."""
+    side = "over" if c.op == "<=" else "under"
+    shown = f"{value:.4g}" if isinstance(value, (int, float)) else "not computed"
+    return f"{c.label}: {c.metric} = {shown}, {abs(violation):.0%} {side}"
+
+
+def infeasible_reason(t: FrozenTrial, resolved: ResolvedStudy) -> str:
+    """Why a trial is not feasible ("" when it is, or when it did not finish)."""
+    reason = t.user_attrs.get("infeasible_reason") or t.user_attrs.get("fail_reason") or ""
+    if reason or t.state != TrialState.COMPLETE:
+        return reason
+    values = constraint_values(t, resolved)
+    metrics = t.user_attrs.get("metrics") or {}
+    broken = [violation_text(c, metrics.get(c.metric), values[c.label])
+              for c in resolved.constraints if values.get(c.label, 0) > 0]
+    return ("violates " + "; ".join(broken)) if broken else ""
 
 
 def pareto_numbers(trials: Sequence[FrozenTrial], resolved: ResolvedStudy) -> list[int]:
@@ -76,7 +111,7 @@ def rows(trials: Sequence[FrozenTrial], resolved: ResolvedStudy) -> tuple[list[s
             design_keys.setdefault(k, None)
         metrics = t.user_attrs.get("metrics") or {}
         extra_metrics.update(k for k in metrics if k not in metric_keys)
-        reason = t.user_attrs.get("infeasible_reason") or t.user_attrs.get("fail_reason") or ""
+        reason = infeasible_reason(t, resolved)
         duration = (t.datetime_complete - t.datetime_start).total_seconds() \
             if t.datetime_complete and t.datetime_start else ""
         row = {"number": t.number, "state": t.state.name, "feasible": is_feasible(t),
@@ -84,7 +119,7 @@ def rows(trials: Sequence[FrozenTrial], resolved: ResolvedStudy) -> tuple[list[s
                "simulator_version": t.user_attrs.get("simulator_version", ""),
                "fidelity": t.user_attrs.get("fidelity", ""),
                "confirms": t.user_attrs.get("confirms", "")}
-        for label, v in t.constraints.items():
+        for label, v in constraint_values(t, resolved).items():
             row[f"violation:{label}"] = v
         out.append(row)
     for m in sorted(extra_metrics):
@@ -97,18 +132,11 @@ def rows(trials: Sequence[FrozenTrial], resolved: ResolvedStudy) -> tuple[list[s
 
 
 def _write_csv(path: Path, columns: list[str], data: list[dict]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # same directory: atomic rename
-    try:
-        with open(tmp, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
-            w.writeheader()
-            for r in data:
-                w.writerow({k: ("" if r.get(k) is None else r.get(k, "")) for k in columns})
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+        w.writeheader()
+        for r in data:
+            w.writerow({k: ("" if r.get(k) is None else r.get(k, "")) for k in columns})
 
 
 def write_outputs(trials: Sequence[FrozenTrial], resolved: ResolvedStudy,
@@ -123,6 +151,24 @@ def write_outputs(trials: Sequence[FrozenTrial], resolved: ResolvedStudy,
     _write_csv(trials_path, columns, data)
     _write_csv(pareto_path, columns, [r for r in data if r["number"] in front])
     return trials_path, pareto_path, sorted(front)
+
+
+def outcome_counts(trials: Sequence[FrozenTrial]) -> dict[str, int]:
+    """``evaluated`` (COMPLETE or PRUNED) = ``feasible`` + ``infeasible``, the latter split in
+    ``cannot_run`` (PRUNED) and ``violates_constraints`` (COMPLETE, a constraint > 0); and
+    ``failed`` (FAIL, re-asked) and ``running``."""
+    out = dict.fromkeys(("evaluated", "feasible", "infeasible", "cannot_run",
+                         "violates_constraints", "failed", "running"), 0)
+    for t in trials:
+        if t.state == TrialState.COMPLETE:
+            key = "feasible" if is_feasible(t) else "violates_constraints"
+        else:
+            key = {TrialState.PRUNED: "cannot_run", TrialState.FAIL: "failed"}.get(t.state,
+                                                                                 "running")
+        out[key] += 1
+    out["infeasible"] = out["cannot_run"] + out["violates_constraints"]
+    out["evaluated"] = out["feasible"] + out["infeasible"]
+    return out
 
 
 def state_counts(trials: Sequence[FrozenTrial]) -> dict[str, int]:

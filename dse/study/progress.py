@@ -1,4 +1,5 @@
-"""The progress bar of a run: trials done (of the target), feasible, Pareto size, trials/s."""
+"""The progress bar of a run: designs evaluated (of the target), feasible, failed (re-asked),
+Pareto size, trials/s."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ class StudyProgress:
         self.front = ParetoFront(signs)
         self.seen: set[int] = set()
         self.done = 0
+        self.failed = 0
         self.feasible = 0
         self.session = 0
         self.started = time.perf_counter()
@@ -32,25 +34,29 @@ class StudyProgress:
         self._progress = Progress(
             TextColumn("[bold]trials"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
             TextColumn("feasible {task.fields[feasible]}"),
+            TextColumn("failed {task.fields[failed]}"),
             TextColumn("pareto {task.fields[pareto]}"),
             TextColumn("{task.fields[rate]:.1f} trials/s"), TimeElapsedColumn(),
             console=console, disable=not (enabled and console.is_terminal),
             refresh_per_second=4)
-        self._task = self._progress.add_task("trials", total=target, feasible=0, pareto=0,
-                                             rate=0.0)
+        self._task = self._progress.add_task("trials", total=target, feasible=0, failed=0,
+                                             pareto=0, rate=0.0)
 
     def add(self, t: FrozenTrial, this_session: bool = True) -> None:
         if t.number in self.seen or not t.state.is_finished():
             return
         self.seen.add(t.number)
-        self.done += 1
+        if t.state == TrialState.FAIL:
+            self.failed += 1
+        else:
+            self.done += 1
         if this_session:
             self.session += 1
         if is_feasible(t):
             self.feasible += 1
             self.front.add(t.number, t.values)
         self._progress.update(self._task, completed=self.done, feasible=self.feasible,
-                              pareto=len(self.front), rate=self.rate)
+                              failed=self.failed, pareto=len(self.front), rate=self.rate)
 
     @property
     def rate(self) -> float:

@@ -135,16 +135,25 @@ class Dimension:
             return list(self.choices)
         lo, hi = float(self.low), float(self.high)
         if self.kind == "int":
-            step = int(self.step or 1)
-            every = list(range(int(lo), int(hi) + 1, step))
+            every = range(int(lo), int(hi) + 1, int(self.step or 1))
             if len(every) <= max(points, 2) or self.step:
-                return every
+                return list(every)
             vals = _spread(lo, hi, points, self.log)
             return sorted({int(round(v)) for v in vals})
         if self.step:
-            n = int(math.floor((hi - lo) / self.step + 1e-9))
-            return [lo + i * self.step for i in range(n + 1)]
+            return [lo + i * self.step for i in range(self._float_steps() + 1)]
         return _spread(lo, hi, points, self.log)
+
+    def grid_size(self, points: int) -> int:
+        """``len(self.grid(points))``, without building a long grid."""
+        if self.kind == "int" and self.step:
+            return len(range(int(self.low), int(self.high) + 1, int(self.step)))
+        if self.kind == "float" and self.step:
+            return self._float_steps() + 1
+        return len(self.grid(points))
+
+    def _float_steps(self) -> int:
+        return int(math.floor((float(self.high) - float(self.low)) / self.step + 1e-9))
 
 
 def _spread(lo: float, hi: float, points: int, log: bool) -> list[float]:
@@ -314,6 +323,8 @@ class SearchSpace:
     alternatives: bool = False
     fixed_sys: dict[str, Any] = field(default_factory=dict)
     fixed_parallel: dict[str, Any] = field(default_factory=dict)
+    #: workload label -> published network name -> its full architecture (the ``network`` key)
+    networks: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     def names(self) -> list[str]:
         return [d.name for d in self.dimensions]
@@ -343,7 +354,10 @@ class SearchSpace:
                 hw[d][key] = v
             elif parts[0] == "arch":
                 w, key = (parts[1], parts[2]) if many_workloads else (self.workloads[0], parts[1])
-                arch[w][key] = v
+                if w in self.networks:  # its one key: the name of a published network
+                    arch[w].update(self.networks[w][v])
+                else:
+                    arch[w][key] = v
             elif parts[0] == "assign":
                 assign[parts[1]][int(parts[2])] = v
             elif parts[0] == "sys":

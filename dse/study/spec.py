@@ -9,9 +9,11 @@ know what is allowed and say so in one line.
 
 from __future__ import annotations
 
+import typing
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationInfo, WithJsonSchema,
+                      field_validator)
 from typing_extensions import Annotated
 
 #: Names a study, a workload or a sub-accelerator may take (they become parameter-name parts).
@@ -24,10 +26,43 @@ DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8")
 SAMPLERS = ("tpe", "nsga2", "nsga3", "gp", "random", "grid", "qmc", "cmaes")
 
 
+def _numeric_kind(annotation: Any) -> str | None:
+    """"an int" or "a number" for a field that holds only numbers (and None), else None."""
+    kinds: set[Any] = set()
+
+    def walk(a: Any) -> None:
+        args = typing.get_args(a)
+        if typing.get_origin(a) is Annotated:
+            walk(args[0])
+        elif args and typing.get_origin(a) is Union:
+            for x in args:
+                walk(x)
+        else:
+            kinds.add(a)
+    walk(annotation)
+    kinds.discard(type(None))
+    if kinds == {int}:
+        return "an int"
+    if kinds and kinds <= {int, float}:
+        return "a number"
+    return None
+
+
 class _Strict(BaseModel):
-    """Unknown keys are errors; values are not silently converted between kinds."""
+    """Unknown keys are errors; values are not silently converted between kinds (``true`` or
+    ``"3"`` is not a number)."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers_are_numbers(cls, v: Any, info: ValidationInfo) -> Any:
+        if isinstance(v, (bool, str)):
+            kind = _numeric_kind(cls.model_fields[info.field_name].annotation)
+            if kind is not None:
+                raise ValueError(f"expected {kind}" + (", not true/false" if isinstance(v, bool)
+                                                       else ""))
+        return v
 
 
 class WorkloadSpec(_Strict):
@@ -178,6 +213,12 @@ class QualitySpec(_Strict):
         20.0, description="LLM training tokens per parameter when `tokens` is not given")
     steps: Annotated[int, Field(ge=1, le=100000)] = Field(
         200, description="neural fields: optimiser steps of the image fit")
+    source: Literal["proxy", "published"] = Field(
+        "proxy", description="proxy: the family's built-in proxy; published: measured top-1 of "
+                             "trained networks from a table (`quality: published` for short)")
+    table: Optional[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
+        None, description="with source published: a JSON accuracy table (default: the shipped "
+                          "ImageNet top-1 table)")
 
 
 class SamplerSpec(_Strict):
@@ -221,12 +262,16 @@ class StudySpec(_Strict):
                     "params, flops (or WORKLOAD.metric), each minimised or maximised")
     constraints: list[Annotated[Any, WithJsonSchema(_CONSTRAINT_SCHEMA)]] = Field(
         default_factory=list, description="thresholds such as 'latency_s <= 0.02'")
-    quality: Optional[QualitySpec] = None
+    quality: Annotated[Optional[QualitySpec], WithJsonSchema({
+        "anyOf": [{"enum": ["proxy", "published"]}, QualitySpec.model_json_schema(),
+                  {"type": "null"}]})] = Field(
+        None, description="how quality is computed: a mapping, or proxy / published")
     sampler: Annotated[SamplerSpec, WithJsonSchema({
         "anyOf": [{"enum": list(SAMPLERS)}, SamplerSpec.model_json_schema()]})] = Field(
         default_factory=SamplerSpec, description="sampler name or {name, ...}")
     trials: Annotated[int, Field(ge=1, le=10_000_000)] = Field(
-        50, description="total trials of the study (finished ones from earlier runs count)")
+        50, description="designs to evaluate in total (evaluated ones from earlier runs count; "
+                        "failed trials are re-asked)")
     timeout_s: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
         None, description="stop starting trials after this many seconds, s")
     storage: Optional[str] = Field(None, description="Optuna storage URL (default: SQLite "
@@ -241,14 +286,21 @@ class StudySpec(_Strict):
     def _sampler_name(cls, v: Any) -> Any:
         return {"name": v} if isinstance(v, str) else v
 
+    @field_validator("quality", mode="before")
+    @classmethod
+    def _quality_source(cls, v: Any) -> Any:
+        return {"source": v} if isinstance(v, str) else v
+
     # ---------------------------------------------------------------- derived views
     @property
     def designs(self) -> list[NamedAcceleratorSpec]:
         """The named accelerators (alternatives or sub-accelerators); one for ``accelerator``."""
         if self.accelerator is not None:
             a = self.accelerator
-            return [NamedAcceleratorSpec(name=a.template, template=a.template, preset=a.preset,
-                                         hw=a.hw)]
+            # not validated: the template name labels it and may be any string here (the
+            # loader then says which templates exist)
+            return [NamedAcceleratorSpec.model_construct(name=a.template, template=a.template,
+                                                         preset=a.preset, hw=a.hw)]
         return list(self.accelerators or self.sub_accelerators or [])
 
     @property

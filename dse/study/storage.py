@@ -12,7 +12,13 @@ exact across workers, and recovery of trials whose worker died.
 * PostgreSQL (``postgresql://``, several machines): the count lock is a session advisory lock
   (``pg_advisory_lock``; another one guards the creation of Optuna's tables in a fresh
   database, which concurrent first runs would race for), and workers record Optuna heartbeats: a RUNNING trial whose heartbeat
-  is older than ``GRACE_PERIOD_S`` is failed by the next worker that starts or asks.
+  is older than ``GRACE_PERIOD_S`` is failed by the next worker that starts or asks. A worker
+  creates a trial and records its first heartbeat under the count lock, so a RUNNING trial
+  with no heartbeat, seen under that lock, lost its worker in between: it is failed too.
+
+Every trial failed here gets a ``fail_reason``. A storage that cannot be opened (an unreachable
+server, a missing database, a file that is not SQLite) is one :class:`BadInput` line with the
+password masked; connecting gives up after ``CONNECT_TIMEOUT_S``.
 """
 
 from __future__ import annotations
@@ -22,12 +28,14 @@ import hashlib
 import os
 import sqlite3
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import optuna
 from optuna.trial import TrialState
+
+from dse.errors import BadInput, DSEError, first_line, redact_url
 
 #: How long SQLite waits for a lock held by another process, s [E: generous for K workers].
 SQLITE_BUSY_TIMEOUT_S = 60.0
@@ -35,6 +43,9 @@ SQLITE_BUSY_TIMEOUT_S = 60.0
 HEARTBEAT_INTERVAL_S = 10
 #: A RUNNING trial whose last heartbeat is older than this is failed, s [E: 6 heartbeats].
 GRACE_PERIOD_S = 60
+
+#: How long opening a PostgreSQL connection may take before it is an error, s [E].
+CONNECT_TIMEOUT_S = 10
 
 #: User attribute that says why a trial failed.
 FAIL_REASON = "fail_reason"
@@ -53,6 +64,17 @@ def sqlite_url(path: Path) -> str:
     return "sqlite:///" + str(path.resolve())
 
 
+def _connect_args(url: str) -> dict[str, Any]:
+    """PostgreSQL: give up connecting after ``CONNECT_TIMEOUT_S`` unless the URL says."""
+    return {} if "connect_timeout=" in url else {"connect_timeout": CONNECT_TIMEOUT_S}
+
+
+def _pg_engine(url: str):
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+    return create_engine(url, poolclass=NullPool, connect_args=_connect_args(url))
+
+
 @contextmanager
 def _schema_lock(url: str) -> Iterator[None]:
     """Held while Optuna creates its tables: processes opening a fresh database at once (the
@@ -65,9 +87,8 @@ def _schema_lock(url: str) -> Iterator[None]:
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)
         return
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.pool import NullPool
-    engine = create_engine(url, poolclass=NullPool)
+    from sqlalchemy import text
+    engine = _pg_engine(url)
     key = _lock_key("accel-dse:optuna-schema")
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key})
@@ -78,10 +99,17 @@ def _schema_lock(url: str) -> Iterator[None]:
     engine.dispose()
 
 
-def open_storage(url: str) -> optuna.storages.RDBStorage:
-    """An RDB storage for ``url`` with the settings of the module docstring."""
-    with _schema_lock(url):
-        return _open_storage(url)
+def open_storage(url: str, field: str = "storage") -> optuna.storages.RDBStorage:
+    """An RDB storage for ``url`` with the settings of the module docstring; :class:`BadInput`
+    naming ``field`` when it cannot be opened."""
+    try:
+        with _schema_lock(url):
+            return _open_storage(url)
+    except DSEError:
+        raise
+    except Exception as exc:  # drivers raise many types; the user gets one line
+        raise BadInput(field, redact_url(url), "expected a storage that opens ("
+                       + first_line(exc) + ")") from None
 
 
 def _open_storage(url: str) -> optuna.storages.RDBStorage:
@@ -104,8 +132,8 @@ def _open_storage(url: str) -> optuna.storages.RDBStorage:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # heartbeats are "experimental" in Optuna 5
         return optuna.storages.RDBStorage(
-            url, engine_kwargs={"pool_pre_ping": True}, heartbeat_interval=HEARTBEAT_INTERVAL_S,
-            grace_period=GRACE_PERIOD_S)
+            url, engine_kwargs={"pool_pre_ping": True, "connect_args": _connect_args(url)},
+            heartbeat_interval=HEARTBEAT_INTERVAL_S, grace_period=GRACE_PERIOD_S)
 
 
 def _lock_key(study_name: str) -> int:
@@ -136,10 +164,9 @@ class CountLock:
             finally:
                 fcntl.flock(self._file, fcntl.LOCK_UN)
             return
-        from sqlalchemy import create_engine, text
-        from sqlalchemy.pool import NullPool
+        from sqlalchemy import text
         if self._conn is None:
-            engine = create_engine(self.url, poolclass=NullPool)
+            engine = _pg_engine(self.url)
             self._conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         self._conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": self._key})
         try:
@@ -196,25 +223,57 @@ def fail_trial(storage: optuna.storages.BaseStorage, trial_id: int, reason: str)
         return False
 
 
+#: ``fail_reason`` of each kind of orphan.
+STOPPED = "its worker stopped before the trial finished (killed or interrupted)"
+SILENT = (f"its worker sent no heartbeat for over {GRACE_PERIOD_S} s (killed, or cut off "
+          "from the database)")
+NEVER_STARTED = "its worker stopped between creating it and its first heartbeat (killed)"
+
+
 def fail_orphans(study: optuna.Study, storage: optuna.storages.BaseStorage, url: str,
-                 alone: bool) -> int:
-    """Fail the trials whose worker is gone: every RUNNING/WAITING trial when this run is alone
-    on a SQLite file, heartbeat-stale ones on PostgreSQL. Returns how many."""
+                 alone: bool, count_lock: "CountLock | None" = None) -> int:
+    """Fail the trials whose worker is gone, each with its ``fail_reason``: every RUNNING/
+    WAITING trial when this run is alone on a SQLite file; on PostgreSQL, RUNNING trials whose
+    heartbeat is stale, and (holding ``count_lock``) those with none. Returns how many."""
     n = 0
     if is_sqlite(url):
         if not alone:
             return 0
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,
                                                           TrialState.WAITING)):
-            n += fail_trial(storage, t._trial_id, "its worker stopped before the trial finished "
-                                                "(killed or interrupted)")
+            n += fail_trial(storage, t._trial_id, STOPPED)
         return n
-    before = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        optuna.storages.fail_stale_trials(study)
-    after = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-    return sum(1 for t in after if t.number not in before)
+    with count_lock.held() if count_lock is not None else nullcontext():
+        for trial_id, reason in _silent_trials(study, storage, count_lock is not None):
+            n += fail_trial(storage, trial_id, reason)
+    return n
+
+
+def _silent_trials(study: optuna.Study, storage, include_unstarted: bool
+                   ) -> list[tuple[int, str]]:
+    """(trial id, reason) of the study's RUNNING trials whose heartbeat is older than
+    ``GRACE_PERIOD_S`` by the database's clock, or missing (when ``include_unstarted``)."""
+    from optuna.storages._rdb import models
+    from sqlalchemy import func, select
+
+    rdb = getattr(storage, "rdb", storage)
+    trials, beats = models.TrialModel.__table__, models.TrialHeartbeatModel.__table__
+    study_id = rdb.get_study_id_from_name(study.study_name)
+    with rdb.engine.connect() as conn:
+        now = conn.execute(select(func.now())).scalar()
+        rows = conn.execute(
+            select(trials.c.trial_id, beats.c.heartbeat)
+            .select_from(trials.outerjoin(beats, beats.c.trial_id == trials.c.trial_id))
+            .where(trials.c.study_id == study_id, trials.c.state == TrialState.RUNNING)).all()
+    now = now.replace(tzinfo=None)
+    out = []
+    for trial_id, beat in rows:
+        if beat is None:
+            if include_unstarted:
+                out.append((trial_id, NEVER_STARTED))
+        elif (now - beat.replace(tzinfo=None)).total_seconds() > GRACE_PERIOD_S:
+            out.append((trial_id, SILENT))
+    return out
 
 
 def worker_alive(parent_pid: int) -> bool:

@@ -1,12 +1,15 @@
 """One worker: ask a trial, evaluate it, tell the result; repeat until the study holds the
-requested number of trials (counted under :class:`~dse.study.storage.CountLock`, every state
-included, so K workers never overshoot), the deadline passes, or the parent is gone.
+requested number of evaluated designs (trials in every state but FAIL, RUNNING ones included,
+counted under :class:`~dse.study.storage.CountLock` so K workers never overshoot), the deadline
+passes, the parent is gone, or this run made ``max_failures`` failed trials. A failed trial
+(killed worker, a raising quality function) does not count: another trial takes its place.
 
 What a trial stores (user attributes): ``design`` (every design parameter, preset included,
 each workload's full architecture, the assignment), ``simulator_version``, and either
 ``metrics`` (every metric, per workload too) or ``infeasible_reason``. A feasible trial is
-COMPLETE with one objective value per objective and one constraint per constraint
-(``trial.set_constraint``: relative violation, <= 0 when satisfied). An infeasible design is
+COMPLETE with one objective value per objective and the relative violation of each constraint
+(<= 0 when satisfied) as the system attr ``constraints``, a list in the study's order (what
+Optuna's ``best_trials`` and samplers and optuna-dashboard read). An infeasible design is
 PRUNED with its reason and every constraint violated, so that samplers which read constraints
 (TPE, NSGA-II) steer away from it. A trial that raised (a bug, a failing user quality function)
 is FAIL with ``fail_reason``. In every case the search goes on.
@@ -33,6 +36,9 @@ from dse.study.samplers import make_sampler
 from dse.study.storage import (FAIL_REASON, HEARTBEAT_INTERVAL_S, CountLock, RunLock,
                                fail_orphans, is_sqlite, open_storage)
 
+#: Optuna's system attr for a trial's constraint values (``_CONSTRAINTS_KEY``: a list, <= 0
+#: when satisfied), read by ``Study.best_trials``, its samplers and optuna-dashboard.
+CONSTRAINTS_KEY = "constraints"
 #: Trials a worker runs between checks for stale trials of dead workers (PostgreSQL), count
 #: [E: a check costs one query; at ~20 trials/s this is every few seconds].
 STALE_CHECK_EVERY = 50
@@ -62,6 +68,8 @@ class WorkerJob:
     index: int = 0
     deadline: float | None = None
     parent_pid: int | None = None
+    failed_before: int = 0
+    max_failures: int | None = None
 
 
 @dataclass
@@ -70,7 +78,7 @@ class WorkerStats:
     by_state: dict[str, int] = field(default_factory=dict)
 
 
-class _Heartbeat(threading.Thread):
+class Heartbeat(threading.Thread):
     """Records a heartbeat for the trial in flight every ``HEARTBEAT_INTERVAL_S``."""
 
     def __init__(self, storage):
@@ -92,6 +100,12 @@ class _Heartbeat(threading.Thread):
         self._stop_event.set()
 
 
+def set_constraints(trial: optuna.Trial, values: list[float]) -> None:
+    """Store the constraint violations as Optuna's ``constraints`` system attr (a list)."""
+    if values:
+        trial.storage.set_trial_system_attr(trial._trial_id, CONSTRAINTS_KEY, values)
+
+
 def record(study: optuna.Study, trial: optuna.Trial, resolved: ResolvedStudy,
            ev: Evaluation, simulator_version: str) -> FrozenTrial:
     """Store ``ev`` in ``trial`` and finish it (see the module docstring)."""
@@ -100,8 +114,7 @@ def record(study: optuna.Study, trial: optuna.Trial, resolved: ResolvedStudy,
     trial.set_user_attr("fidelity", ev.fidelity)
     if ev.infeasible is not None:
         trial.set_user_attr("infeasible_reason", ev.infeasible)
-        for c in resolved.constraints:
-            trial.set_constraint(c.label, 1.0)
+        set_constraints(trial, [1.0] * len(resolved.constraints))
         return study.tell(trial, state=TrialState.PRUNED)
     metrics = ev.metrics or {}
     values = [metrics.get(o.metric, math.nan) for o in resolved.objectives]
@@ -110,8 +123,8 @@ def record(study: optuna.Study, trial: optuna.Trial, resolved: ResolvedStudy,
     if bad:
         trial.set_user_attr(FAIL_REASON, "objective not computed: " + ", ".join(bad))
         return study.tell(trial, state=TrialState.FAIL)
-    for c in resolved.constraints:
-        trial.set_constraint(c.label, c.violation(metrics.get(c.metric, math.inf)))
+    set_constraints(trial, [c.violation(metrics.get(c.metric, math.inf))
+                            for c in resolved.constraints])
     return study.tell(trial, values)
 
 
@@ -149,9 +162,9 @@ def _run(job: WorkerJob, on_trial: Callable[[FrozenTrial], None] | None,
     lock = CountLock(job.storage_url, job.study_name)
     heartbeat = None
     if not is_sqlite(job.storage_url):
-        heartbeat = _Heartbeat(storage)
+        heartbeat = Heartbeat(storage)
         heartbeat.start()
-        fail_orphans(study, storage, job.storage_url, alone=False)
+        fail_orphans(study, storage, job.storage_url, alone=False, count_lock=lock)
     stats = WorkerStats()
     trial = None
     try:
@@ -161,16 +174,20 @@ def _run(job: WorkerJob, on_trial: Callable[[FrozenTrial], None] | None,
             if job.parent_pid is not None and os.getppid() != job.parent_pid:
                 break
             with lock.held():
-                n = storage.count_trials(study_id)
-                if n >= job.target:
+                counts = storage.count_by_state(study_id)
+                n = sum(counts.values())
+                failed = counts.get(TrialState.FAIL, 0)
+                if n - failed >= job.target:
+                    break
+                if job.max_failures is not None and failed - job.failed_before >= job.max_failures:
                     break
                 if not seeded:
                     study.sampler = make_sampler(resolved, derive_seed(job.seed, n, job.index))
                     seeded = True
                 trial = study.ask()
-            if heartbeat is not None:
-                heartbeat.trial_id = trial._trial_id
-                storage.record_heartbeat(trial._trial_id)
+                if heartbeat is not None:  # before the lock is released: see storage.py
+                    storage.record_heartbeat(trial._trial_id)
+                    heartbeat.trial_id = trial._trial_id
             try:
                 point = resolved.space.suggest(trial)
                 ev = evaluator.evaluate(point)
@@ -187,7 +204,7 @@ def _run(job: WorkerJob, on_trial: Callable[[FrozenTrial], None] | None,
             if on_trial is not None:
                 on_trial(frozen)
             if heartbeat is not None and stats.trials % STALE_CHECK_EVERY == 0:
-                fail_orphans(study, storage, job.storage_url, alone=False)
+                fail_orphans(study, storage, job.storage_url, alone=False, count_lock=lock)
     except KeyboardInterrupt:
         if trial is not None:
             _fail(study, trial, "interrupted")

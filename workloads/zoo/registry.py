@@ -13,6 +13,19 @@ from dse.errors import BadInput
 #: Model families. ``llm`` models support phases prefill and decode; the rest run ``forward``.
 FAMILIES = ("llm", "encoder", "vision", "neural_field", "micro")
 
+#: Bounds of architecture ints by key, for every model that declares none of its own
+#: (``ModelSpec.arch_ranges``). Depth bounds the capture time: ops grow with it (GPT-2 with 256
+#: layers captures in 16 s on the 2-core development machine, `dse workload gpt2 --arch
+#: n_layer=256`; the deepest published LLMs have about 128) [E]; a hash-grid table has at most
+#: 2**32 rows (workloads/hashgrid_op.py) [R].
+DEFAULT_ARCH_RANGES: dict[str, tuple[int, int]] = {
+    "n_layer": (1, 256), "n_hidden_layers": (1, 64), "color_hidden_layers": (1, 64),
+    "blocks1": (1, 64), "blocks2": (1, 64), "blocks3": (1, 64), "blocks4": (1, 64),
+    "levels": (1, 64), "log2_table_size": (1, 32)}
+#: Largest value of any other architecture int [E: 2**20 keeps a product of two widths, e.g.
+#: vocabulary x model width, far from torch's int64 element counts].
+ARCH_INT_MAX = 2**20
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -36,6 +49,12 @@ class ModelSpec:
     phases: tuple[str, ...] = ("forward",)
     arch_choices: dict[str, tuple] = field(default_factory=dict)
     published_params: int | None = None
+    arch_ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def arch_range(self, key: str) -> tuple[int, int] | None:
+        """The declared (low, high) of int key ``key`` (``arch_ranges``, else
+        :data:`DEFAULT_ARCH_RANGES`), or None."""
+        return self.arch_ranges.get(key) or DEFAULT_ARCH_RANGES.get(key)
 
     def resolve_arch(self, overrides: dict[str, Any] | None) -> dict[str, Any]:
         """Defaults updated by ``overrides``, each coerced to its default's type; unknown keys and
@@ -48,6 +67,9 @@ class ModelSpec:
                                f"{self.name} architecture keys are " + ", ".join(arch))
             arch[key] = _coerce(self, key, value)
         return arch
+
+
+_KIND = {bool: "true or false", int: "an int", float: "a number", str: "a string"}
 
 
 def _coerce(spec: ModelSpec, key: str, value: Any) -> Any:
@@ -65,21 +87,30 @@ def _coerce(spec: ModelSpec, key: str, value: Any) -> Any:
         elif isinstance(default, int):
             if isinstance(value, bool):
                 raise ValueError
-            f = float(value)
-            if f != int(f):
-                raise ValueError
-            value = int(f)
+            if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+                value = int(value)  # exact, however long
+            if not isinstance(value, int):
+                f = float(value)
+                if f != int(f) or abs(f) > 2**53:  # beyond 2**53 a float is not one int
+                    raise ValueError
+                value = int(f)
             # A value listed in ``arch_choices`` is allowed even when zero (e.g. padding 0).
             if value <= 0 and not (choices is not None and value in choices):
                 raise BadInput(field_name, value, "expected a positive int")
+            low, high = spec.arch_range(key) or (1, ARCH_INT_MAX)
+            if value > high and not (choices is not None and value in choices):
+                raise BadInput(field_name, value, f"expected an int in [{low}, {high}]")
         elif isinstance(default, float):
             value = float(value)
             if not value > 0 and not (choices is not None and value in choices):
                 raise BadInput(field_name, value, "expected a positive number")
         else:
             value = str(value)
+    except BadInput:
+        raise
     except (TypeError, ValueError, OverflowError):  # OverflowError: int(float("inf"))
-        raise BadInput(field_name, value, f"expected a {type(default).__name__}") from None
+        raise BadInput(field_name, value, "expected " + _KIND.get(type(default), "a string")
+                       ) from None
     if choices is not None and value not in choices:
         raise BadInput(field_name, value, "expected one of " + ", ".join(map(str, choices)))
     return value

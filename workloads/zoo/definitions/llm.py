@@ -113,9 +113,12 @@ def _llm_inputs(name: str):
                 raise BadInput("seq", seq, "decode makes one token per step: expected 1")
             check_count("context", context, minimum=0)
             tokens, past = 1, context
-        if past + tokens > arch["max_seq"]:
-            raise BadInput("context", past + tokens,
-                           f"{name} holds at most max_seq={arch['max_seq']} tokens")
+        if past + tokens > arch["max_seq"]:  # name what the user gave: seq, or context
+            field, given, most = (("seq", seq, arch["max_seq"]) if phase == "prefill"
+                                  else ("context", context, arch["max_seq"] - 1))
+            raise BadInput(field, given, f"expected at most {most}: {name} holds max_seq="
+                           f"{arch['max_seq']} tokens"
+                           + ("" if phase == "prefill" else ", the new one included"))
         ids = (torch.arange(batch * tokens) % arch["vocab_size"]).reshape(batch, tokens)
         if phase == "prefill":
             return (ids,), {}

@@ -1,0 +1,119 @@
+"""Checks of a Hugging Face ``config.json`` before and after ``transformers`` reads it, so a
+bad file is one :class:`BadInput` line naming the key, never a traceback, a hang or
+transformers' own warnings.
+
+Refused: a file that is not a JSON object, NaN or Infinity anywhere, nesting deeper than
+``MAX_DEPTH``, a ``torch_dtype``/``dtype`` torch does not have, anything ``transformers``
+rejects, and model sizes that are not positive ints or exceed the zoo's bounds (a million
+layers would capture for hours).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from dse.errors import BadInput, one_line
+from workloads.zoo.registry import ARCH_INT_MAX, DEFAULT_ARCH_RANGES
+
+#: Deepest nesting of lists and objects a config may have [E: real configs nest 3 deep].
+MAX_DEPTH = 32
+#: Largest config file read, bytes [E: real configs are a few kB].
+MAX_BYTES = 2**20
+#: Standard config attributes that size the model, with their upper bounds (transformers maps
+#: each model's own names, e.g. GPT-2's ``n_layer``, onto these through ``attribute_map``).
+SIZE_BOUNDS = {"num_hidden_layers": DEFAULT_ARCH_RANGES["n_layer"][1],
+               "hidden_size": ARCH_INT_MAX, "intermediate_size": ARCH_INT_MAX,
+               "num_attention_heads": ARCH_INT_MAX, "num_key_value_heads": ARCH_INT_MAX,
+               "vocab_size": ARCH_INT_MAX, "max_position_embeddings": 2**31}
+
+
+def read_config(path: str | Path) -> dict[str, Any]:
+    """The config file's object, checked as the module docstring says (before transformers)."""
+    field = "--hf-config"
+    try:
+        with open(path, "rb") as f:
+            blob = f.read(MAX_BYTES + 1)
+    except FileNotFoundError:
+        raise BadInput(field, str(path), "expected an existing config.json") from None
+    except OSError as exc:
+        raise BadInput(field, str(path), f"expected a readable file ({exc.strerror})") from None
+    if len(blob) > MAX_BYTES:
+        raise BadInput(field, str(path), f"expected a config of at most {MAX_BYTES:,} bytes")
+    try:
+        data = json.loads(blob.decode("utf-8"))
+    except RecursionError:
+        raise BadInput(field, str(path), f"expected JSON nested at most {MAX_DEPTH} deep"
+                       ) from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise BadInput(field, str(path), "expected a readable JSON file ("
+                       + one_line(str(exc))[:120] + ")") from None
+    if not isinstance(data, dict) or not isinstance(data.get("model_type"), str):
+        raise BadInput(field, str(path), "expected a config object with a model_type string")
+    _check_values(data)
+    for key in ("torch_dtype", "dtype"):
+        if data.get(key) is not None:
+            _check_dtype(f"{field}.{key}", data[key])
+    return data
+
+
+def _check_values(data: dict[str, Any]) -> None:
+    """No NaN or Infinity, nothing nested deeper than ``MAX_DEPTH`` (walked without recursion)."""
+    stack: list[tuple[str, Any, int]] = [("--hf-config", data, 0)]
+    while stack:
+        where, value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise BadInput("--hf-config", where.removeprefix("--hf-config"),
+                           f"expected JSON nested at most {MAX_DEPTH} deep")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise BadInput(where, value, "expected a finite number")
+        if isinstance(value, dict):
+            stack.extend((f"{where}.{k}", v, depth + 1) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", v, depth + 1) for i, v in enumerate(value))
+
+
+def _check_dtype(where: str, value: Any) -> None:
+    import torch
+    if value == "auto" or (isinstance(value, str) and value.isidentifier()
+                           and isinstance(getattr(torch, value, None), torch.dtype)):
+        return
+    raise BadInput(where, value, "expected a torch dtype name such as float32, bfloat16 or "
+                   "float16")
+
+
+def check_sizes(config: Any) -> None:
+    """Each size attribute the config has is a positive int within ``SIZE_BOUNDS``."""
+    names = {std: own for std, own in (getattr(config, "attribute_map", None) or {}).items()}
+    for attr, high in SIZE_BOUNDS.items():
+        value = getattr(config, attr, None)
+        if value is None:
+            continue
+        where = f"--hf-config.{names.get(attr, attr)}"
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+            raise BadInput(where, value, f"expected an int in [1, {high:,}]")
+
+
+def error_text(exc: BaseException) -> str:
+    """transformers' error on one line (its messages span several), cut to 160 characters."""
+    return one_line(" ".join(str(exc).split()) or type(exc).__name__)[:160]
+
+
+@contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Silence transformers' logger and Python warnings while a config is read and built, so
+    that the user sees our one line (or the result), not its warnings."""
+    logger = logging.getLogger("transformers")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
