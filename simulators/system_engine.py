@@ -35,6 +35,7 @@ from accelerators.system import System
 from dse.errors import InfeasibleDesign
 from simulators.channel import FluidChannel
 from simulators.engine import _event_count, op_process, throughput_of
+from simulators.fast import costs_whole_workload
 from simulators.result import OpRecord, Result
 from workloads.gna import dense_equivalent
 from workloads.ir import Workload
@@ -170,9 +171,14 @@ def simulate_system(workload: Workload | ParallelWorkload, system: System,
                 raise InfeasibleDesign(f"{design.name} restructures the graph it runs (plan) "
                                        "and drops its collectives: it cannot be a device of "
                                        "a system yet")
-            compute = _compute_only(planned)
-            by_name = dict(zip((op.name for op in compute.ops), design.costs(compute)))
-            done_for[key] = (planned, [by_name.get(op.name) for op in planned.ops])
+            if costs_whole_workload(type(design)):   # it maps a whole graph at once
+                compute = _compute_only(planned)
+                by_name = dict(zip((op.name for op in compute.ops), design.costs(compute)))
+                costs = [by_name.get(op.name) for op in planned.ops]
+            else:
+                costs = [None if op.kind == COLLECTIVE else design.cost(op)
+                         for op in planned.ops]
+            done_for[key] = (planned, costs)
         prepared[r] = done_for[key]
 
     env = simpy.Environment()
