@@ -120,6 +120,11 @@ class Floorplan:
     wafer_scale: bool = False
     control_overhead: float = CONTROL_OVERHEAD
     extra_mm2: dict[str, float] = field(default_factory=dict)
+    #: PHYs of the links to other devices of a system (accelerators.system): area, die
+    #: edge and power at full bandwidth.
+    link_phy_mm2: float = 0.0
+    link_edge_mm: float = 0.0
+    link_w: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -255,6 +260,8 @@ def assess(fp: Floorplan) -> Physical:
     parts = {"compute": fp.compute_mm2, "sram": fp.sram_mm2, "control": control,
              "memory_phy": mem.phy_area_mm2(node_scale) if mem else 0.0,
              "io_other": host_phy + host_mtr / 65.6 * node_scale}
+    if fp.link_phy_mm2 > 0:
+        parts["link_phy"] = fp.link_phy_mm2
     problems: list[str] = []
     if mem is not None and mem.devices > mem.standard.max_devices:
         problems.append(f"{mem.bandwidth_Bps / 1e9:,.0f} GB/s needs {mem.devices} "
@@ -272,7 +279,7 @@ def assess(fp: Floorplan) -> Physical:
             problems.append(f"the mesh needs {on_die:,.0f} mm^2 of silicon but a "
                             f"{WAFER_DIAMETER_MM:g}-mm wafer has {wafer_mm2:,.0f} mm^2")
     else:
-        edge_need = (mem.shoreline_mm if mem else 0.0) + host_edge
+        edge_need = (mem.shoreline_mm if mem else 0.0) + host_edge + fp.link_edge_mm
         d2d_edge = mem_bw / D2D_BYTES_PER_S_PER_MM
         dies, die_mm2 = _dies_for(on_die, edge_need, d2d_edge)
         if 1 < dies <= MAX_CHIPLETS:   # split: each die pays die-to-die PHYs
@@ -310,8 +317,8 @@ def assess(fp: Floorplan) -> Physical:
     io_w = mem_bw * (mem.standard.phy_pj_per_bit * 8e-12 / 2 if mem else 0.0)  # our PHY half
     d2d_w = mem_bw * d2d_j
     static = fp.leakage_w + (mem.static_w if mem else 0.0)
-    tdp = fp.peak_dynamic_w + mem_dynamic + d2d_w + static
-    die_power = fp.peak_dynamic_w + io_w + d2d_w + fp.leakage_w
+    tdp = fp.peak_dynamic_w + mem_dynamic + d2d_w + static + fp.link_w
+    die_power = fp.peak_dynamic_w + io_w + d2d_w + fp.leakage_w + fp.link_w
     density = die_power / silicon if silicon > 0 else 0.0
     if density > MAX_POWER_DENSITY_W_PER_MM2:
         problems.append(f"the dies draw {die_power:,.0f} W on {silicon:,.0f} mm^2 = "

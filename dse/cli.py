@@ -178,8 +178,9 @@ def accelerators(as_json: bool = typer.Option(False, "--json", help="Print JSON.
 # ----------------------------------------------------------------------------- simulate
 @app.command()
 def simulate(model: Optional[str] = typer.Argument(None, help="Zoo model name."),
-             accelerator: str = typer.Option("npu", "--accelerator", "-a",
-                                             help="TEMPLATE[:PRESET], e.g. gpu:h200."),
+             accelerator: Optional[str] = typer.Option(
+                 None, "--accelerator", "-a", help="TEMPLATE[:PRESET], e.g. gpu:h200 (default "
+                 "npu; with --system: the preset's device)."),
              hw: Optional[list[str]] = typer.Option(None, "--hw", help="Hardware KEY=VALUE (repeatable)."),
              phase: Optional[str] = PhaseOpt, batch: Optional[int] = BatchOpt,
              seq: Optional[int] = SeqOpt, context: Optional[int] = ContextOpt,
@@ -188,15 +189,35 @@ def simulate(model: Optional[str] = typer.Argument(None, help="Zoo model name.")
              module: Optional[str] = ModuleOpt,
              as_json: bool = typer.Option(False, "--json", help="Print the Result as JSON."),
              trace: Optional[Path] = typer.Option(None, "--trace", help="Write a Chrome trace (Perfetto)."),
-             report: Optional[Path] = typer.Option(None, "--report", help="Write a one-design HTML report.")) -> None:
-    """Simulate one design on one model: latency, energy, area, power, timeline."""
+             report: Optional[Path] = typer.Option(None, "--report", help="Write a one-design HTML report."),
+             system: Optional[str] = typer.Option(None, "--system", help="System preset (see `dse systems`)."),
+             devices: Optional[int] = typer.Option(None, "--devices", help="Devices of the system (default: the layout's)."),
+             sys_pairs: Optional[list[str]] = typer.Option(None, "--sys", help="System parameter KEY=VALUE (repeatable)."),
+             tp: int = typer.Option(1, "--tp", help="Tensor-parallel ranks."),
+             pp: int = typer.Option(1, "--pp", help="Pipeline stages."),
+             ep: int = typer.Option(1, "--ep", help="Expert-parallel ranks (mixture-of-experts models)."),
+             dp: int = typer.Option(1, "--dp", help="Data-parallel replicas."),
+             sp: bool = typer.Option(False, "--sp", help="Sequence parallelism with tensor parallelism."),
+             microbatches: int = typer.Option(0, "--microbatches", help="Pipeline microbatches (0: pp when the batch splits so)."),
+             ep_imbalance: float = typer.Option(1.0, "--ep-imbalance", help="Hottest expert-parallel rank's load over the mean.")) -> None:
+    """Simulate one design (or a system of devices) on one model: latency, energy, area,
+    power, timeline."""
     from dse import api
     from dse.files import atomic_write_text, output_errors
     w = _workload_from_flags(model, phase, batch, seq, context, dtype, arch,
                              str(hf_config) if hf_config else None, kv_update, module)
-    design = api.accelerator(accelerator, parse_pairs(hw, "--hw"))
-    with _busy(f"simulating {len(w)} ops on {accelerator}"):
-        r = api.simulate(w, design)
+    parallel = {"tp": tp, "pp": pp, "ep": ep, "dp": dp, "sequence_parallel": sp,
+                "microbatches": microbatches, "ep_imbalance": ep_imbalance}
+    design = None
+    if system or sys_pairs or devices or tp * pp * ep * dp > 1 or sp:
+        with _busy(f"simulating {len(w)} ops on {system or 'a system'}"):
+            r = api.simulate(w, accelerator=accelerator, hw=parse_pairs(hw, "--hw") or None,
+                             system=system, devices=devices, parallel=parallel,
+                             sys=parse_pairs(sys_pairs, "--sys"))
+    else:
+        design = api.accelerator(accelerator or "npu", parse_pairs(hw, "--hw"))
+        with _busy(f"simulating {len(w)} ops on {accelerator or 'npu'}"):
+            r = api.simulate(w, design)
     if trace:
         with output_errors("--trace", trace):
             atomic_write_text(trace, json.dumps(r.to_chrome_trace()))
@@ -226,6 +247,9 @@ def _print_ran(w, design) -> None:
 
 
 def _print_result(r, w=None, design=None) -> None:
+    if hasattr(r, "per_device"):
+        _print_system_result(r)
+        return
     out.print(f"[bold]{r.model}[/] {r.phase} on [bold]{r.accelerator['template']}"
               f"{':' + r.accelerator['preset'] if r.accelerator.get('preset') else ''}[/]")
     if w is not None:
@@ -251,6 +275,100 @@ def _print_result(r, w=None, design=None) -> None:
         t.add_row(o.name, o.kind, o.unit, _si(o.duration_s, "s"), o.bound,
                   _si(o.flops, "FLOP"), _si(o.bytes, "B"))
     out.print(t)
+
+
+def _print_system_result(r) -> None:
+    lay = r.layout
+    sysd = r.accelerator
+    out.print(f"[bold]{r.model}[/] {r.phase} on [bold]{sysd.get('system') or 'a system'}[/] "
+              f"of {r.devices} devices ({sysd['topology']['kind']}, "
+              f"{sysd['topology']['link']}) — tp {lay['tp']} pp {lay['pp']} ep {lay['ep']} "
+              f"dp {lay['dp']}{' sp' if lay['sequence_parallel'] else ''}"
+              f"{' microbatches ' + str(lay['microbatches']) if lay['pp'] > 1 else ''}")
+    out.print(f"latency {_si(r.latency_s, 's')}   energy {_si(r.energy_j, 'J')}   "
+              f"communication {_si(r.communication_s, 's')}   "
+              f"throughput {r.throughput:,.4g} {r.throughput_unit}")
+    out.print(f"system: cost ${r.cost_usd:,.0f}   TDP {_si(r.tdp_w, 'W')}   silicon "
+              f"{r.area_mm2:,.0f} mm²   avg power {_si(r.avg_power_w, 'W')}")
+    if r.fill_latency_s != r.latency_s:
+        out.print(f"pipeline: fill {_si(r.fill_latency_s, 's')}, steady state per token "
+                  f"{_si(r.latency_s, 's')}")
+    out.print("energy: " + "  ".join(f"{k} {_si(v, 'J')}" for k, v in r.energy_breakdown_j.items() if v))
+    busiest = sorted(r.link_utilisation.items(), key=lambda kv: -kv[1])[:4]
+    if busiest:
+        out.print("links: " + "  ".join(f"{k} {100 * v:.1f}%" for k, v in busiest))
+
+
+def parse_bytes(text: str, field: str = "--bytes") -> float:
+    """``256MiB``, ``4 KiB``, ``1GB``, ``1e6`` -> bytes; a BadInput naming ``field`` else."""
+    units = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10,
+             "mib": 2**20, "gib": 2**30, "tib": 2**40, "k": 2**10, "m": 2**20, "g": 2**30}
+    t = text.strip().lower().replace(" ", "")
+    i = len(t)
+    while i > 0 and t[i - 1].isalpha():
+        i -= 1
+    try:
+        value = float(t[:i]) * units[t[i:]]
+    except (ValueError, KeyError):
+        raise BadInput(field, text, "expected a size like 4096, 256MiB, 1GiB or 512KB") from None
+    if not (value >= 0 and value < 2**50):
+        raise BadInput(field, text, "expected a size between 0 and 1 PiB")
+    return value
+
+
+# ----------------------------------------------------------------------------- systems
+@app.command()
+def systems(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """System presets: devices, topology, links, and the system's cost and power."""
+    from dse import api
+    rows = api.systems()
+    if as_json:
+        _print_json(rows)
+        return
+    t = Table(title="Systems")
+    for col in ("system", "device", "topology", "link", "cost", "TDP"):
+        t.add_column(col)
+    for s in rows:
+        topo = s["topology"]
+        t.add_row(s["name"], f"{s['sys']['devices']}x {s['device']}",
+                  topo["kind"] + (" " + "x".join(map(str, topo["shape"])) if topo["shape"] else ""),
+                  f"{topo['links_per_device']}x {topo['link']}", f"${s['cost_usd']:,.0f}",
+                  _si(s["tdp_w"], "W"))
+    out.print(t)
+    for s in rows:
+        out.print(f"  {s['name']}: {s['description']}")
+    from accelerators.system import SYSTEM_PARAMS
+    p = Table(title="system parameters (--sys KEY=VALUE)", box=None, padding=(0, 2))
+    for col in ("param", "unit", "default", "allowed", "description"):
+        p.add_column(col)
+    for prm in SYSTEM_PARAMS:
+        d = prm.to_dict()
+        allowed = (", ".join(map(str, d["choices"])) if d["choices"]
+                   else f"[{d['low']:g}, {d['high']:g}]" if d["low"] is not None else "")
+        p.add_row(d["name"], d["unit"], str(d["default"]), allowed, d["description"])
+    out.print(p)
+
+
+@app.command()
+def collective(kind: str = typer.Argument(..., help="all_reduce | all_gather | reduce_scatter | "
+                                                    "all_to_all | broadcast | send_recv"),
+               nbytes: str = typer.Option(..., "--bytes", help="Size, e.g. 256MiB (nccl-tests' convention)."),
+               system: str = typer.Option("hgx-h200", "--system", help="System preset."),
+               devices: Optional[int] = typer.Option(None, "--devices", help="Devices taking part (default: the preset's)."),
+               algorithm: Optional[str] = typer.Option(None, "--algorithm", help="auto | nccl | ring | tree | direct | two_shot | switch_reduce | torus | hierarchical (default: the system's)."),
+               sys_pairs: Optional[list[str]] = typer.Option(None, "--sys", help="System parameter KEY=VALUE (repeatable)."),
+               as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Time, algorithm and bus bandwidth of one collective on a system."""
+    from dse import api
+    sysm = api.system(system, devices, sys=parse_pairs(sys_pairs, "--sys"))
+    c = sysm.collective(kind, parse_bytes(nbytes), None, algorithm)
+    d = {**c.to_dict(), "system": system, "devices": sysm.devices}
+    if as_json:
+        _print_json(d)
+        return
+    out.print(f"{kind} of {_si(c.nbytes, 'B')} on {sysm.devices} devices of {system}: "
+              f"{_si(c.time_s, 's')} ({c.algorithm}, {c.protocol})   bus bandwidth "
+              f"{_si(c.bus_bandwidth_Bps, 'B/s')}   algorithm bandwidth {_si(c.algbw_Bps, 'B/s')}")
 
 
 # ----------------------------------------------------------------------------- reproduce

@@ -63,46 +63,52 @@ def simulate(workload: Workload, accelerator: Template,
     done: dict[str, simpy.Event] = {op.name: env.event() for op in ops}
     records: list[OpRecord | None] = [None] * len(ops)
     graph = workload.graph
-
-    def run(i: int, op: Op, cost: OpCost):
-        preds = [done[p] for p in graph.predecessors(op.name)]
-        if len(preds) == 1:
-            yield preds[0]
-        elif preds:
-            yield env.all_of(preds)
-        held = []
-        for u in sorted({cost.unit, *cost.also_holds}):
-            req = units[u].request()
-            yield req
-            held.append((units[u], req))
-        start = env.now
-        mem_alone = max((b / res.channels[c] for c, b in cost.traffic.items()), default=0.0)
-        overhead = cost.latency_s - max(cost.compute_s, mem_alone)
-        if overhead > 0:
-            yield env.timeout(overhead)
-        waits = [channels[c].transfer(b) for c, b in cost.traffic.items() if b > 0]
-        if cost.compute_s > 0:
-            waits.append(env.timeout(cost.compute_s))
-        if len(waits) == 1:
-            yield waits[0]
-        elif waits:
-            yield env.all_of(waits)
-        for resource, req in held:
-            resource.release(req)
-        records[i] = OpRecord(
-            name=op.name, kind=op.kind, unit=cost.unit, start_s=start, end_s=env.now,
-            cycles=(env.now - start) * cost.clock_hz, compute_cycles=cost.compute_cycles,
-            flops=op.flops, bytes=op.total_bytes, energy_j=cost.total_energy_j, bound=cost.bound,
-            details=dict(cost.details))
-        done[op.name].succeed()
-
     for i, (op, cost) in enumerate(zip(ops, costs)):
-        env.process(run(i, op, cost))
+        env.process(op_process(env, op, cost, [done[p] for p in graph.predecessors(op.name)],
+                               units, channels, done[op.name], records, i))
     env.run()
     latency = env.now
     if any(r is None for r in records):
         raise InfeasibleDesign("the op graph has a cycle or an op never became ready")
     return _result(workload, accelerator, costs, records, latency, env)
+
+
+def op_process(env: simpy.Environment, op: Op, cost: OpCost, preds: list,
+               units: dict[str, simpy.Resource], channels: dict[str, FluidChannel],
+               done: simpy.Event, records: list, i: int, prefix: str = ""):
+    """One op as a SimPy process: wait for ``preds``, hold its unit(s), pay its fixed
+    overhead, compute while its traffic crosses ``channels``; then ``records[i]`` is its
+    :class:`OpRecord` (units named ``prefix + unit``) and ``done`` fires."""
+    if len(preds) == 1:
+        yield preds[0]
+    elif preds:
+        yield env.all_of(preds)
+    held = []
+    for u in sorted({cost.unit, *cost.also_holds}):
+        req = units[u].request()
+        yield req
+        held.append((units[u], req))
+    start = env.now
+    mem_alone = max((b / channels[c].bandwidth_Bps for c, b in cost.traffic.items()),
+                    default=0.0)
+    overhead = cost.latency_s - max(cost.compute_s, mem_alone)
+    if overhead > 0:
+        yield env.timeout(overhead)
+    waits = [channels[c].transfer(b) for c, b in cost.traffic.items() if b > 0]
+    if cost.compute_s > 0:
+        waits.append(env.timeout(cost.compute_s))
+    if len(waits) == 1:
+        yield waits[0]
+    elif waits:
+        yield env.all_of(waits)
+    for resource, req in held:
+        resource.release(req)
+    records[i] = OpRecord(
+        name=op.name, kind=op.kind, unit=prefix + cost.unit, start_s=start, end_s=env.now,
+        cycles=(env.now - start) * cost.clock_hz, compute_cycles=cost.compute_cycles,
+        flops=op.flops, bytes=op.total_bytes, energy_j=cost.total_energy_j, bound=cost.bound,
+        details=dict(cost.details))
+    done.succeed()
 
 
 def _result(workload: Workload, accelerator: Template, costs: Sequence[OpCost],

@@ -22,11 +22,11 @@ EXACT_PARAMS = {
     "gpt2": 124_439_808, "llama2-7b": 6_738_415_616, "llama3-8b": 8_030_261_248,
     "bert-base": 109_482_240, "resnet50": 25_557_032, "resnet18": 11_689_512,
     "mobilenetv2": 3_504_872, "vit-b16": 86_567_656, "tinyllama-1.1b": 1_100_048_384,
-    "llama2-13b": 13_015_864_320,
+    "llama2-13b": 13_015_864_320, "llama2-70b": 68_976_648_192,
 }
 
 REQUIRED = {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "tinyllama-1.1b", "llama2-7b",
-            "llama2-13b", "llama3-8b", "gpt3-7b", "gpt3-13b", "gpt3-30b", "gpt3-175b",
+            "llama2-13b", "llama2-70b", "llama3-8b", "gpt3-7b", "gpt3-13b", "gpt3-30b", "gpt3-175b",
             "bert-base", "bert-large", "vit-b16", "resnet18", "resnet50", "mobilenetv2",
             "nerf", "nsdf", "gia", "nvr", "linear", "conv2d", "sdpa"}
 
@@ -41,7 +41,8 @@ _TINY_CNN = {"image_size": 32, "num_classes": 10}
 SMALL = {
     **{n: _TINY_LM for n in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt3-7b",
                              "gpt3-13b", "gpt3-30b", "gpt3-175b")},
-    **{n: _TINY_LLAMA for n in ("tinyllama-1.1b", "llama2-7b", "llama2-13b", "llama3-8b")},
+    **{n: _TINY_LLAMA for n in ("tinyllama-1.1b", "llama2-7b", "llama2-13b", "llama2-70b",
+                                   "llama3-8b")},
     "bert-base": _TINY_LM, "bert-large": _TINY_LM,
     "vit-b16": {"image_size": 32, "patch_size": 8, "n_layer": 2, "d_model": 32, "n_head": 4,
                 "d_ff": 64, "num_classes": 10},

@@ -34,8 +34,12 @@ UNKNOWN = "unknown"
 #: graph launch); never produced by capture.
 HOST = "host"
 SPARSE_ATTENTION = "sparse_attention"
+#: Communication between devices that a parallel layout inserts (:mod:`workloads.parallel`);
+#: never produced by capture.
+COLLECTIVE = "collective"
 OP_KINDS = (MATMUL, CONV, ATTENTION, ELEMENTWISE, NORM, SOFTMAX, REDUCTION, EMBEDDING,
-            HASHGRID, MOE, SCAN, RECURRENT, DATA_MOVEMENT, UNKNOWN, HOST, SPARSE_ATTENTION)
+            HASHGRID, MOE, SCAN, RECURRENT, DATA_MOVEMENT, UNKNOWN, HOST, SPARSE_ATTENTION,
+            COLLECTIVE)
 #: Kinds a template costs as the sum of simpler parts (``workloads.composite.parts``).
 COMPOSITE_KINDS = (MOE, SCAN, RECURRENT)
 

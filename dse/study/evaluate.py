@@ -102,6 +102,14 @@ class Evaluator:
             combined = Heterogeneous(designs)
         else:
             combined = designs[point.design]
+        system = layout = None
+        if study.spec.system is not None:
+            try:
+                system, layout = self._system(combined, point)
+            except DSEError as exc:
+                return infeasible(str(exc.reason if isinstance(exc, InfeasibleDesign) else exc))
+            described["system"] = {"preset": study.spec.system.preset, "sys": dict(system.hw)}
+            described["parallel"] = layout.to_dict()
 
         per_workload: dict[str, dict[str, float]] = {}
         for w in study.workloads:
@@ -116,7 +124,8 @@ class Evaluator:
                 design = combined.with_assignment(self._assignment(w.label, wl,
                                                                    point.assign[w.label]))
             try:
-                result_metrics = self._simulate(wl, design)
+                result_metrics = (self._simulate(wl, design) if system is None else
+                                  _simulate_system(wl, system, layout))
             except DSEError as exc:
                 reason = exc.reason if isinstance(exc, InfeasibleDesign) else str(exc)
                 return infeasible(f"{w.label}: {reason}" if len(study.workloads) > 1 else reason)
@@ -135,6 +144,9 @@ class Evaluator:
                 extra["total_pes"] = float(sum(pes))
             extra["total_bandwidth_Bps"] = sum(offchip_bandwidth_Bps(d) for d in designs.values())
         weights = {w.label: w.weight for w in study.workloads}
+        if system is not None:
+            combined = system
+            extra["devices"] = float(system.devices)
         phys = combined.physical()
         design_metrics = {"area_mm2": combined.area_mm2(),
                           "cost_usd": phys.cost_usd if phys else float("nan"),
@@ -153,9 +165,23 @@ class Evaluator:
         from simulators.engine import simulate
         return simulate(wl, design).metrics()
 
+    def _system(self, design, point: Point):
+        """The system of ``design`` and the layout of ``point``: the device count is the
+        layout's unless ``sys.devices`` is fixed or searched."""
+        from accelerators.system import System
+        from workloads.parallel import layout_from
+        layout = layout_from(dict(point.parallel))
+        values = {"devices": layout.devices, **point.sys}
+        return System(design, self.study.spec.system.preset, **values), layout
+
     def _assignment(self, label: str, wl, segment_subs: list[str]) -> dict[str, str]:
         key = json.dumps([label, wl.arch], sort_keys=True, default=str)
         groups = self._segments.get(key)
         if groups is None:
             groups = self._segments[key] = segment_ops(wl, len(segment_subs))
         return {name: sub for names, sub in zip(groups, segment_subs) for name in names}
+
+
+def _simulate_system(wl, system, layout) -> dict[str, float]:
+    from simulators.system_engine import simulate_system
+    return simulate_system(wl, system, layout).metrics()

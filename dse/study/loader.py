@@ -364,8 +364,9 @@ def resolve(data: Any, source: str | None = None) -> ResolvedStudy:
     workloads = [_resolve_workload(i, w) for i, w in enumerate(spec.workloads)]
     designs = _resolve_designs(spec)
     space = _build_space(spec, designs, workloads)
+    _add_system_space(spec, space)
     labels = [w.label for w in workloads]
-    allowed = obj.allowed_metrics(labels, spec.heterogeneous)
+    allowed = obj.allowed_metrics(labels, spec.heterogeneous, spec.system is not None)
     objectives = [obj.parse_objective(o, f"objectives[{i}]", allowed)
                   for i, o in enumerate(spec.objectives)]
     if len({o.metric for o in objectives}) != len(objectives):
@@ -644,9 +645,11 @@ def _build_space(spec: StudySpec, designs: list[ResolvedDesign],
             for s in range(segments):
                 dims.append(Dimension(f"assign.{w}.{s}", "assignment", "categorical",
                                       choices=tuple(names)))
-    if not dims:
+    if not dims and not (spec.system is not None and (spec.search.system
+                                                      or spec.search.parallel)):
         raise bad("search", spec.search.model_dump(), "expected at least one searched "
-                  "parameter in search.hardware or search.architecture")
+                  "parameter in search.hardware, search.architecture, search.system or "
+                  "search.parallel")
     return SearchSpace(dimensions=dims, designs=names, workloads=labels, fixed_hw=fixed_hw,
                        fixed_arch=fixed_arch, segments=segments, alternatives=spec.alternatives,
                        networks=networks)
@@ -657,6 +660,68 @@ def _table(spec: StudySpec):
     from dse.quality.published import load_table
 
     return load_table(spec.quality.table if spec.quality else None)
+
+
+#: The parallel layout's keys as parameters (``search.parallel``, ``system.parallel``).
+def _parallel_params():
+    from accelerators.base import Param
+    return {p.name: p for p in (
+        Param("tp", int, "ranks", 1, "tensor-parallel ranks", 1, 4096, log=True),
+        Param("pp", int, "stages", 1, "pipeline stages", 1, 4096, log=True),
+        Param("ep", int, "ranks", 1, "expert-parallel ranks", 1, 4096, log=True),
+        Param("dp", int, "replicas", 1, "data-parallel replicas", 1, 4096, log=True),
+        Param("sequence_parallel", bool, "", False, "sequence parallelism"),
+        Param("microbatches", int, "", 0, "pipeline microbatches (0: pp)", 0, 4096),
+        Param("ep_imbalance", float, "", 1.0, "hottest expert rank's load over the mean",
+              1.0, 4096.0))}
+
+
+def _add_system_space(spec: StudySpec, space: SearchSpace) -> None:
+    """The system's fixed values and searched dimensions (``sys.*``, ``par.*``)."""
+    from accelerators.system import SYSTEM_PRESETS, System
+
+    searched = bool(spec.search.system) or bool(spec.search.parallel)
+    if spec.system is None:
+        if searched:
+            raise bad("search.system" if spec.search.system else "search.parallel",
+                      spec.search.system or spec.search.parallel,
+                      "expected a `system:` section to search a system or its layout")
+        return
+    sysspec = spec.system
+    if spec.heterogeneous:
+        raise bad("system", sysspec.model_dump(), "expected accelerator or accelerators (a "
+                  "system of heterogeneous chips is not a study form)")
+    if spec.fidelity != "event":
+        raise bad("fidelity", spec.fidelity, "expected event for a study of a system (the "
+                  "fast path models no links)")
+    if sysspec.preset is not None and sysspec.preset not in SYSTEM_PRESETS:
+        raise bad("system.preset", sysspec.preset, "expected a system preset: "
+                  + ", ".join(sorted(SYSTEM_PRESETS)))
+    groups = (("sys", System.params(), sysspec.sys, spec.search.system, "system"),
+              ("par", _parallel_params(), sysspec.parallel, spec.search.parallel, "parallel"))
+    for prefix, params, fixed_raw, search_raw, word in groups:
+        fixed = {}
+        for key, value in fixed_raw.items():
+            if key not in params:
+                raise bad(f"system.{'sys' if prefix == 'sys' else 'parallel'}.{key}", value,
+                          f"expected a {word} parameter: " + ", ".join(params))
+            fixed[key] = params[key].coerce(value, f"system.{prefix}.{key}")
+        for key, raw in _names_or_mapping(search_raw, f"search.{word}").items():
+            where = f"search.{word}.{key}"
+            if key not in params:
+                raise bad(where, raw, f"expected a {word} parameter: " + ", ".join(params))
+            if key in fixed:
+                raise bad(where, raw, f"expected a parameter that is not also fixed in "
+                          f"system.{'sys' if prefix == 'sys' else 'parallel'}")
+            got = parse_range(where, f"{prefix}.{key}", raw, _hw_target(params[key], word))
+            if isinstance(got, Fixed):
+                fixed[key] = got.value
+            else:
+                space.dimensions.append(got)
+        if prefix == "sys":
+            space.fixed_sys = fixed
+        else:
+            space.fixed_parallel = fixed
 
 
 def _check_sampler(spec: StudySpec, objectives: list[obj.Objective]) -> None:

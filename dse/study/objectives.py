@@ -38,6 +38,8 @@ DESIGN_METRICS = ("area_mm2", "cost_usd", "tdp_w")
 #: Metrics of one workload (``LABEL.metric``).
 WORKLOAD_METRICS = ("latency_s", "energy_j", "avg_power_w", "edp", "throughput", "quality",
                     "params", "flops")
+#: Metrics of a study on a system (``system:``): time in collectives (s), devices.
+SYSTEM_METRICS = {"communication_s": ("minimize", "s"), "devices": ("minimize", "devices")}
 #: Metrics of a heterogeneous design's shared budgets.
 BUDGET_METRICS = {"total_pes": ("minimize", "PEs"),
                   "total_bandwidth_Bps": ("minimize", "B/s")}
@@ -47,9 +49,10 @@ _DIRECTIONS = {"minimize": "minimize", "min": "minimize", "maximize": "maximize"
 _CONSTRAINT_RE = re.compile(r"^\s*([A-Za-z][\w\-]*(?:\.[A-Za-z_]\w*)?)\s*(<=|>=|<|>)\s*(\S+)\s*$")
 
 
-def allowed_metrics(workload_labels: Sequence[str], heterogeneous: bool) -> list[str]:
+def allowed_metrics(workload_labels: Sequence[str], heterogeneous: bool,
+                    system: bool = False) -> list[str]:
     """Every metric name a study with these workloads may use."""
-    names = list(METRICS)
+    names = list(METRICS) + (list(SYSTEM_METRICS) if system else [])
     if len(workload_labels) > 1:
         names += [f"{w}.{m}" for w in workload_labels for m in WORKLOAD_METRICS]
     if heterogeneous:
@@ -122,7 +125,8 @@ def parse_objective(raw: Any, field: str, allowed: Sequence[str]) -> Objective:
 
 def _usual_direction(metric: str) -> str:
     base = base_metric(metric)
-    return (METRICS.get(base) or BUDGET_METRICS.get(base) or ("minimize",))[0]
+    return (METRICS.get(base) or BUDGET_METRICS.get(base) or SYSTEM_METRICS.get(base)
+            or ("minimize",))[0]
 
 
 def parse_constraint(raw: Any, field: str, allowed: Sequence[str]) -> Constraint:
@@ -183,6 +187,9 @@ def totals(per_workload: Mapping[str, Mapping[str, float]], weights: Mapping[str
         out["throughput"] = per_workload[labels[0]]["throughput"]
     else:
         out["throughput"] = 1.0 / latency if latency > 0 else 0.0
+    if all("communication_s" in per_workload[w] for w in labels):
+        out["communication_s"] = sum(weights[w] * per_workload[w]["communication_s"]
+                                     for w in labels)
     if all("quality" in per_workload[w] for w in labels):
         total_w = sum(weights[w] for w in labels)
         out["quality"] = sum(weights[w] * per_workload[w]["quality"] for w in labels) / total_w

@@ -44,6 +44,10 @@ def design_columns(t: FrozenTrial, resolved: ResolvedStudy) -> dict[str, Any]:
     for w, subs in (d.get("assign") or {}).items():
         for i, s in enumerate(subs):
             out[f"assign.{w}.{i}"] = s
+    for k, v in ((d.get("system") or {}).get("sys") or {}).items():
+        out[f"sys.{k}"] = v
+    for k, v in (d.get("parallel") or {}).items():
+        out[f"par.{k}"] = v
     for w, q in (d.get("quality") or {}).items():  # which quality source rated the trial
         prefix = f"{w}." if many_workloads else ""
         out[f"{prefix}quality_source"] = source_text(q)

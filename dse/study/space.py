@@ -16,7 +16,8 @@ added to the registry is searchable as soon as its ``PARAMS`` exist.
 
 Optuna parameter names: ``hw.PARAM`` (``hw.NAME.PARAM`` with several accelerators),
 ``arch.KEY`` (``arch.WORKLOAD.KEY`` with several workloads), ``design`` (which alternative of
-``accelerators``), ``assign.WORKLOAD.SEGMENT`` (which sub-accelerator runs a segment).
+``accelerators``), ``assign.WORKLOAD.SEGMENT`` (which sub-accelerator runs a segment),
+``sys.PARAM`` and ``par.KEY`` (a system's parameters and parallel layout).
 """
 
 from __future__ import annotations
@@ -300,11 +301,13 @@ class Point:
     arch: dict[str, dict[str, Any]]
     assign: dict[str, list[str]]
     params: dict[str, Any] = field(default_factory=dict)
+    sys: dict[str, Any] = field(default_factory=dict)
+    parallel: dict[str, Any] = field(default_factory=dict)
 
     def key(self) -> str:
         """A canonical string of everything that decides the evaluation."""
-        return json.dumps([self.design, self.hw, self.arch, self.assign], sort_keys=True,
-                          default=str)
+        return json.dumps([self.design, self.hw, self.arch, self.assign, self.sys,
+                           self.parallel], sort_keys=True, default=str)
 
 
 @dataclass
@@ -318,6 +321,8 @@ class SearchSpace:
     fixed_arch: dict[str, dict[str, Any]]
     segments: int = 0
     alternatives: bool = False
+    fixed_sys: dict[str, Any] = field(default_factory=dict)
+    fixed_parallel: dict[str, Any] = field(default_factory=dict)
     #: workload label -> published network name -> its full architecture (the ``network`` key)
     networks: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
@@ -341,6 +346,7 @@ class SearchSpace:
             if self.segments else {}
         many_designs = len(self.designs) > 1
         many_workloads = len(self.workloads) > 1
+        sysv, par = dict(self.fixed_sys), dict(self.fixed_parallel)
         for name, v in values.items():
             parts = name.split(".")
             if parts[0] == "hw":
@@ -354,9 +360,13 @@ class SearchSpace:
                     arch[w][key] = v
             elif parts[0] == "assign":
                 assign[parts[1]][int(parts[2])] = v
+            elif parts[0] == "sys":
+                sysv[parts[1]] = v
+            elif parts[0] == "par":
+                par[parts[1]] = v
         if self.alternatives:
             hw = {design: hw[design]}
-        return Point(design, hw, arch, assign, dict(values))
+        return Point(design, hw, arch, assign, dict(values), sysv, par)
 
     def distributions(self) -> dict[str, BaseDistribution]:
         return {d.name: d.distribution() for d in self.dimensions}

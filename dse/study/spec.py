@@ -109,6 +109,22 @@ class NamedAcceleratorSpec(AcceleratorSpec):
         description="label; prefixes its parameters in `search.hardware` (`NAME.rows`)")
 
 
+class SystemSpec(_Strict):
+    """The design runs as the devices of a system (see `dse systems`): a preset's interconnect
+    and fixed system parameters, and a fixed parallel layout; ``search.system`` and
+    ``search.parallel`` search the rest. The device count is the layout's
+    (tp x pp x ep x dp) unless ``sys.devices`` is given."""
+
+    preset: Optional[str] = Field(None, description="system preset whose interconnect the "
+                                                    "design's devices use (its device is "
+                                                    "replaced by the study's accelerator)")
+    sys: dict[str, Scalar] = Field(default_factory=dict,
+                                   description="fixed system parameters (see `dse systems`)")
+    parallel: dict[str, Scalar] = Field(
+        default_factory=dict, description="fixed layout: tp, pp, ep, dp, sequence_parallel, "
+                                          "microbatches, ep_imbalance")
+
+
 class BudgetsSpec(_Strict):
     """Shared budgets of a heterogeneous design (constraints on the sum over sub-accelerators)."""
 
@@ -155,6 +171,15 @@ class SearchSpec(_Strict):
                   {"type": "array", "items": {"type": "string"}}]})] = Field(default_factory=dict)
     architecture: Annotated[Any, WithJsonSchema({
         "description": "zoo architecture key -> range (`WORKLOAD.key` with several workloads)",
+        "anyOf": [{"type": "object", "additionalProperties": _RANGE_SCHEMA},
+                  {"type": "array", "items": {"type": "string"}}]})] = Field(default_factory=dict)
+    system: Annotated[Any, WithJsonSchema({
+        "description": "system parameter -> range (with `system`)",
+        "anyOf": [{"type": "object", "additionalProperties": _RANGE_SCHEMA},
+                  {"type": "array", "items": {"type": "string"}}]})] = Field(default_factory=dict)
+    parallel: Annotated[Any, WithJsonSchema({
+        "description": "layout key (tp, pp, ep, dp, sequence_parallel, microbatches, "
+                       "ep_imbalance) -> range (with `system`)",
         "anyOf": [{"type": "object", "additionalProperties": _RANGE_SCHEMA},
                   {"type": "array", "items": {"type": "string"}}]})] = Field(default_factory=dict)
 
@@ -226,6 +251,8 @@ class StudySpec(_Strict):
                                          Field(min_length=2, max_length=16)]] = Field(
         None, description="a heterogeneous design: all of these at once, workloads' ops "
                           "assigned to them by the search")
+    system: Optional[SystemSpec] = Field(None, description="run the design as the devices "
+                                          "of a system with a parallel layout")
     budgets: Optional[BudgetsSpec] = None
     assignment: Optional[AssignmentSpec] = None
     search: SearchSpec = Field(default_factory=SearchSpec)

@@ -189,3 +189,8 @@ _register("llama2-13b", "llama", "Llama 2 13B",
           _llama(40, 5120, 40, 40, 13824, 32000, 4096, 10000.0), 13_015_864_320)
 _register("llama3-8b", "llama", "Llama 3 8B (GQA 32/8)",
           _llama(32, 4096, 32, 8, 14336, 128256, 8192, 500000.0), 8_030_261_248)
+# Llama 2 70B [R HF meta-llama/Llama-2-70b-hf config.json: 80 layers, hidden 8192, 64 heads,
+# 8 KV heads, intermediate 28672, vocab 32000, 4096 positions, rope_theta 10000]; 68,976,648,192
+# parameters (embedding and untied head 262,144,000 each + 80 x 855,654,400 + final norm 8,192).
+_register("llama2-70b", "llama", "Llama 2 70B (GQA 64/8)",
+          _llama(80, 8192, 64, 8, 28672, 32000, 4096, 10000.0), 68_976_648_192)

@@ -1,0 +1,402 @@
+"""Measure collectives and a Megatron-style tensor-parallel Llama stack on a multi-GPU machine,
+and compare the measurements with the system model.
+
+Measure (one command on a machine of 2 or more NVLink GPUs; torch + NCCL only):
+
+    OUT=/path/to/out torchrun --nproc_per_node 2 benchmarks/multi_gpu_measure.py
+
+* collectives from 4 KiB to 1 GiB (all-reduce, all-gather, reduce-scatter, all-to-all,
+  broadcast, send/recv) in bf16: median time per call over the ranks' slowest, algbw and busbw
+  as nccl-tests defines them;
+* a Llama-2-70B-shaped decoder stack (hidden 8192, 64 heads, 8 KV heads, FFN 28672, vocab
+  32000; ``--layers`` layers, random bf16 weights) with Megatron tensor parallelism (column-
+  parallel QKV / gate-up / LM head, row-parallel output projections, one all-reduce after
+  attention and one after the MLP, the logits all-gathered), a preallocated KV cache, at
+  TP = 1 (rank 0 alone) and TP = world size: prefill and decode at several batch / length
+  points, decode also replayed as a CUDA graph.
+
+Results go to ``$OUT/multi_gpu_measure.json`` (``--out`` overrides); progress is printed.
+``--dry-run`` runs the same code on CPU with the gloo backend at tiny sizes (collectives gloo
+lacks are skipped), e.g. ``torchrun --nproc_per_node 2 benchmarks/multi_gpu_measure.py
+--dry-run --out /tmp/x``.
+
+Compare (no GPU; needs the dse package):
+
+    python benchmarks/multi_gpu_measure.py --compare $OUT/multi_gpu_measure.json [--system hgx-h200]
+
+prints the model's prediction of every measured row (``dse collective`` and ``dse simulate
+llama2-70b --arch n_layer=L --system S --devices TP --tp TP``) with the error, and the TP
+speed-up (TP1 time / TP2 time) measured and predicted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+#: The Llama-2-70B shape [R HF meta-llama/Llama-2-70b-hf config.json].
+FULL = dict(d=8192, heads=64, kv_heads=8, ff=28672, vocab=32000)
+TINY = dict(d=64, heads=8, kv_heads=4, ff=128, vocab=256)
+SIZES = [4 * 4**i * 1024 for i in range(10)]                 # 4 KiB .. 1 GiB
+TINY_SIZES = [4096, 16384, 65536]
+PREFILL = [(1, 512), (1, 2048), (4, 2048)]                   # (batch, prompt tokens)
+DECODE = [(1, 1024), (8, 1024), (32, 1024), (32, 4096)]      # (batch, context tokens)
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
+               "send_recv")
+
+
+def _log(msg: str) -> None:
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(msg, flush=True)
+
+
+# ------------------------------------------------------------------------------ measuring
+class Timer:
+    """Median wall time of a callable on this device, the slowest rank's."""
+
+    def __init__(self, torch, dist, device):
+        self.torch, self.dist, self.device = torch, dist, device
+        self.cuda = device.type == "cuda"
+
+    def __call__(self, fn, warmup: int, iters: int, group_ranks=None) -> float:
+        torch = self.torch
+        for _ in range(warmup):
+            fn()
+        self._sync()
+        times = []
+        for _ in range(iters):
+            if self.cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
+                    enable_timing=True)
+                start.record()
+                fn()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) / 1e3)
+            else:
+                t = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - t)
+        return statistics.median(times)
+
+    def _sync(self):
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def slowest(self, value: float) -> float:
+        t = self.torch.tensor([value], dtype=self.torch.float64, device=self.device)
+        self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
+        return float(t.item())
+
+
+def measure_collectives(torch, dist, device, timer, sizes, dtype) -> list[dict]:
+    world, rank = dist.get_world_size(), dist.get_rank()
+    out = []
+    elem = torch.tensor([], dtype=dtype).element_size()
+    for size in sizes:
+        n = max(world, size // elem // world * world)
+        nbytes = n * elem
+        buf = torch.randn(n, device=device).to(dtype)
+        outbuf = torch.empty_like(buf)
+        shard = torch.empty(n // world, device=device, dtype=dtype)
+        fns = {
+            "all_reduce": lambda: dist.all_reduce(buf),
+            "all_gather": lambda: dist.all_gather_into_tensor(outbuf, buf[: n // world]),
+            "reduce_scatter": lambda: dist.reduce_scatter_tensor(shard, buf),
+            "all_to_all": lambda: dist.all_to_all_single(outbuf, buf),
+            "broadcast": lambda: dist.broadcast(buf, src=0),
+            "send_recv": (lambda: dist.send(buf, dst=1)) if rank == 0 else (
+                (lambda: dist.recv(buf, src=0)) if rank == 1 else (lambda: None)),
+        }
+        iters = 20 if nbytes < 2**28 else 5
+        for kind in COLLECTIVES:
+            try:
+                dist.barrier()
+                t = timer.slowest(timer(fns[kind], 3, iters))
+            except (RuntimeError, NotImplementedError) as exc:   # gloo lacks some
+                _log(f"  {kind} {nbytes} B: skipped ({str(exc).splitlines()[0][:80]})")
+                continue
+            p = 2 if kind == "send_recv" else world
+            factor = {"all_reduce": 2 * (p - 1) / p, "all_gather": (p - 1) / p,
+                      "reduce_scatter": (p - 1) / p, "all_to_all": (p - 1) / p}.get(kind, 1.0)
+            out.append({"collective": kind, "bytes": nbytes, "devices": p, "time_s": t,
+                        "algbw_Bps": nbytes / t, "busbw_Bps": nbytes / t * factor})
+            _log(f"  {kind:<15}{nbytes:>12} B {t * 1e6:>10.1f} us  busbw "
+                 f"{nbytes / t * factor / 1e9:8.2f} GB/s")
+    return out
+
+
+def build_stack(torch, F, dist, shape, layers, tp, rank, batch, max_len, device, dtype):
+    """Random weights of a Megatron-split Llama stack for rank ``rank`` of ``tp``, and its
+    forward ``fn(x_ids, pos)`` returning the gathered last-token logits."""
+    d, heads, kvh, ff, vocab = (shape[k] for k in ("d", "heads", "kv_heads", "ff", "vocab"))
+    hd = d // heads
+    hl, kl = heads // tp, kvh // tp
+    g = torch.Generator(device="cpu").manual_seed(1234 + rank)
+
+    def w(*s):
+        return (torch.randn(*s, generator=g) * 0.02).to(device=device, dtype=dtype)
+
+    emb = w(vocab, d)
+    params = []
+    for _ in range(layers):
+        params.append(dict(
+            n1=torch.ones(d, device=device, dtype=dtype), n2=torch.ones(d, device=device,
+                                                                        dtype=dtype),
+            wqkv=w(d, (hl + 2 * kl) * hd), wo=w(hl * hd, d), w13=w(d, 2 * ff // tp),
+            w2=w(ff // tp, d),
+            k=torch.zeros(batch, kl, max_len, hd, device=device, dtype=dtype),
+            v=torch.zeros(batch, kl, max_len, hd, device=device, dtype=dtype)))
+    norm = torch.ones(d, device=device, dtype=dtype)
+    head = w(d, vocab // tp)
+    inv = 1.0 / (10000.0 ** (torch.arange(0, hd, 2, device=device).float() / hd))
+    positions = torch.arange(max_len, device=device).float()
+    freqs = torch.outer(positions, inv)
+    cos = torch.cat([freqs.cos(), freqs.cos()], -1).to(dtype)
+    sin = torch.cat([freqs.sin(), freqs.sin()], -1).to(dtype)
+
+    def rms(x, weight):
+        return F.rms_norm(x, (x.shape[-1],), weight, 1e-5)
+
+    def rope(x, c, s):
+        half = x.shape[-1] // 2
+        rot = torch.cat([-x[..., half:], x[..., :half]], -1)
+        return x * c + rot * s
+
+    def forward(ids, pos):
+        b, s = ids.shape
+        x = emb[ids]
+        c, sn = cos[pos:pos + s], sin[pos:pos + s]
+        for p in params:
+            h = rms(x, p["n1"])
+            qkv = h @ p["wqkv"]
+            q, k, v = qkv.split([hl * hd, kl * hd, kl * hd], -1)
+            q = rope(q.view(b, s, hl, hd).transpose(1, 2), c, sn)
+            k = rope(k.view(b, s, kl, hd).transpose(1, 2), c, sn)
+            p["k"][:b, :, pos:pos + s] = k
+            p["v"][:b, :, pos:pos + s] = v.view(b, s, kl, hd).transpose(1, 2)
+            kk = p["k"][:b, :, :pos + s].repeat_interleave(hl // kl, 1)
+            vv = p["v"][:b, :, :pos + s].repeat_interleave(hl // kl, 1)
+            a = F.scaled_dot_product_attention(q, kk, vv, is_causal=s > 1)
+            o = a.transpose(1, 2).reshape(b, s, hl * hd) @ p["wo"]
+            if tp > 1:
+                dist.all_reduce(o)
+            x = x + o
+            h = rms(x, p["n2"])
+            gate, up = (h @ p["w13"]).chunk(2, -1)
+            o = (F.silu(gate) * up) @ p["w2"]
+            if tp > 1:
+                dist.all_reduce(o)
+            x = x + o
+        logits = rms(x[:, -1], norm) @ head
+        if tp > 1:
+            dist.all_gather([torch.empty_like(logits) for _ in range(tp)], logits.contiguous())
+        return logits
+
+    return forward
+
+
+def measure_stack(torch, F, dist, device, timer, shape, layers, prefill, decode, dtype,
+                  graphs: bool) -> list[dict]:
+    world, rank = dist.get_world_size(), dist.get_rank()
+    out = []
+    for tp in sorted({1, world}):
+        active = rank < tp
+        sub = dist.new_group(list(range(tp))) if tp > 1 else None
+        mdist = _GroupDist(dist, sub) if sub is not None else dist
+        max_len = max([s for _, s in prefill] + [c + 1 for _, c in decode])
+        batch = max([b for b, _ in prefill] + [b for b, _ in decode])
+        fwd = build_stack(torch, F, mdist, shape, layers, tp, rank, batch, max_len, device,
+                          dtype) if active else None
+        for phase, points in (("prefill", prefill), ("decode", decode)):
+            for b, n in points:
+                row = {"tp": tp, "phase": phase, "batch": b, "layers": layers,
+                       **({"seq": n} if phase == "prefill" else {"context": n})}
+                ids = torch.randint(0, shape["vocab"], (b, n if phase == "prefill" else 1),
+                                    device=device)
+                pos = 0 if phase == "prefill" else n
+                t_eager = t_graph = 0.0
+                dist.barrier()
+                if active:
+                    with torch.no_grad():
+                        t_eager = timer(lambda: fwd(ids, pos), 2, 5 if phase == "prefill" else 10)
+                        if graphs and phase == "decode" and timer.cuda:
+                            t_graph = _graph_time(torch, timer, lambda: fwd(ids, pos))
+                row["time_s"] = timer.slowest(t_eager)
+                if graphs and phase == "decode" and timer.cuda:
+                    row["graph_time_s"] = timer.slowest(t_graph)
+                out.append(row)
+                _log(f"  tp={tp} {phase:<8} b={b:<3} {'s' if phase == 'prefill' else 'ctx'}="
+                     f"{n:<5} eager {row['time_s'] * 1e3:9.3f} ms"
+                     + (f"   graph {row['graph_time_s'] * 1e3:9.3f} ms"
+                        if "graph_time_s" in row else ""))
+        del fwd
+        if timer.cuda:
+            torch.cuda.empty_cache()
+    return out
+
+
+def _graph_time(torch, timer, fn) -> float:
+    """Median replay time of ``fn`` captured as a CUDA graph (warmed on a side stream)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.no_grad():
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), torch.no_grad():
+        fn()
+    return timer(graph.replay, 3, 20)
+
+
+class _GroupDist:
+    """``torch.distributed`` calls bound to one process group."""
+
+    def __init__(self, dist, group):
+        self.dist, self.group = dist, group
+
+    def all_reduce(self, t):
+        return self.dist.all_reduce(t, group=self.group)
+
+    def all_gather(self, out, t):
+        return self.dist.all_gather(out, t, group=self.group)
+
+
+def run_measure(args) -> int:
+    import warnings
+
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    warnings.filterwarnings("ignore", category=FutureWarning)   # *_into_tensor renames
+    cuda = torch.cuda.is_available() and not args.dry_run
+    backend = "nccl" if cuda else "gloo"
+    dist.init_process_group(backend)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if world < 2:
+        raise SystemExit("run under torchrun with --nproc_per_node 2 (or more)")
+    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', rank))}" if cuda else "cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    dtype = torch.bfloat16 if cuda else torch.float32
+    timer = Timer(torch, dist, device)
+    t0 = time.time()
+    _log(f"{world} ranks, backend {backend}, device "
+         f"{torch.cuda.get_device_name(device) if cuda else 'cpu'}")
+    _log("collectives:")
+    colls = measure_collectives(torch, dist, device, timer,
+                                TINY_SIZES if args.dry_run else SIZES, dtype)
+    _log("tensor-parallel Llama stack:")
+    shape = TINY if args.dry_run else FULL
+    layers = 2 if args.dry_run else args.layers
+    prefill = [(1, 8), (2, 16)] if args.dry_run else PREFILL
+    decode = [(1, 16), (2, 16)] if args.dry_run else DECODE
+    stack = measure_stack(torch, F, dist, device, timer, shape, layers, prefill, decode,
+                          dtype, graphs=not args.no_graphs)
+    if rank == 0:
+        result = {
+            "device": torch.cuda.get_device_name(device) if cuda else "cpu",
+            "world_size": world, "backend": backend, "dtype": str(dtype).replace("torch.", ""),
+            "torch": torch.__version__,
+            "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
+            "shape": shape, "dry_run": args.dry_run, "collectives": colls, "stack": stack,
+            "wall_s": time.time() - t0}
+        out_dir = Path(args.out or os.environ.get("OUT") or ".")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path = out_dir / "multi_gpu_measure.json"
+        path.write_text(json.dumps(result, indent=2))
+        _log(f"wrote {path} ({time.time() - t0:.0f} s)")
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+# ------------------------------------------------------------------------------ comparing
+def compare(path: str, system: str) -> dict:
+    """The model's prediction of every measured row and the errors (see the module doc)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from dse import api
+
+    data = json.loads(Path(path).read_text())
+    rows = []
+    for m in data["collectives"]:
+        c = api.collective(m["collective"], m["bytes"], system, m["devices"],
+                           group=[0, 1] if m["collective"] == "send_recv" else None)
+        rows.append({"what": f"{m['collective']} {m['bytes']} B", "measured_s": m["time_s"],
+                     "model_s": c.time_s, "error": c.time_s / m["time_s"] - 1,
+                     "bytes": m["bytes"], "kind": "collective", "algorithm": c.algorithm})
+    model_of = {}
+    shape = data["shape"]
+    arch_shape = {"d_model": shape["d"], "n_head": shape["heads"],
+                  "n_kv_head": shape["kv_heads"], "d_ff": shape["ff"],
+                  "vocab_size": shape["vocab"]}
+    for m in data["stack"]:
+        kw = dict(phase=m["phase"], batch=m["batch"],
+                  arch={"n_layer": m["layers"], **arch_shape})
+        kw.update({"seq": m["seq"]} if m["phase"] == "prefill" else {"context": m["context"]})
+        r = api.simulate("llama2-70b", system=system, devices=m["tp"],
+                         parallel={"tp": m["tp"]}, **kw)
+        key = (m["phase"], m["batch"], m.get("seq", m.get("context")))
+        model_of[(key, m["tp"])] = (r.latency_s, m["time_s"], m.get("graph_time_s"))
+        for mode in ("time_s", "graph_time_s"):
+            if m.get(mode):
+                rows.append({"what": f"tp={m['tp']} {m['phase']} b={m['batch']} "
+                                     f"{'s' if m['phase'] == 'prefill' else 'ctx'}="
+                                     f"{key[2]} {'graph' if mode == 'graph_time_s' else 'eager'}",
+                             "measured_s": m[mode], "model_s": r.latency_s,
+                             "error": r.latency_s / m[mode] - 1, "kind": f"tp{m['tp']}"})
+    speedups = []
+    tps = sorted({tp for _, tp in model_of})
+    for (key, tp), (model, meas, graph) in sorted(model_of.items()):
+        if tp == 1 or (key, 1) not in model_of:
+            continue
+        m1, e1, g1 = model_of[(key, 1)]
+        speedups.append({"what": f"{key[0]} b={key[1]} n={key[2]}", "tp": tp,
+                         "measured": e1 / meas, "model": m1 / model,
+                         "error": (m1 / model) / (e1 / meas) - 1})
+    big = [abs(r["error"]) for r in rows if r["kind"] == "collective" and r["bytes"] >= 2**20]
+    return {"device": data["device"], "system": system, "rows": rows, "speedups": speedups,
+            "tps": tps,
+            "median_abs_error": {
+                "collectives >= 1 MiB": statistics.median(big) if big else math.nan,
+                **{f"tp{tp}": statistics.median([abs(r["error"]) for r in rows
+                                                 if r["kind"] == f"tp{tp}"] or [math.nan])
+                   for tp in tps},
+                "speed-up": statistics.median([abs(s["error"]) for s in speedups] or [math.nan])}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", help="output folder (default $OUT, else .)")
+    ap.add_argument("--dry-run", action="store_true", help="CPU + gloo at tiny sizes")
+    ap.add_argument("--layers", type=int, default=8, help="decoder layers of the stack")
+    ap.add_argument("--no-graphs", action="store_true", help="skip CUDA-graph decode")
+    ap.add_argument("--compare", metavar="JSON", help="compare a measurement with the model")
+    ap.add_argument("--system", default="hgx-h200", help="system preset for --compare")
+    args = ap.parse_args(argv)
+    if args.compare:
+        res = compare(args.compare, args.system)
+        for r in res["rows"]:
+            print(f"{r['what']:<42}{r['measured_s'] * 1e6:>12.1f} us{r['model_s'] * 1e6:>12.1f}"
+                  f" us{100 * r['error']:>+9.1f}%")
+        for s in res["speedups"]:
+            print(f"speed-up tp{s['tp']} {s['what']:<28} measured {s['measured']:.2f}  model "
+                  f"{s['model']:.2f}  {100 * s['error']:+.1f}%")
+        print("median |error|: " + ", ".join(f"{k} {100 * v:.1f}%"
+                                             for k, v in res["median_abs_error"].items()))
+        if args.out:
+            Path(args.out).write_text(json.dumps(res, indent=2))
+        return 0
+    return run_measure(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

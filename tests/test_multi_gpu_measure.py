@@ -1,0 +1,31 @@
+"""benchmarks/multi_gpu_measure.py runs end to end on CPU (gloo, tiny sizes) under torchrun,
+and its comparison reads what it wrote."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_dry_run_measures_and_compares(tmp_path):
+    script = ROOT / "benchmarks" / "multi_gpu_measure.py"
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",
+                          "2", "--master_port", "29517", str(script), "--dry-run", "--out",
+                          str(tmp_path)], capture_output=True, text=True, timeout=300,
+                         cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-2000:]
+    data = json.loads((tmp_path / "multi_gpu_measure.json").read_text())
+    assert data["world_size"] == 2 and data["backend"] == "gloo"
+    kinds = {c["collective"] for c in data["collectives"]}
+    assert {"all_reduce", "broadcast", "send_recv"} <= kinds
+    assert all(c["time_s"] > 0 and c["busbw_Bps"] > 0 for c in data["collectives"])
+    assert {(r["tp"], r["phase"]) for r in data["stack"]} == {
+        (1, "prefill"), (1, "decode"), (2, "prefill"), (2, "decode")}
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from multi_gpu_measure import compare
+    res = compare(str(tmp_path / "multi_gpu_measure.json"), "hgx-h200")
+    assert len(res["rows"]) == len(data["collectives"]) + len(data["stack"])
+    assert len(res["speedups"]) == len(data["stack"]) // 2
+    assert all(r["model_s"] > 0 for r in res["rows"])
