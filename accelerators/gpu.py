@@ -266,7 +266,9 @@ PRESETS: dict[str, dict[str, Any]] = {
                memory_devices=8, memory_device_gb=2, l2_bytes=4 * 2**20, tdp_w=70.0,
                idle_power_w=10.0, sms_on_die=48, tensor_macs_per_sm=512,
                fp32_lanes_per_sm=64, l1_kb_per_sm=96, node_nm=12, host_interface="pcie4x16",
-               peer_links=0),
+               # TU104's one x8 NVLink (used by the RTX 2080, not the T4) is on the die: the
+               # PHYs of two x4 NVLink 3 links [D Turing whitepaper; E]
+               peer_links=2, peer_link_phy_mm2=1.888),
     # RTX 3090: 24 GB of GDDR6X on a 384-bit bus (twelve x32 PHYs; 2 GB per PHY); Samsung 8N
     # taken as a 10-nm-class node [E].
     "rtx3090": dict(sms=82, clock_hz=1.695e9, peak_bf16_flops=71e12, peak_fp16_flops=71e12,
@@ -348,8 +350,10 @@ LATENCY_MEANING = {
 #: Register file per SM, B [D: 64K 32-bit registers per SM since Volta].
 REGISTER_FILE_BYTES_PER_SM = 256 * 1024
 #: The rest of an SM (schedulers, dispatch, load/store, special-function, texture, fp64 and
-#: integer units, crossbars) relative to its tensor and fp32 datapaths [E].
-SM_OVERHEAD = 3.0
+#: integer units, crossbars) relative to its tensor and fp32 datapaths [fitted with
+#: ``physical.CONTROL_OVERHEAD`` on published dies: ``dse.calibrate.physical_fit.fit``; no
+#: published SM floor plan gives it].
+SM_OVERHEAD = 2.35
 
 _MEMORY_KINDS = (ir.ELEMENTWISE, ir.NORM, ir.SOFTMAX, ir.REDUCTION, ir.EMBEDDING,
                  ir.DATA_MOVEMENT, ir.UNKNOWN, ir.HASHGRID)
