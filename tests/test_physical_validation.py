@@ -6,6 +6,7 @@ each <= 35 %, TDP <= 25 %, are not met; the docs say why)."""
 import pytest
 
 from accelerators import technology as tech, wafer
+from accelerators.gpu import GPU
 from dse.calibrate import physical_fit as pf
 from dse.calibrate.published_chips import BLOCKS, CHIPS
 
@@ -75,6 +76,6 @@ def test_tdp_errors_are_what_was_measured(rows):
 def test_gpu_component_tdp_counts_tensor_memory_and_leakage():
     h100 = pf.design(next(c for c in CHIPS if c.name == "H100 SXM"))
     full = pf.gpu_component_tdp_w(h100)
-    slower = pf.gpu_component_tdp_w(pf.gpu.GPU("h100", clock_hz=h100.hw.clock_hz / 2))
+    slower = pf.gpu_component_tdp_w(GPU("h100", clock_hz=h100.hw.clock_hz / 2))
     assert 0 < slower < full
     assert full > h100.memory.bandwidth_Bps * h100.memory.energy_j_per_byte
