@@ -53,7 +53,7 @@ MEMORY_EDGE_FRACTION = 0.75
 #: leave-one-out error). No one value fits every die: alone, each would need 0.5 (Groq TSP,
 #: WSE-2) to 3.3 (TPUv2); TPUv1's floor plan (Jouppi et al., ISCA 2017, Fig. 2) leaves 23 %
 #: of the die beside 67 % of buffers and compute and 10 % of I/O].
-CONTROL_OVERHEAD = 1.396
+CONTROL_OVERHEAD = 1.395
 #: Largest average power density a cold plate removes, W/mm^2 [E: shipping parts average
 #: 0.3-0.9 (H100 SXM 700 W on 814 mm^2 = 0.86, B200 ~0.6, WSE-2 ~0.3); direct liquid cold
 #: plates remove ~1.5 W/mm^2 of uniform load].

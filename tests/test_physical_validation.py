@@ -11,8 +11,8 @@ from dse.calibrate import physical_fit as pf
 from dse.calibrate.published_chips import BLOCKS, CHIPS
 
 #: Measured with `python benchmarks/physical_validation.py` (rounded up to the next percent).
-AREA_MEDIAN, AREA_MAX = 0.26, 0.55          # shipped constants
-LOO_MEDIAN, LOO_MAX = 0.31, 0.76            # each die left out of the fit
+AREA_MEDIAN, AREA_MAX = 0.25, 0.55          # shipped constants
+LOO_MEDIAN, LOO_MAX = 0.26, 0.76            # each die left out of the fit
 TDP_MEDIAN, TDP_MAX = 0.37, 10.04
 
 
@@ -49,6 +49,8 @@ def test_wse2_core_is_counted_from_its_parts():
 
 def test_leave_one_out_leaves_a_die_out_whole():
     loo = pf.leave_one_out()
+    # the graphics GPUs are checked, not fitted: leaving them out changes nothing
+    assert loo["T4"][1] == loo["RTX 3090"][1] == pf.fit()
     assert loo["H100 SXM"][1] == loo["H200 SXM"][1]     # one die, left out together
     assert loo["H100 SXM"][1] != loo["A100 SXM"][1]
     # TPUv4i's CMEM is one of the blocks that set the SRAM efficiency: out with its die

@@ -9,7 +9,8 @@ Four global constants turn what a template counts (PEs, SRAM bytes, memory PHYs)
   compute and SRAM) and ``gpu.SM_OVERHEAD`` (the rest of an SM, as a multiple of its tensor and
   fp32 datapaths) have no such source: :func:`fit` chooses them by least squares of
   log(modelled / published die area) over the chips (each die weighted once, rows of one die
-  sharing its weight).
+  sharing its weight), except those whose preset is known to leave out area its template can
+  count (``PublishedChip.not_fitted``: the graphics GPUs).
 
 :func:`leave_one_out` reports each chip's error with its die left out of both steps (and of
 the blocks); the shipped constants are :func:`fit` on every chip. :func:`validation_rows`
@@ -125,8 +126,9 @@ def derived_constants(blocks: Sequence[BlockShare] = BLOCKS) -> tuple[float, flo
 def fit(chips: Sequence[PublishedChip] = CHIPS,
         blocks: Sequence[BlockShare] = BLOCKS) -> Constants:
     """The constants: utilisation and SRAM efficiency from ``blocks``, then the control and SM
-    overheads by least squares of log(modelled / published area) over ``chips``."""
+    overheads by least squares of log(modelled / published area) over the fitted ``chips``."""
     u, e = derived_constants(blocks)
+    chips = [c for c in chips if not c.not_fitted]
     per_die: dict[str, int] = {}
     for c in chips:
         per_die[c.die] = per_die.get(c.die, 0) + 1

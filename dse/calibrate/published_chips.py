@@ -13,6 +13,9 @@ from dataclasses import dataclass
 
 _TEN_LESSONS = "[P] Jouppi et al., 'Ten lessons from three generations shaped Google's TPUv4i', ISCA 2021"
 _TPU_V1 = "[P] Jouppi et al., 'In-datacenter performance analysis of a tensor processing unit', ISCA 2017"
+_GRAPHICS = ("graphics die: the gpu template counts RT cores, raster, display and "
+             "video engines as other_logic_mm2, which this preset leaves at 0 for want of a "
+             "source; fitting on it would charge compute GPUs for graphics")
 
 
 @dataclass(frozen=True)
@@ -20,7 +23,8 @@ class PublishedChip:
     """A real chip: its die area (``upper_bound``: the source says "< die_mm2", used as the
     value), the shipped design that models it, and its TDP (``tdp_basis``: "board" for a
     card's power limit, memory included; "chip" for the package, memory excluded where the
-    source says so; "wafer")."""
+    source says so; "wafer"). ``not_fitted`` says why a chip is checked but kept out of the
+    fitted constants (empty: it is fitted)."""
 
     name: str
     accelerator: str          #: "template:preset"
@@ -31,6 +35,7 @@ class PublishedChip:
     tdp_source: str
     tdp_basis: str = "board"
     upper_bound: bool = False
+    not_fitted: str = ""
 
 
 @dataclass(frozen=True)
@@ -60,10 +65,10 @@ CHIPS: tuple[PublishedChip, ...] = (
                   "[D] H200 SXM datasheet"),
     PublishedChip("T4", "gpu:t4", "TU104", 545.0,
                   "[D] NVIDIA Turing GPU Architecture whitepaper (2018), TU104", 70.0,
-                  "[D] T4 datasheet"),
+                  "[D] T4 datasheet", not_fitted=_GRAPHICS),
     PublishedChip("RTX 3090", "gpu:rtx3090", "GA102", 628.4,
                   "[D] NVIDIA Ampere GA102 GPU Architecture whitepaper (2020)", 350.0,
-                  "[D] GeForce RTX 3090 specifications"),
+                  "[D] GeForce RTX 3090 specifications", not_fitted=_GRAPHICS),
     PublishedChip("TPUv1", "npu:tpu-v1-like", "TPUv1", 331.0,
                   f"{_TPU_V1} (less than half of Haswell's 662 mm^2)", 75.0,
                   f"{_TEN_LESSONS}, Table 1", "chip", upper_bound=True),
