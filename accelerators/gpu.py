@@ -208,10 +208,11 @@ PARAMS = (
 #:   fp16/bf16 tensor 165.2 with fp32 accumulate (330.3 with fp16 accumulate), fp8 330.3 with
 #:   fp32 accumulate, int8 660.6 TOPS; 24 GB GDDR6X 1,008 GB/s (12 x32 chips at 21 Gb/s),
 #:   72 MB L2, 128 KB L1 per SM, 450 W, PCIe 4, no NVLink; AD102 608.5 mm^2. Both AD102
-#:   presets carry ``other_logic_mm2`` 181: the graphics blocks the SM model leaves out, what
-#:   brings the model's 338 mm^2 (RTX 4090) to the published 608.5 mm^2 with the control
-#:   overhead [E: the die area is data, not a prediction; without it the model lays AD102
-#:   out as two pad-limited 170 mm^2 chiplets].
+#:   presets carry ``other_logic_mm2`` 95: the graphics blocks the SM model leaves out, what
+#:   brings the model's 382 mm^2 (RTX 4090) to the published 608.5 mm^2 with the control
+#:   overhead [E: the die area is data, not a prediction (recomputed for the area constants
+#:   of docs/validation.md, physical model); without it the model lays AD102 out as two
+#:   pad-limited chiplets].
 #: * ``mi300x``: AMD Instinct MI300X datasheet: 304 CUs, 2100 MHz, fp32 matrix 163.4,
 #:   bf16/fp16 1,307.4, fp8 2,614.9 TFLOP/s, int8 2,614.9 TOPS, 192 GB HBM3 5.3 TB/s, 256 MB
 #:   Infinity Cache (the model's L2: the last level before HBM), 750 W; 320 CUs on the dies,
@@ -260,14 +261,16 @@ PRESETS: dict[str, dict[str, Any]] = {
                  memory_kind="gddr6", memory_devices=0, memory_device_gb=4,
                  l2_bytes=96 * 2**20, tdp_w=350.0, idle_power_w=35.0, sms_on_die=144,
                  tensor_macs_per_sm=512, fp32_lanes_per_sm=128, l1_kb_per_sm=128, node_nm=4,
-                 host_interface="pcie4x16", peer_links=0, other_logic_mm2=181.0),
+                 host_interface="pcie4x16", peer_links=0, other_logic_mm2=95.0),
     "t4": dict(sms=40, clock_hz=1.59e9, peak_bf16_flops=0.0, peak_fp16_flops=65e12,
                peak_fp32_flops=8.1e12, peak_fp8_flops=0.0, peak_int8_ops=130e12,
                memory_bandwidth_Bps=320e9, memory_capacity_bytes=16e9, memory_kind="gddr6",
                memory_devices=8, memory_device_gb=2, l2_bytes=4 * 2**20, tdp_w=70.0,
                idle_power_w=10.0, sms_on_die=48, tensor_macs_per_sm=512,
                fp32_lanes_per_sm=64, l1_kb_per_sm=96, node_nm=12, host_interface="pcie4x16",
-               peer_links=0),
+               # TU104's one x8 NVLink (used by the RTX 2080, not the T4) is on the die: the
+               # PHYs of two x4 NVLink 3 links [D Turing whitepaper; E]
+               peer_links=2, peer_link_phy_mm2=1.888),
     # RTX 3090: 24 GB of GDDR6X on a 384-bit bus (twelve x32 PHYs; 2 GB per PHY); Samsung 8N
     # taken as a 10-nm-class node [E].
     "rtx3090": dict(sms=82, clock_hz=1.695e9, peak_bf16_flops=71e12, peak_fp16_flops=71e12,
@@ -285,7 +288,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                     memory_kind="gddr6x", memory_devices=12, memory_device_gb=2,
                     l2_bytes=72 * 2**20, tdp_w=450.0, idle_power_w=25.0, sms_on_die=144,
                     tensor_macs_per_sm=512, fp32_lanes_per_sm=128, l1_kb_per_sm=128,
-                    node_nm=4, host_interface="pcie4x16", peer_links=0, other_logic_mm2=181.0),
+                    node_nm=4, host_interface="pcie4x16", peer_links=0, other_logic_mm2=95.0),
     "mi300x": dict(sms=304, clock_hz=2.1e9, peak_bf16_flops=1307.4e12,
                    peak_fp16_flops=1307.4e12, peak_fp32_flops=163.4e12,
                    peak_fp8_flops=2614.9e12, peak_int8_ops=2614.9e12,
@@ -349,8 +352,10 @@ LATENCY_MEANING = {
 #: Register file per SM, B [D: 64K 32-bit registers per SM since Volta].
 REGISTER_FILE_BYTES_PER_SM = 256 * 1024
 #: The rest of an SM (schedulers, dispatch, load/store, special-function, texture, fp64 and
-#: integer units, crossbars) relative to its tensor and fp32 datapaths [E].
-SM_OVERHEAD = 3.0
+#: integer units, crossbars) relative to its tensor and fp32 datapaths [fitted with
+#: ``physical.CONTROL_OVERHEAD`` on published dies: ``dse.calibrate.physical_fit.fit``; no
+#: published SM floor plan gives it].
+SM_OVERHEAD = 1.406
 
 _MEMORY_KINDS = (ir.ELEMENTWISE, ir.NORM, ir.SOFTMAX, ir.REDUCTION, ir.EMBEDDING,
                  ir.DATA_MOVEMENT, ir.UNKNOWN, ir.HASHGRID)

@@ -112,6 +112,53 @@ PRESETS: dict[str, dict[str, Any]] = {
                         dtype="int8", ifmap_sram_kb=24576, filter_sram_kb=256,
                         ofmap_sram_kb=4096, dram_bandwidth_Bps=3.4e10, dram="ddr3",
                         vector_lanes=256, node_nm=28),
+    # TPUv2 [P Jouppi et al., "A domain-specific supercomputer for training deep neural
+    # networks", CACM 2020, and "Ten lessons from three generations shaped Google's TPUv4i",
+    # ISCA 2021, Table 1: 16 nm, 700 MHz, two TensorCores of one 128x128 bf16 MXU each, 32 MiB
+    # on chip, 16 GiB HBM at 700 GB/s; P Norrie et al., IEEE Micro 2021: per core a 128-lane x
+    # 8-sublane vector unit and 16 MiB of vector memory]. Four 4-GB HBM2 stacks (package
+    # photos; the template runs them at the standard's 2.4 Gb/s, 1.23 TB/s) [E]; the 32 MiB
+    # split 16 / 8 / 8 MiB over ifmap / filter / ofmap [E]; a PCIe 3 x16 host link, the PCIe 4
+    # PHY standing in [E]. Not modelled: its four ICI links.
+    "tpu-v2": dict(rows=128, cols=128, dataflow="ws", arrays=2, clock_hz=7.0e8, dtype="bf16",
+                   ifmap_sram_kb=16384, filter_sram_kb=8192, ofmap_sram_kb=8192, dram="hbm2",
+                   dram_devices=4, dram_device_gb=4, vector_lanes=2048, node_nm=16),
+    # TPUv3 [P same sources: 16 nm, 940 MHz, two TensorCores of two 128x128 MXUs, 32 MiB on
+    # chip, 32 GiB HBM at 900 GB/s]; four 8-GB HBM2 stacks [E], the rest as TPUv2.
+    "tpu-v3": dict(rows=128, cols=128, dataflow="ws", arrays=4, clock_hz=9.4e8, dtype="bf16",
+                   ifmap_sram_kb=16384, filter_sram_kb=8192, ofmap_sram_kb=8192, dram="hbm2",
+                   dram_devices=4, dram_device_gb=8, vector_lanes=2048, node_nm=16),
+    # TPUv4i [P Jouppi et al., ISCA 2021: 7 nm, 1,050 MHz, one TensorCore of four 128x128 bf16
+    # MXUs (int8 at the same rate), 128 MiB CMEM + 16 MiB vector memory, 8 GiB HBM2 at 614
+    # GB/s = two 4-GB stacks at 2.4 Gb/s, TDP 175 W]; CMEM and vector memory taken as ifmap
+    # and filter 64 MiB each and ofmap 16 MiB [E]; one 128 x 8 vector unit; host PCIe [E].
+    # Not modelled: its two ICI links.
+    "tpu-v4i": dict(rows=128, cols=128, dataflow="ws", arrays=4, clock_hz=1.05e9,
+                    dtype="bf16", ifmap_sram_kb=65536, filter_sram_kb=65536,
+                    ofmap_sram_kb=16384, dram="hbm2", dram_devices=2, dram_device_gb=4,
+                    vector_lanes=1024, node_nm=7),
+    # Groq TSP [P Abts et al., "Think fast: a tensor streaming processor", ISCA 2020: 14 nm,
+    # 25 x 29 mm, 900 MHz nominal, four 320x320 int8 MXM planes, 220 MiB of SRAM in its MEM
+    # slices, a 320-lane x 16-ALU vector unit; D Linley Group, Nov. 2020: one PCIe 4 x16 host
+    # port and 16 chip-to-chip links]. It has no DRAM: one LPDDR4 device stands in for the
+    # template's off-chip memory (1.7 mm^2) [E]; the 220 MiB split 100 / 100 / 20 MiB [E].
+    # Not modelled: its 16 chip-to-chip SerDes links.
+    "groq-tsp": dict(rows=320, cols=320, dataflow="ws", arrays=4, clock_hz=9.0e8,
+                     dtype="int8", ifmap_sram_kb=102400, filter_sram_kb=102400,
+                     ofmap_sram_kb=20480, dram="lpddr4", dram_devices=1, vector_lanes=5120,
+                     node_nm=14),
+    # MTIA v1 [P Firoozshahian et al., "MTIA: first generation silicon targeting Meta's
+    # recommendation systems", ISCA 2023; D Meta AI blog, May 2023: TSMC 7 nm, 800 MHz, 64 PEs,
+    # 51.2 TFLOP/s fp16 (int8 at twice the rate on the same units), 128 MiB shared SRAM plus
+    # 128 KiB local memory per PE, LPDDR5 on a 256-bit bus (176 GB/s, 64 GB), PCIe 4 x8, TDP
+    # 25 W]: each PE's dot-product engine as one 32x16 fp16 array (64 x 512 = 32,768 MACs,
+    # 52.4 TFLOP/s) [E]; shared SRAM as ifmap + filter, local memories as ofmap [E]; eight
+    # x32 LPDDR5 devices of 8 GB, run at the standard's 6.4 Gb/s (205 GB/s) [E]; a 512-bit
+    # SIMD unit per PE (32 fp16 lanes) [E]; the PCIe 4 x16 PHY stands in for x8 [E].
+    "mtia-v1": dict(rows=32, cols=16, dataflow="ws", arrays=64, clock_hz=8.0e8, dtype="fp16",
+                    ifmap_sram_kb=65536, filter_sram_kb=65536, ofmap_sram_kb=8192,
+                    dram="lpddr5", dram_devices=8, dram_device_gb=8, vector_lanes=2048,
+                    node_nm=7),
     # SCALE-Sim's example configuration [R scalesim-project/scale-sim-v3 configs/scale.cfg:
     # 32x32, 64 KB per scratchpad, os]; clock, int8, LPDDR4 12.8 GB/s and 28 nm are estimates
     # for an edge part [E].

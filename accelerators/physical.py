@@ -45,10 +45,15 @@ MAX_INTERPOSER_MM2 = 3.5 * RETICLE_MM2
 #: TU104 place their GDDR PHYs; A100 / H100 put six HBM sites on the two long edges (~58 % of
 #: the perimeter), leaving a short edge to NVLink / PCIe].
 MEMORY_EDGE_FRACTION = 0.75
-#: Control, on-chip network, clocking and DMA as a fraction of compute + SRAM [P Jouppi et al.,
-#: ISCA 2017, Fig. 2: TPU v1's datapath (buffers, matrix unit, accumulators, activation
-#: pipeline) is nearly two-thirds of the die: overhead 1/(2/3) - 1 = 0.5].
-CONTROL_OVERHEAD = 0.5
+#: Everything on a die a template does not count (control, on-chip network, clocking, DMA,
+#: vector and scalar units a template leaves out, chip-to-chip links, test, white space) as a
+#: fraction of its compute + SRAM [fitted with ``gpu.SM_OVERHEAD``: least squares of
+#: log(modelled / published die area) over 12 published chips, 11 dies
+#: (``dse.calibrate.physical_fit.fit``; docs/validation.md, physical model, gives each chip's
+#: leave-one-out error). No one value fits every die: alone, each would need 0.5 (Groq TSP,
+#: WSE-2) to 3.3 (TPUv2); TPUv1's floor plan (Jouppi et al., ISCA 2017, Fig. 2) leaves 23 %
+#: of the die beside 67 % of buffers and compute and 10 % of I/O].
+CONTROL_OVERHEAD = 1.395
 #: Largest average power density a cold plate removes, W/mm^2 [E: shipping parts average
 #: 0.3-0.9 (H100 SXM 700 W on 814 mm^2 = 0.86, B200 ~0.6, WSE-2 ~0.3); direct liquid cold
 #: plates remove ~1.5 W/mm^2 of uniform load].

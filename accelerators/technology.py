@@ -39,24 +39,33 @@ NOC_PJ_PER_BYTE_MM = 0.8
 #: Area at 45 nm, mm^2. One MAC [E, synthesis figures quoted by Eyeriss/Timeloop-Accelergy
 #: examples: ~280 um^2 int8, ~1,600 um^2 fp16/bf16, ~4,000 um^2 fp32].
 MAC_AREA_MM2 = {"fp32": 4.0e-3, "fp16": 1.6e-3, "bf16": 1.6e-3, "fp8": 8.0e-4, "int8": 2.8e-4}
-#: Laid-out area of one systolic processing element at 45 nm, um^2: multiplier + accumulator
-#: adder + pipeline registers (the moving operand, the stationary one double-buffered, the
-#: partial sum), over a placement utilisation of 0.7 [E]. Components [P Horowitz, ISSCC 2014,
-#: area at 45 nm: 8-bit multiply 282, 32-bit add 137, fp16 multiply 1,640, fp32 add 4,184,
-#: fp32 multiply 7,700 um^2] and a flip-flop 4.52 um^2 per bit [D Nangate FreePDK45 Open Cell
-#: Library, DFF_X1]. int8: 8-bit multiply + 32-bit integer accumulate + 3 x 8 + 32 register
-#: bits; fp16/bf16: fp16 multiply + fp32 accumulate + 3 x 16 + 32 bits; fp8: an 8-bit float
-#: multiply taken as 1.5 x the 8-bit integer one + fp32 accumulate + 3 x 8 + 32 bits [E];
-#: fp32: fp32 multiply + add + 3 x 32 + 32 bits.
-_FF_UM2 = 4.52
-_PLACEMENT_UTILISATION = 0.7
-PE_AREA_UM2_45NM = {
-    "int8": (282 + 137 + 56 * _FF_UM2) / _PLACEMENT_UTILISATION,
-    "fp8": (1.5 * 282 + 4184 + 56 * _FF_UM2) / _PLACEMENT_UTILISATION,
-    "fp16": (1640 + 4184 + 80 * _FF_UM2) / _PLACEMENT_UTILISATION,
-    "bf16": (1640 + 4184 + 80 * _FF_UM2) / _PLACEMENT_UTILISATION,
-    "fp32": (7700 + 4184 + 128 * _FF_UM2) / _PLACEMENT_UTILISATION,
+#: Cell area of one systolic processing element at 45 nm, um^2: multiplier + accumulator adder +
+#: pipeline registers (the moving operand, the stationary one double-buffered, the partial sum).
+#: Components [P Horowitz, ISSCC 2014, area at 45 nm: 8-bit multiply 282, 32-bit add 137, fp16
+#: multiply 1,640, fp32 add 4,184, fp32 multiply 7,700 um^2] and a flip-flop 4.52 um^2 per bit
+#: [D Nangate FreePDK45 Open Cell Library, DFF_X1; MUX2_X1 1.862 um^2]. int8: 8-bit multiply +
+#: 32-bit integer accumulate + 3 x 8 + 32 register bits; fp16/bf16: fp16 multiply + fp32
+#: accumulate + 3 x 16 + 32 bits; fp8: an 8-bit float multiply taken as 1.5 x the 8-bit integer
+#: one + fp32 accumulate + 3 x 8 + 32 bits [E]; fp32: fp32 multiply + add + 3 x 32 + 32 bits.
+FLIP_FLOP_UM2 = 4.52
+MUX2_UM2 = 1.862
+PE_CELLS_UM2_45NM = {
+    "int8": 282 + 137 + 56 * FLIP_FLOP_UM2,
+    "fp8": 1.5 * 282 + 4184 + 56 * FLIP_FLOP_UM2,
+    "fp16": 1640 + 4184 + 80 * FLIP_FLOP_UM2,
+    "bf16": 1640 + 4184 + 80 * FLIP_FLOP_UM2,
+    "fp32": 7700 + 4184 + 128 * FLIP_FLOP_UM2,
 }
+#: Cell area over laid-out area of logic [P-derived: the bf16 PE cells above against the
+#: matrix units Google published as shares of their dies (Jouppi et al., ISCA 2021, Table 7:
+#: TPUv2 8 % of < 625 mm^2 for 32,768 PEs at 16 nm, TPUv3 11 % of < 700 mm^2 for 65,536 at
+#: 16 nm, TPUv4i 11 % of < 400 mm^2 for 65,536 at 7 nm) give 0.69, 0.90 and 0.51, geometric
+#: mean 0.68; ``dse.calibrate.physical_fit.derived_constants`` recomputes it]. TPUv1's int8
+#: matrix unit (24 % of < 331 mm^2 for 65,536 PEs at 28 nm) gives 0.24: the int8 PE above is
+#: about 3x smaller than TPUv1's, a known miss (docs/validation.md, physical model).
+LOGIC_PLACEMENT_UTILISATION = 0.68
+#: Laid-out area of one systolic processing element at 45 nm, um^2.
+PE_AREA_UM2_45NM = {k: v / LOGIC_PLACEMENT_UTILISATION for k, v in PE_CELLS_UM2_45NM.items()}
 
 #: High-density 6T SRAM bit cell by node, um^2 [P: TSMC N65 0.525 (2006), N40 0.242, N28
 #: 0.127, N20 0.081, N16 0.074, N10 0.042 (ISSCC / IEDM announcements), N7 0.027 (IEDM 2016),
@@ -64,10 +73,14 @@ PE_AREA_UM2_45NM = {
 #: as N16, 4 nm as N5 (an N5-family node).
 SRAM_BITCELL_UM2 = {65: 0.525, 45: 0.242, 32: 0.171, 28: 0.127, 22: 0.081, 16: 0.074,
                     14: 0.074, 12: 0.074, 10: 0.042, 7: 0.027, 5: 0.021, 4: 0.021}
-#: Bit cells over macro area (periphery, redundancy, banking, routing) [E: AMD's SRAM-only
-#: 3D V-Cache die holds 64 MiB on 41 mm^2 at N7, efficiency 0.35; macros on logic dies are
-#: less dense].
-SRAM_ARRAY_EFFICIENCY = 0.3
+#: Bit cells over the laid-out area of an SRAM block (periphery, redundancy, banking, the
+#: block's own routing) [P/S-derived: TPUv1's 24 MiB Unified Buffer is 29 % of its < 331 mm^2
+#: die at 28 nm (Jouppi et al., ISCA 2017, Fig. 2): 0.27; TPUv4i's 128 MiB CMEM 28 % of its
+#: < 400 mm^2 die at 7 nm (Jouppi et al., ISCA 2021): 0.26; half of a 0.038 mm^2 WSE-2 core
+#: is its 48 KB (Cerebras, Hot Chips 34): 0.56; geometric mean 0.34, recomputed by
+#: ``dse.calibrate.physical_fit.derived_constants``]. AMD's SRAM-only 3D V-Cache die (64 MiB
+#: on 41 mm^2 at N7) gives 0.35.
+SRAM_ARRAY_EFFICIENCY = 0.34
 #: Leakage at 45 nm [E]: SRAM ~ 0.9 uW/KB... expressed per mm^2 of logic and per KB of SRAM.
 LOGIC_LEAKAGE_W_PER_MM2 = 0.02
 SRAM_LEAKAGE_W_PER_KB = 1.5e-5

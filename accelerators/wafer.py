@@ -41,7 +41,7 @@ from functools import cached_property
 from typing import Any
 
 from accelerators import mesh_algorithms as mesh
-from accelerators import technology as tech
+from accelerators import physical, technology as tech
 from accelerators.base import OpCost, Param, Resources, Template
 from accelerators.composite import cost_composite
 from accelerators.physical import Floorplan
@@ -68,11 +68,42 @@ IO_PJ_PER_BYTE = 40.0
 #: squares, then scale), softmax 3 (max, exp-and-sum, scale), others 1.
 PASSES = {ir.NORM: 2, ir.SOFTMAX: 3}
 
-#: WSE-2 tile area apportioned to logic, mm^2 per core [E derived]: the 46,225 mm^2 wafer
-#: [P WaferLLM] over the 757 x 996 compiled fabric [P/R], less 48 KB of 7 nm SRAM per core
-#: (technology.sram_area_mm2); spare cores, I/O and wafer edge are amortised into it.
-WSE2_CORE_LOGIC_AREA_MM2 = round(
-    46225.0 / (757 * 996) - tech.sram_area_mm2(48 * 1024, 7), 6)
+#: A WSE-2 core, counted from its parts [P Cerebras, Hot Chips 31 (WSE-1) and 34 (WSE-2): a
+#: core does four 16-bit FMACs per cycle (two 64-bit operand reads and one write per cycle),
+#: has 48 KB of SRAM, a 256-byte cache and a router to its four neighbours and itself]. The
+#: router is taken as a 4-flit input queue on each of its 5 ports and a 5x5 crossbar of
+#: 5:1 multiplexers, on 38-bit flits (32 data + 5 colour + 1 control bits) [E].
+WSE2_FMACS_PER_CORE = 4
+WSE2_CACHE_BYTES = 256
+WSE2_ROUTER_PORTS = 5
+WSE2_ROUTER_QUEUE_FLITS = 4
+WSE2_FLIT_BITS = 38
+#: Cores built on a WSE-2 [D Cerebras: 850,000] and cores in its compiled fabric [P/R
+#: WaferLLM: 757 x 996]: the spares are paid for by the cores in use.
+WSE2_CORES_BUILT = 850_000
+WSE2_FABRIC_CORES = 757 * 996
+
+
+def wse2_core_logic_area_mm2(node_nm: int = 7, sram_bytes: float = 48 * 1024) -> float:
+    """Area per fabric core apart from its own SRAM, mm^2: the FMAC datapath
+    (:func:`technology.pe_area_mm2`), the router's queues and crossbar and the cache (flip-flops
+    and multiplexers over ``technology.LOGIC_PLACEMENT_UTILISATION``), the core's control as
+    ``physical.CONTROL_OVERHEAD`` of datapath, router and SRAM (the same overhead every die
+    pays), and the spare cores' share (their logic and SRAM). Nothing here is taken from the
+    published wafer area, which ``docs/validation.md`` (physical model) compares against."""
+    fmacs = WSE2_FMACS_PER_CORE * tech.pe_area_mm2("fp16", node_nm)
+    flits = WSE2_ROUTER_PORTS * WSE2_ROUTER_QUEUE_FLITS * WSE2_FLIT_BITS
+    mux2s = WSE2_ROUTER_PORTS * WSE2_FLIT_BITS * (WSE2_ROUTER_PORTS - 1)   # 5:1 = four 2:1
+    cells_um2 = (flits + 8 * WSE2_CACHE_BYTES) * tech.FLIP_FLOP_UM2 + mux2s * tech.MUX2_UM2
+    router = cells_um2 / tech.LOGIC_PLACEMENT_UTILISATION * 1e-6 * tech.area_scale(node_nm)
+    sram = tech.sram_area_mm2(sram_bytes, node_nm)
+    core = fmacs + router + physical.CONTROL_OVERHEAD * (fmacs + router + sram)
+    spares = WSE2_CORES_BUILT / WSE2_FABRIC_CORES
+    return spares * core + (spares - 1) * sram
+
+
+#: Area per core apart from its SRAM at the WSE-2's 7 nm, mm^2.
+WSE2_CORE_LOGIC_AREA_MM2 = round(wse2_core_logic_area_mm2(), 6)
 
 _PHASE_REGION = {"decode": "decode", "prefill": "prefill", "forward": "prefill"}
 
@@ -148,7 +179,8 @@ class Wafer(Template):
         Param("node_nm", int, "nm", 7, "process node (WSE-2: TSMC 7 nm [D])",
               choices=tech.NODES_NM),
         Param("core_logic_area_mm2", float, "mm^2", WSE2_CORE_LOGIC_AREA_MM2,
-              "area per core apart from its SRAM, incl. router and amortised spares [E]",
+              "area per core apart from its SRAM: datapath, router, control and the spare cores' "
+              "share (WSE-2 from its parts: wse2_core_logic_area_mm2) [E]",
               1e-4, 10.0, log=True),
         Param("tdp_w", float, "W", 15000.0,
               "power budget of the wafer (WSE-2 ~15 kW: 37x an A100's 400 W [P])",

@@ -75,7 +75,8 @@ def test_shoreline_infeasibility_names_both_lengths():
 
 def test_reticle_splits_into_chiplets_with_die_to_die_cost():
     one = physical.Floorplan(node_nm=7, compute_mm2=500, sram_mm2=0, peak_dynamic_w=100,
-                             leakage_w=5, memory=memory_system("hbm3", 4, 0, 0))
+                             leakage_w=5, memory=memory_system("hbm3", 4, 0, 0),
+                             control_overhead=0.5)   # 750 mm^2 on die: one reticle
     two = replace(one, compute_mm2=900)
     a, b = physical.assess(one), physical.assess(two)
     assert a.dies == 1 and b.dies == 2 and b.die_mm2 <= physical.RETICLE_MM2

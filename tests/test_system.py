@@ -34,7 +34,7 @@ def test_gpu_systems_count_nvswitch_chips_and_their_cost():
 def test_a_gpu_needs_the_peer_links_the_topology_asks_for():
     t4 = make_accelerator("gpu:t4")
     s = System(t4, "hgx-h200")
-    assert "has 0" in s.check()
+    assert "but gpu:t4 has 2" in s.check()   # TU104 has two NVLink PHYs
     h100 = make_accelerator("gpu:h100")
     assert "needs 24" in System(h100, "hgx-h200", links_per_device=24).check()
 

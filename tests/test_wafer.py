@@ -231,7 +231,9 @@ def test_wse2_preset():
     t = make_accelerator("wafer:wse2")
     assert t.cores == 757 * 996
     assert t.hw.sram_per_core_kb == 48 and t.hw.clock_hz == 1.1e9
-    assert t.area_mm2() == pytest.approx(46225, rel=1e-3)
+    # its area comes from a core's parts (its error against the published 46,225 mm^2 is in
+    # tests/test_physical_validation.py) and fits on a 300-mm wafer
+    assert t.physical().problem is None and t.area_mm2() < math.pi * 150**2
     assert t.peak_power_w() < t.hw.tdp_w
     assert make_accelerator("wafer:wse-1k").cores == 1024
 

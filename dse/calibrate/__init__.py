@@ -3,6 +3,8 @@
 ``gpu_bench`` runs microbenchmarks on a CUDA GPU (torch and the standard library only, so it runs
 on a bare machine with torch); ``fit`` turns its raw measurements into the calibration file the
 ``gpu`` template loads. :func:`calibrate_gpu` does both, for ``dse calibrate gpu``.
+``physical_fit`` sets and checks the physical model's area constants on published chips
+(``published_chips``; ``benchmarks/physical_validation.py``).
 """
 
 from __future__ import annotations
