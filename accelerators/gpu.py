@@ -207,12 +207,12 @@ PARAMS = (
 #: * ``rtx4090``: Ada AD102 whitepaper (Appendix, RTX 4090): 128 SMs, 2520 MHz, fp32 82.6,
 #:   fp16/bf16 tensor 165.2 with fp32 accumulate (330.3 with fp16 accumulate), fp8 330.3 with
 #:   fp32 accumulate, int8 660.6 TOPS; 24 GB GDDR6X 1,008 GB/s (12 x32 chips at 21 Gb/s),
-#:   72 MB L2, 128 KB L1 per SM, 450 W, PCIe 4, no NVLink; AD102 608.5 mm^2. Both AD102
-#:   presets carry ``other_logic_mm2`` 95: the graphics blocks the SM model leaves out, what
-#:   brings the model's 382 mm^2 (RTX 4090) to the published 608.5 mm^2 with the control
-#:   overhead [E: the die area is data, not a prediction (recomputed for the area constants
-#:   of docs/validation.md, physical model); without it the model lays AD102 out as two
-#:   pad-limited chiplets].
+#:   72 MB L2, 128 KB L1 per SM, 450 W, PCIe 4, no NVLink; AD102 608.5 mm^2.
+#:
+#: The graphics dies (``t4``, ``rtx3090``, ``l40s``, ``rtx4090``) carry one RT core per SM on
+#: the die as ``other_logic_mm2`` (``RT_CORE_MM2_45NM`` at their node); their raster, ROP,
+#: display and video engines are left to ``GPU_CONTROL_OVERHEAD``, as the compute dies' video
+#: engines and fp64 units are.
 #: * ``mi300x``: AMD Instinct MI300X datasheet: 304 CUs, 2100 MHz, fp32 matrix 163.4,
 #:   bf16/fp16 1,307.4, fp8 2,614.9 TFLOP/s, int8 2,614.9 TOPS, 192 GB HBM3 5.3 TB/s, 256 MB
 #:   Infinity Cache (the model's L2: the last level before HBM), 750 W; 320 CUs on the dies,
@@ -220,6 +220,11 @@ PARAMS = (
 #:   links (costed as NVLink 4 PHYs [E]). AMD publishes no die area (press estimates: 8
 #:   compute dies of ~115 mm^2 on 4 I/O dies of ~370 mm^2). The kernel model is CUDA's
 #:   (cuBLAS tiles, flash attention): its efficiencies are [E].
+#: One RT core, mm^2 at 45 nm, scaled to the node by ``technology.area_scale`` [S: Turing's
+#: two RT cores per TPC measure 0.7 mm^2 on TU106 die shots at 12 nm (Hardwareluxx, 2019, the
+#: source of ``SM_BASE_MM2_45NM``); Ampere's and Ada's RT cores taken as Turing's [E]].
+RT_CORE_MM2_45NM = 0.7 / 2 / tech.area_scale(12)
+
 PRESETS: dict[str, dict[str, Any]] = {
     "a100": dict(sms=108, clock_hz=1.41e9, peak_bf16_flops=312e12, peak_fp16_flops=312e12,
                  peak_fp32_flops=19.5e12, peak_fp8_flops=0.0, peak_int8_ops=624e12,
@@ -261,13 +266,15 @@ PRESETS: dict[str, dict[str, Any]] = {
                  memory_kind="gddr6", memory_devices=0, memory_device_gb=4,
                  l2_bytes=96 * 2**20, tdp_w=350.0, idle_power_w=35.0, sms_on_die=144,
                  tensor_macs_per_sm=512, fp32_lanes_per_sm=128, l1_kb_per_sm=128, node_nm=4,
-                 host_interface="pcie4x16", peer_links=0, other_logic_mm2=95.0),
+                 host_interface="pcie4x16", peer_links=0,
+                 other_logic_mm2=144 * RT_CORE_MM2_45NM * tech.area_scale(4)),
     "t4": dict(sms=40, clock_hz=1.59e9, peak_bf16_flops=0.0, peak_fp16_flops=65e12,
                peak_fp32_flops=8.1e12, peak_fp8_flops=0.0, peak_int8_ops=130e12,
                memory_bandwidth_Bps=320e9, memory_capacity_bytes=16e9, memory_kind="gddr6",
                memory_devices=8, memory_device_gb=2, l2_bytes=4 * 2**20, tdp_w=70.0,
                idle_power_w=10.0, sms_on_die=48, tensor_macs_per_sm=512,
                fp32_lanes_per_sm=64, l1_kb_per_sm=96, node_nm=12, host_interface="pcie4x16",
+               other_logic_mm2=48 * RT_CORE_MM2_45NM * tech.area_scale(12),
                # TU104's one x8 NVLink (used by the RTX 2080, not the T4) is on the die: the
                # PHYs of two x4 NVLink 3 links [D Turing whitepaper; E]
                peer_links=2, peer_link_phy_mm2=1.888),
@@ -280,7 +287,8 @@ PRESETS: dict[str, dict[str, Any]] = {
                     l2_bytes=6 * 2**20, tdp_w=350.0, idle_power_w=30.0, sms_on_die=84,
                     tensor_macs_per_sm=512, fp32_lanes_per_sm=128, l1_kb_per_sm=128,
                     node_nm=10, host_interface="pcie4x16", peer_links=4,
-                    peer_link_phy_mm2=1.888),
+                    peer_link_phy_mm2=1.888,
+                    other_logic_mm2=84 * RT_CORE_MM2_45NM * tech.area_scale(10)),
     "rtx4090": dict(sms=128, clock_hz=2.52e9, peak_bf16_flops=165.2e12,
                     peak_fp16_flops=165.2e12, peak_fp32_flops=82.6e12,
                     peak_fp8_flops=330.3e12, peak_int8_ops=660.6e12,
@@ -288,7 +296,8 @@ PRESETS: dict[str, dict[str, Any]] = {
                     memory_kind="gddr6x", memory_devices=12, memory_device_gb=2,
                     l2_bytes=72 * 2**20, tdp_w=450.0, idle_power_w=25.0, sms_on_die=144,
                     tensor_macs_per_sm=512, fp32_lanes_per_sm=128, l1_kb_per_sm=128,
-                    node_nm=4, host_interface="pcie4x16", peer_links=0, other_logic_mm2=95.0),
+                    node_nm=4, host_interface="pcie4x16", peer_links=0,
+                    other_logic_mm2=144 * RT_CORE_MM2_45NM * tech.area_scale(4)),
     "mi300x": dict(sms=304, clock_hz=2.1e9, peak_bf16_flops=1307.4e12,
                    peak_fp16_flops=1307.4e12, peak_fp32_flops=163.4e12,
                    peak_fp8_flops=2614.9e12, peak_int8_ops=2614.9e12,
@@ -351,11 +360,24 @@ LATENCY_MEANING = {
 
 #: Register file per SM, B [D: 64K 32-bit registers per SM since Volta].
 REGISTER_FILE_BYTES_PER_SM = 256 * 1024
-#: The rest of an SM (schedulers, dispatch, load/store, special-function, texture, fp64 and
-#: integer units, crossbars) relative to its tensor and fp32 datapaths [fitted with
-#: ``physical.CONTROL_OVERHEAD`` on published dies: ``dse.calibrate.physical_fit.fit``; no
-#: published SM floor plan gives it].
-SM_OVERHEAD = 1.406
+#: The rest of an SM apart from its tensor and fp32 datapaths and its register file and L1
+#: (schedulers, dispatch, operand collectors, load/store, special-function, texture, integer
+#: and fp64 units, crossbars), mm^2 at 45 nm, scaled to the node by ``technology.area_scale``
+#: [S-derived: Turing's TPC (two SMs) measures 10.89 mm^2 on TU106 die shots at 12 nm, its
+#: tensor cores 1.25 and its two RT cores 0.7 mm^2 of it (Hardwareluxx, "Turing: RT und Tensor
+#: Cores belegen nur wenig Chipfläche", 2019, die shots by OC_Burner); less the RT cores and
+#: the model's tensor MACs (0.56 mm^2 per SM, against the 0.63 measured), fp32 lanes and 256 +
+#: 96 KiB of SRAM; ``dse.calibrate.physical_fit.derived_constants`` recomputes it]. A fixed
+#: base per SM, not a multiple of the datapaths: Hopper doubled the tensor MACs per SM at about
+#: the same SM area (GH100, 144 SMs, is 0.99x GA100's 128-SM die).
+SM_BASE_MM2_45NM = 31.35
+#: What the gpu template does not count (GPCs' raster and geometry engines, the L2 crossbar,
+#: memory and NVLink controllers, copy, video and display engines, PCIe, white space) as a
+#: fraction of its SMs and ``other_logic_mm2`` (the die's L2 pays ``physical.SRAM_OVERHEAD``)
+#: [fitted with ``physical.CONTROL_OVERHEAD`` on the compute GPUs' published dies:
+#: ``dse.calibrate.physical_fit.fit``]. It is smaller than an npu's because an SM, unlike a
+#: systolic array, is counted with its control.
+GPU_CONTROL_OVERHEAD = 0.902
 
 _MEMORY_KINDS = (ir.ELEMENTWISE, ir.NORM, ir.SOFTMAX, ir.REDUCTION, ir.EMBEDDING,
                  ir.DATA_MOVEMENT, ir.UNKNOWN, ir.HASHGRID)
@@ -618,26 +640,29 @@ class GPU(Template):
         return Resources(units=units, channels={"hbm": self.hw.memory_bandwidth_Bps})
 
     def floorplan(self) -> Floorplan:
-        """The die: SMs (tensor MACs as systolic-class PEs, fp32 lanes, and the rest of the SM
-        as ``SM_OVERHEAD`` of those), register files, L1 and L2 as SRAM, memory PHYs for every
-        site on the die, host and peer-link PHYs, ``other_logic_mm2``. Power is the datasheet's: ``tdp_w`` at full
-        load and ``idle_power_w`` idle (memory included)."""
+        """The die: SMs as blocks (``SM_BASE_MM2_45NM`` at the node, tensor MACs as
+        systolic-class PEs, fp32 lanes, the register file and L1), ``other_logic_mm2`` and the
+        PHYs of memory sites left empty, with ``GPU_CONTROL_OVERHEAD``; the L2 as SRAM; memory
+        PHYs for every filled site and the peer-link (NVLink) PHYs as link PHYs (no control
+        overhead). Power is the datasheet's: ``tdp_w`` at full load and ``idle_power_w`` idle
+        (memory included)."""
         hw = self.hw
         node, sms = hw.node_nm, hw.sms_on_die or hw.sms
-        datapath = sms * (hw.tensor_macs_per_sm * tech.pe_area_mm2("fp16", node)
-                          + hw.fp32_lanes_per_sm * tech.pe_area_mm2("fp32", node))
-        sram = tech.sram_area_mm2(sms * (REGISTER_FILE_BYTES_PER_SM + hw.l1_kb_per_sm * 1024)
-                                  + hw.l2_bytes, node)
+        sm = (SM_BASE_MM2_45NM * tech.area_scale(node)
+              + hw.tensor_macs_per_sm * tech.pe_area_mm2("fp16", node)
+              + hw.fp32_lanes_per_sm * tech.pe_area_mm2("fp32", node)
+              + tech.sram_area_mm2(REGISTER_FILE_BYTES_PER_SM + hw.l1_kb_per_sm * 1024, node))
         mem = self.memory
         mem_w = mem.bandwidth_Bps * mem.energy_j_per_byte
         phys_on_die = hw.memory_devices_on_die or mem.devices
         extra_phy = (phys_on_die - mem.devices) * mem.standard.phy_area_mm2
-        return Floorplan(node_nm=node, compute_mm2=datapath * (1 + SM_OVERHEAD) + extra_phy
-                         + hw.peer_links * hw.peer_link_phy_mm2 + hw.other_logic_mm2,
-                         sram_mm2=sram,
+        return Floorplan(node_nm=node, compute_mm2=sms * sm + extra_phy + hw.other_logic_mm2,
+                         sram_mm2=tech.sram_area_mm2(hw.l2_bytes, node),
                          peak_dynamic_w=max(0.0, hw.tdp_w - hw.idle_power_w - mem_w),
                          leakage_w=max(0.0, hw.idle_power_w - mem.static_w), memory=mem,
-                         host_interface=hw.host_interface)
+                         host_interface=hw.host_interface,
+                         control_overhead=GPU_CONTROL_OVERHEAD,
+                         link_phy_mm2=hw.peer_links * hw.peer_link_phy_mm2)
 
     def static_power_w(self) -> float:
         return self.hw.idle_power_w

@@ -26,7 +26,7 @@ from accelerators import systolic, technology as tech
 from accelerators.base import OpCost, Param, Resources, Template
 from accelerators.composite import cost_composite
 from accelerators.memory_standards import STANDARD_NAMES, MemorySystem, memory_system
-from accelerators.physical import CONTROL_OVERHEAD, HOST_INTERFACES, Floorplan
+from accelerators.physical import HOST_INTERFACES, Floorplan, control_mm2
 from dse.errors import BadInput, InfeasibleDesign
 from workloads import ir
 from workloads.gna import op_tiles
@@ -537,6 +537,6 @@ class NPU(Template):
                        + hw.vector_lanes * 2 * b * sram_j["ifmap"])
         return Floorplan(node_nm=node, compute_mm2=compute, sram_mm2=sram,
                          peak_dynamic_w=per_cycle_j * hw.clock_hz,
-                         leakage_w=tech.leakage_w((1 + CONTROL_OVERHEAD) * compute
-                                                  + CONTROL_OVERHEAD * sram, sram_bytes, node),
+                         leakage_w=tech.leakage_w(compute + control_mm2(compute, sram),
+                                                  sram_bytes, node),
                          memory=self.memory, host_interface=hw.host_interface)

@@ -4,9 +4,10 @@ A template describes what it puts on silicon as a :class:`Floorplan` (laid-out c
 their peak dynamic power and leakage, its off-chip :class:`MemorySystem`); :func:`assess` adds
 what every chip pays the same way, so no template pays for memory differently:
 
-* **Area** = compute + SRAM + control (on-chip network, control, clocking, DMA: a fraction
-  ``CONTROL_OVERHEAD`` of compute + SRAM) + memory PHYs and controllers (from the standard,
-  per device) + other I/O (host interface PHY, die-to-die PHYs when split).
+* **Area** = compute + SRAM + control (:func:`control_mm2`: on-chip network, control,
+  clocking, DMA, as ``CONTROL_OVERHEAD`` of the logic, and banking, redundancy and routing
+  around the SRAM macros as ``SRAM_OVERHEAD`` of the SRAM) + memory PHYs and controllers
+  (from the standard, per device) + other I/O (host interface PHY, die-to-die PHYs when split).
 * **Reticle**: a die larger than ``RETICLE_MM2`` is split into equal chiplets on a silicon
   interposer, each paying die-to-die PHYs (edge and area) sized for the memory bandwidth
   crossing it, up to ``MAX_CHIPLETS``; beyond that, or when the interposer would exceed
@@ -47,13 +48,21 @@ MAX_INTERPOSER_MM2 = 3.5 * RETICLE_MM2
 MEMORY_EDGE_FRACTION = 0.75
 #: Everything on a die a template does not count (control, on-chip network, clocking, DMA,
 #: vector and scalar units a template leaves out, chip-to-chip links, test, white space) as a
-#: fraction of its compute + SRAM [fitted with ``gpu.SM_OVERHEAD``: least squares of
-#: log(modelled / published die area) over 12 published chips, 11 dies
+#: fraction of its counted *logic* (the npu's systolic PEs and vector lanes, the wafer's FMACs
+#: and routers) [fitted with ``SRAM_OVERHEAD`` and ``gpu.GPU_CONTROL_OVERHEAD``: least squares
+#: of log(modelled / published die area) over the published dies
 #: (``dse.calibrate.physical_fit.fit``; docs/validation.md, physical model, gives each chip's
-#: leave-one-out error). No one value fits every die: alone, each would need 0.5 (Groq TSP,
-#: WSE-2) to 3.3 (TPUv2); TPUv1's floor plan (Jouppi et al., ISCA 2017, Fig. 2) leaves 23 %
-#: of the die beside 67 % of buffers and compute and 10 % of I/O].
-CONTROL_OVERHEAD = 1.395
+#: leave-one-out error). Google's matrix units are 8-11 % of the TPUv2, v3 and v4i dies
+#: (Jouppi et al., ISCA 2021, Table 7), so what a systolic template leaves out is several times
+#: what it counts].
+CONTROL_OVERHEAD = 5.036
+#: What SRAM costs beyond its blocks (``technology.sram_area_mm2``: bit cells over the array
+#: efficiency of published SRAM blocks, their own periphery and banking included): the routing
+#: and spacing around the macros and their share of the on-chip network, as a fraction of the
+#: SRAM area [fitted with ``CONTROL_OVERHEAD``, no source gives it]. Charged on every die's SRAM
+#: (it is no control logic: an SRAM-heavy die such as Groq's TSP or a WSE-2 core does not pay
+#: the logic overhead on its SRAM).
+SRAM_OVERHEAD = 0.3713
 #: Largest average power density a cold plate removes, W/mm^2 [E: shipping parts average
 #: 0.3-0.9 (H100 SXM 700 W on 814 mm^2 = 0.86, B200 ~0.6, WSE-2 ~0.3); direct liquid cold
 #: plates remove ~1.5 W/mm^2 of uniform load].
@@ -112,7 +121,8 @@ class Floorplan:
     off-chip memory (None: the design keeps everything on chip). ``wafer_scale`` designs are
     one whole wafer. ``extra_mm2`` are areas off the logic die (e.g. in-DRAM PIM logic):
     reported, not placed on the die. ``control_overhead`` replaces ``CONTROL_OVERHEAD`` for a
-    template whose compute area already includes its control.
+    template whose counted logic is more complete (the gpu's SMs) or already includes its
+    control (0: then the SRAM pays no ``SRAM_OVERHEAD`` either; :func:`control_mm2`).
     """
 
     node_nm: int
@@ -179,7 +189,7 @@ def combine(floorplans: list[Floorplan]) -> Floorplan:
     its memory devices, joined into one memory system when they share a standard (the first
     sub's standard and capacity otherwise, with every sub's devices); one host interface, the
     largest; the coarsest node (what the chip is built in); the control overhead weighted by
-    area."""
+    logic area."""
     if len(floorplans) == 1:
         return floorplans[0]
     mems = [f.memory for f in floorplans if f.memory is not None]
@@ -189,7 +199,7 @@ def combine(floorplans: list[Floorplan]) -> Floorplan:
         memory = MemorySystem(mems[0].standard, devices,
                               sum(m.capacity_bytes for m in mems) / devices / 1e9,
                               sum(m.bandwidth_Bps for m in mems))
-    logic = [f.compute_mm2 + f.sram_mm2 for f in floorplans]
+    logic = [f.compute_mm2 for f in floorplans]
     host = max((f.host_interface for f in floorplans),
                key=lambda h: HOST_INTERFACES[h][0])
     extra: dict[str, float] = {}
@@ -206,6 +216,17 @@ def combine(floorplans: list[Floorplan]) -> Floorplan:
         control_overhead=(sum(f.control_overhead * a for f, a in zip(floorplans, logic))
                           / sum(logic) if sum(logic) > 0 else CONTROL_OVERHEAD),
         extra_mm2=extra)
+
+
+def control_mm2(compute_mm2: float, sram_mm2: float,
+                overhead: float | None = None) -> float:
+    """Area a die adds for what its template does not count, mm^2: ``overhead`` (default
+    ``CONTROL_OVERHEAD``) of its logic plus ``SRAM_OVERHEAD`` of its SRAM. A template whose
+    areas already include their control passes ``overhead`` 0 and no SRAM either (the wafer's
+    cores pay both inside their area, see ``wafer.wse2_core_logic_area_mm2``)."""
+    if overhead is None:
+        overhead = CONTROL_OVERHEAD
+    return overhead * compute_mm2 + (SRAM_OVERHEAD * sram_mm2 if overhead > 0 else 0.0)
 
 
 # ------------------------------------------------------------------------------- yield, cost
@@ -261,7 +282,7 @@ def assess(fp: Floorplan) -> Physical:
     node_scale = tech.area_scale(fp.node_nm) / tech.area_scale(7)
     host_phy, host_mtr, host_edge = HOST_INTERFACES[fp.host_interface]
     mem = fp.memory
-    control = fp.control_overhead * (fp.compute_mm2 + fp.sram_mm2)
+    control = control_mm2(fp.compute_mm2, fp.sram_mm2, fp.control_overhead)
     parts = {"compute": fp.compute_mm2, "sram": fp.sram_mm2, "control": control,
              "memory_phy": mem.phy_area_mm2(node_scale) if mem else 0.0,
              "io_other": host_phy + host_mtr / 65.6 * node_scale}

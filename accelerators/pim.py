@@ -37,7 +37,7 @@ from accelerators import technology as tech
 from accelerators.base import OpCost, Param, Resources, Template
 from accelerators.composite import cost_composite
 from accelerators.memory_standards import MemorySystem, get_standard
-from accelerators.physical import CONTROL_OVERHEAD, Floorplan
+from accelerators.physical import Floorplan, control_mm2
 from accelerators.npu import VECTOR_LANE_AREA_PER_MAC, VECTOR_OPS_PER_ELEMENT
 from dse.errors import BadInput
 from workloads import ir
@@ -423,8 +423,8 @@ class PIM(Template):
         peak = (hw.asic_lanes * hw.asic_clock_hz * (self._vec_j + 3 * self._b * self._sram_j)
                 + hw.channels * hw.banks_per_channel * hw.macs_per_bank * hw.clock_hz
                 * self._mac_j / max(hw.dot_cycles, 1))
-        leak = tech.leakage_w((1 + CONTROL_OVERHEAD) * lanes + CONTROL_OVERHEAD * sram
-                              + self.pim_logic_area_mm2(), sram_bytes, hw.asic_node_nm)
+        leak = tech.leakage_w(lanes + control_mm2(lanes, sram) + self.pim_logic_area_mm2(),
+                              sram_bytes, hw.asic_node_nm)
         return Floorplan(node_nm=hw.asic_node_nm, compute_mm2=lanes, sram_mm2=sram,
                          peak_dynamic_w=peak, leakage_w=leak,
                          memory=pim_memory(hw.memory, hw.channels, hw.channel_capacity_gib,

@@ -87,11 +87,13 @@ SRAM_LEAKAGE_W_PER_KB = 1.5e-5
 
 #: Scaling from 45 nm to other nodes: (energy factor, area factor) [E, after the fitted trends of
 #: Stillmaker & Baas, "Scaling equations for the accurate prediction of CMOS device performance
-#: from 180 nm to 7 nm", Integration 2017; 5 nm and 4 nm extrapolated].
+#: from 180 nm to 7 nm", Integration 2017; 5 nm and 4 nm extrapolated], except 4 nm's area:
+#: N4 and NVIDIA's 4N are N5-family nodes, so 4 nm is 5 nm's area over 1.06 [S: TSMC, N4P
+#: announcement, Oct. 2021: 6 % more transistor density than N5].
 NODE_SCALING = {
     65: (1.50, 2.080), 45: (1.00, 1.000), 32: (0.72, 0.540), 28: (0.62, 0.430), 22: (0.50, 0.300),
     16: (0.36, 0.170), 14: (0.33, 0.150), 12: (0.30, 0.120), 10: (0.26, 0.085),
-    7: (0.22, 0.055), 5: (0.18, 0.038), 4: (0.16, 0.032),
+    7: (0.22, 0.055), 5: (0.18, 0.038), 4: (0.16, 0.0358),
 }
 NODES_NM = tuple(sorted(NODE_SCALING))
 

@@ -87,17 +87,18 @@ WSE2_FABRIC_CORES = 757 * 996
 def wse2_core_logic_area_mm2(node_nm: int = 7, sram_bytes: float = 48 * 1024) -> float:
     """Area per fabric core apart from its own SRAM, mm^2: the FMAC datapath
     (:func:`technology.pe_area_mm2`), the router's queues and crossbar and the cache (flip-flops
-    and multiplexers over ``technology.LOGIC_PLACEMENT_UTILISATION``), the core's control as
-    ``physical.CONTROL_OVERHEAD`` of datapath, router and SRAM (the same overhead every die
-    pays), and the spare cores' share (their logic and SRAM). Nothing here is taken from the
-    published wafer area, which ``docs/validation.md`` (physical model) compares against."""
+    and multiplexers over ``technology.LOGIC_PLACEMENT_UTILISATION``), what every die pays for
+    what a template does not count (``physical.control_mm2``: ``physical.CONTROL_OVERHEAD`` of
+    the datapath and router, ``physical.SRAM_OVERHEAD`` of the SRAM), and the spare cores'
+    share (their logic and SRAM). Nothing here is taken from the published wafer area, which
+    ``docs/validation.md`` (physical model) compares against."""
     fmacs = WSE2_FMACS_PER_CORE * tech.pe_area_mm2("fp16", node_nm)
     flits = WSE2_ROUTER_PORTS * WSE2_ROUTER_QUEUE_FLITS * WSE2_FLIT_BITS
     mux2s = WSE2_ROUTER_PORTS * WSE2_FLIT_BITS * (WSE2_ROUTER_PORTS - 1)   # 5:1 = four 2:1
     cells_um2 = (flits + 8 * WSE2_CACHE_BYTES) * tech.FLIP_FLOP_UM2 + mux2s * tech.MUX2_UM2
     router = cells_um2 / tech.LOGIC_PLACEMENT_UTILISATION * 1e-6 * tech.area_scale(node_nm)
     sram = tech.sram_area_mm2(sram_bytes, node_nm)
-    core = fmacs + router + physical.CONTROL_OVERHEAD * (fmacs + router + sram)
+    core = fmacs + router + physical.control_mm2(fmacs + router, sram)
     spares = WSE2_CORES_BUILT / WSE2_FABRIC_CORES
     return spares * core + (spares - 1) * sram
 

@@ -29,13 +29,11 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         c = r.chip
-        print(f"| {c.name}{' *' if c.not_fitted else ''} | `{c.accelerator}` | "
+        print(f"| {c.name} | `{c.accelerator}` | "
               f"{'< ' if c.upper_bound else ''}"
               f"{c.die_mm2:,.0f} | {r.area_mm2:,.0f} | {_pct(r.area_error)} | "
               f"{r.loo_area_mm2:,.0f} | {_pct(r.loo_error)} | {c.tdp_w:,.0f} ({c.tdp_basis}) | "
               f"{r.tdp_w:,.0f} | {_pct(r.tdp_error)} | {r.memory_w:,.0f} |")
-    for reason in dict.fromkeys(r.chip.not_fitted for r in rows if r.chip.not_fitted):
-        print(f"\n\\* checked, not fitted: {reason}.")
     fit_med, fit_max = pf.median_max([r.area_error for r in rows])
     loo_med, loo_max = pf.median_max([r.loo_error for r in rows])
     tdp_med, tdp_max = pf.median_max([r.tdp_error for r in rows])
@@ -60,7 +58,9 @@ def main() -> None:
             ("sram_array_efficiency", "technology.SRAM_ARRAY_EFFICIENCY",
              "published SRAM blocks"),
             ("control_overhead", "physical.CONTROL_OVERHEAD", "least squares on the fitted dies"),
-            ("sm_overhead", "gpu.SM_OVERHEAD", "least squares on the fitted dies")):
+            ("sm_base_mm2", "gpu.SM_BASE_MM2_45NM", "published SM block (Turing TPC)"),
+            ("sram_overhead", "physical.SRAM_OVERHEAD", "least squares on the fitted dies"),
+            ("gpu_control_overhead", "gpu.GPU_CONTROL_OVERHEAD", "least squares on the fitted dies")):
         print(f"| `{where}` | {getattr(shipped, name):.4g} | {getattr(refit, name):.4g} | "
               f"{how} |")
 

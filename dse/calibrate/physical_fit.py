@@ -1,16 +1,18 @@
 """Calibrate and check the physical model (:mod:`accelerators.physical`) on published dies.
 
-Four global constants turn what a template counts (PEs, SRAM bytes, memory PHYs) into die area:
+Six global constants turn what a template counts (PEs, SRAM bytes, SMs, memory PHYs) into die
+area:
 
-* ``technology.LOGIC_PLACEMENT_UTILISATION`` and ``technology.SRAM_ARRAY_EFFICIENCY`` come from
-  published *blocks* of die plans (:data:`published_chips.BLOCKS`: the matrix units and SRAMs
-  Google gave as shares of its dies): :func:`derived_constants`;
-* ``physical.CONTROL_OVERHEAD`` (everything a template does not count, as a fraction of its
-  compute and SRAM) and ``gpu.SM_OVERHEAD`` (the rest of an SM, as a multiple of its tensor and
-  fp32 datapaths) have no such source: :func:`fit` chooses them by least squares of
+* ``technology.LOGIC_PLACEMENT_UTILISATION``, ``technology.SRAM_ARRAY_EFFICIENCY`` and
+  ``gpu.SM_BASE_MM2_45NM`` come from published *blocks* of die plans
+  (:data:`published_chips.BLOCKS`: the matrix units and SRAMs Google gave as shares of its
+  dies, a WSE-2 core's SRAM, a Turing TPC): :func:`derived_constants`;
+* ``physical.CONTROL_OVERHEAD`` (everything an npu or wafer does not count, as a fraction of
+  its logic), ``physical.SRAM_OVERHEAD`` (what SRAM costs beyond its blocks, as a fraction of
+  them) and ``gpu.GPU_CONTROL_OVERHEAD`` (what the gpu template does not count, as a fraction
+  of its SMs) have no such source: :func:`fit` chooses them by least squares of
   log(modelled / published die area) over the chips (each die weighted once, rows of one die
-  sharing its weight), except those whose preset is known to leave out area its template can
-  count (``PublishedChip.not_fitted``: the graphics GPUs).
+  sharing its weight).
 
 :func:`leave_one_out` reports each chip's error with its die left out of both steps (and of
 the blocks); the shipped constants are :func:`fit` on every chip. :func:`validation_rows`
@@ -29,8 +31,6 @@ from typing import Iterator, Sequence
 import numpy as np
 from scipy.optimize import least_squares
 
-# every template the chips use is imported here, before any constant is set for a fit: a module
-# that copies a constant at import (npu's leakage uses CONTROL_OVERHEAD) must copy the shipped one
 from accelerators import gpu, npu, physical, technology as tech, wafer  # noqa: F401
 from accelerators.physical import Physical, assess
 from accelerators.registry import make_accelerator
@@ -42,8 +42,9 @@ from dse.calibrate.published_chips import (BLOCKS, CHIPS, COST_ESTIMATES, BlockS
 #: MXUs); the int8 block (TPUv1) is reported as a check, not used.
 _UTILISATION_DTYPES = ("fp16", "bf16")
 
-#: Where the least squares starts (fixed, so the fit does not depend on the shipped values).
-_START = (0.5, 3.0)
+#: Where the least squares starts: control, SRAM and GPU control overheads (fixed, so the fit
+#: does not depend on the shipped values).
+_START = (1.0, 0.3, 1.0)
 
 
 @dataclass(frozen=True)
@@ -52,31 +53,40 @@ class Constants:
 
     placement_utilisation: float
     sram_array_efficiency: float
+    sm_base_mm2: float
     control_overhead: float
-    sm_overhead: float
+    sram_overhead: float
+    gpu_control_overhead: float
 
     @classmethod
     def shipped(cls) -> "Constants":
         return cls(tech.LOGIC_PLACEMENT_UTILISATION, tech.SRAM_ARRAY_EFFICIENCY,
-                   physical.CONTROL_OVERHEAD, gpu.SM_OVERHEAD)
+                   gpu.SM_BASE_MM2_45NM, physical.CONTROL_OVERHEAD, physical.SRAM_OVERHEAD,
+                   gpu.GPU_CONTROL_OVERHEAD)
+
+
+#: (module, name) of each constant, in :class:`Constants` order.
+_WHERE = ((tech, "LOGIC_PLACEMENT_UTILISATION"), (tech, "SRAM_ARRAY_EFFICIENCY"),
+          (gpu, "SM_BASE_MM2_45NM"), (physical, "CONTROL_OVERHEAD"),
+          (physical, "SRAM_OVERHEAD"), (gpu, "GPU_CONTROL_OVERHEAD"))
 
 
 @contextlib.contextmanager
 def _using(c: Constants) -> Iterator[None]:
-    """Set the four constants in their modules for the duration (restored afterwards)."""
-    saved = (tech.LOGIC_PLACEMENT_UTILISATION, tech.PE_AREA_UM2_45NM,
-             tech.SRAM_ARRAY_EFFICIENCY, physical.CONTROL_OVERHEAD, gpu.SM_OVERHEAD)
-    tech.LOGIC_PLACEMENT_UTILISATION = c.placement_utilisation
+    """Set the constants in their modules for the duration (restored afterwards)."""
+    saved = [getattr(m, n) for m, n in _WHERE] + [tech.PE_AREA_UM2_45NM]
+    for (m, n), v in zip(_WHERE, (c.placement_utilisation, c.sram_array_efficiency,
+                                  c.sm_base_mm2, c.control_overhead, c.sram_overhead,
+                                  c.gpu_control_overhead)):
+        setattr(m, n, v)
     tech.PE_AREA_UM2_45NM = {k: v / c.placement_utilisation
                              for k, v in tech.PE_CELLS_UM2_45NM.items()}
-    tech.SRAM_ARRAY_EFFICIENCY = c.sram_array_efficiency
-    physical.CONTROL_OVERHEAD = c.control_overhead
-    gpu.SM_OVERHEAD = c.sm_overhead
     try:
         yield
     finally:
-        (tech.LOGIC_PLACEMENT_UTILISATION, tech.PE_AREA_UM2_45NM, tech.SRAM_ARRAY_EFFICIENCY,
-         physical.CONTROL_OVERHEAD, gpu.SM_OVERHEAD) = saved
+        for (m, n), v in zip(_WHERE, saved):
+            setattr(m, n, v)
+        tech.PE_AREA_UM2_45NM = saved[-1]
 
 
 def design(chip: PublishedChip) -> Template:
@@ -90,56 +100,76 @@ def design(chip: PublishedChip) -> Template:
 
 def physical_at(chip: PublishedChip, constants: Constants | None = None) -> Physical:
     """``chip``'s die, package, cost and power under ``constants`` (default: the shipped ones).
-    The npu and gpu floorplans take the default control overhead, so it is set here."""
+    The npu's floorplan takes the default control overhead (bound when ``Floorplan`` was
+    defined), so it is set here; the gpu's and the wafer's read theirs when called."""
     constants = constants or Constants.shipped()
     with _using(constants):
-        fp = design(chip).floorplan()
-        if not fp.wafer_scale:
+        d = design(chip)
+        fp = d.floorplan()
+        if isinstance(d, npu.NPU):
             fp = replace(fp, control_overhead=constants.control_overhead)
         return assess(fp)
 
 
 # ----------------------------------------------------------------------------- the two steps
-def _die_mm2(die: str, chips: Sequence[PublishedChip] = CHIPS) -> float:
-    return next(c.die_mm2 for c in chips if c.die == die)
+def _die_mm2(block: BlockShare, chips: Sequence[PublishedChip] = CHIPS) -> float:
+    return block.die_mm2 or next(c.die_mm2 for c in chips if c.die == block.die)
+
+
+def _sm_mm2(preset: str, node_nm: int) -> float:
+    """One SM of the gpu ``preset`` at ``node_nm`` under the constants in force, mm^2."""
+    hw = gpu.GPU(preset).hw
+    return (gpu.SM_BASE_MM2_45NM * tech.area_scale(node_nm)
+            + hw.tensor_macs_per_sm * tech.pe_area_mm2("fp16", node_nm)
+            + hw.fp32_lanes_per_sm * tech.pe_area_mm2("fp32", node_nm)
+            + tech.sram_area_mm2(gpu.REGISTER_FILE_BYTES_PER_SM + hw.l1_kb_per_sm * 1024,
+                                 node_nm))
 
 
 def block_model_mm2(block: BlockShare, constants: Constants) -> float:
-    """The model's area of a published block: PEs (``technology.pe_area_mm2``) or SRAM."""
+    """The model's area of a published block: PEs (``technology.pe_area_mm2``), SRAM, or SMs."""
     with _using(constants):
         if block.kind == "pe":
             return block.count * tech.pe_area_mm2(block.dtype, block.node_nm)
+        if block.kind == "sm":
+            return block.count * _sm_mm2(block.dtype, block.node_nm)
         return tech.sram_area_mm2(block.count, block.node_nm)
 
 
-def derived_constants(blocks: Sequence[BlockShare] = BLOCKS) -> tuple[float, float]:
-    """(placement utilisation, SRAM array efficiency): the geometric means, over the published
-    blocks, of the model's cell (bit-cell) area over the block's published area."""
-    unit = Constants(1.0, 1.0, 0.0, 0.0)   # cells and bit cells alone
+def derived_constants(blocks: Sequence[BlockShare] = BLOCKS) -> tuple[float, float, float]:
+    """(placement utilisation, SRAM array efficiency, SM base mm^2 at 45 nm): the geometric
+    means, over the published blocks, of the model's cell (bit-cell) area over the block's
+    published area; then the SM base that makes the model's SMs the published SM blocks' area
+    (mean over the SM blocks, at 45 nm)."""
+    unit = Constants(1.0, 1.0, 0.0, 0.0, 0.0, 0.0)   # cells and bit cells alone
     def ratio(b: BlockShare) -> float:
-        return block_model_mm2(b, unit) / (b.share * _die_mm2(b.die))
+        return block_model_mm2(b, unit) / (b.share * _die_mm2(b))
     pes = [ratio(b) for b in blocks if b.kind == "pe" and b.dtype in _UTILISATION_DTYPES]
     srams = [ratio(b) for b in blocks if b.kind == "sram"]
-    return float(np.exp(np.mean(np.log(pes)))), float(np.exp(np.mean(np.log(srams))))
+    u, e = float(np.exp(np.mean(np.log(pes)))), float(np.exp(np.mean(np.log(srams))))
+    no_base = Constants(u, e, 0.0, 0.0, 0.0, 0.0)
+    bases = [(b.share * _die_mm2(b) - block_model_mm2(b, no_base)) / b.count
+             / tech.area_scale(b.node_nm) for b in blocks if b.kind == "sm"]
+    return u, e, float(np.mean(bases))
 
 
 def fit(chips: Sequence[PublishedChip] = CHIPS,
         blocks: Sequence[BlockShare] = BLOCKS) -> Constants:
-    """The constants: utilisation and SRAM efficiency from ``blocks``, then the control and SM
-    overheads by least squares of log(modelled / published area) over the fitted ``chips``."""
-    u, e = derived_constants(blocks)
-    chips = [c for c in chips if not c.not_fitted]
+    """The constants: utilisation, SRAM efficiency and SM base from ``blocks``, then the
+    control, SRAM and GPU control overheads by least squares of log(modelled / published area)
+    over ``chips``."""
+    u, e, base = derived_constants(blocks)
     per_die: dict[str, int] = {}
     for c in chips:
         per_die[c.die] = per_die.get(c.die, 0) + 1
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        k = Constants(u, e, math.exp(x[0]), math.exp(x[1]))
+        k = Constants(u, e, base, *np.exp(x))
         return np.array([math.log(physical_at(c, k).area_mm2 / c.die_mm2)
                          / math.sqrt(per_die[c.die]) for c in chips])
 
     sol = least_squares(residuals, np.log(_START), xtol=1e-12, ftol=1e-12, gtol=1e-12)
-    return Constants(u, e, math.exp(sol.x[0]), math.exp(sol.x[1]))
+    return Constants(u, e, base, *(float(v) for v in np.exp(sol.x)))
 
 
 def leave_one_out(chips: Sequence[PublishedChip] = CHIPS,
@@ -175,10 +205,12 @@ def gpu_component_tdp_w(g: gpu.GPU) -> float:
     tensor_w = hw.sms * hw.tensor_macs_per_sm * hw.clock_hz * per_mac
     mem = g.memory
     memory_w = mem.bandwidth_Bps * mem.energy_j_per_byte + mem.static_w
-    parts = g.physical().area_breakdown_mm2
-    sram_bytes = ((hw.sms_on_die or hw.sms) * (gpu.REGISTER_FILE_BYTES_PER_SM
-                                               + hw.l1_kb_per_sm * 1024) + hw.l2_bytes)
-    leakage = tech.leakage_w(parts["compute"] + parts["control"], sram_bytes, node)
+    fp = g.floorplan()
+    sm_sram_bytes = (hw.sms_on_die or hw.sms) * (gpu.REGISTER_FILE_BYTES_PER_SM
+                                                 + hw.l1_kb_per_sm * 1024)
+    logic_mm2 = ((1 + fp.control_overhead) * fp.compute_mm2     # SMs, their overhead ...
+                 - tech.sram_area_mm2(sm_sram_bytes, node))      # ... less their SRAM
+    leakage = tech.leakage_w(logic_mm2, sm_sram_bytes + hw.l2_bytes, node)
     return tensor_w + memory_w + leakage
 
 
@@ -232,7 +264,7 @@ def validation_rows(chips: Sequence[PublishedChip] = CHIPS) -> list[Row]:
 def block_rows(blocks: Sequence[BlockShare] = BLOCKS) -> list[tuple[BlockShare, float, float]]:
     """Each published block: (block, published mm^2, modelled mm^2 with the shipped constants)."""
     k = Constants.shipped()
-    return [(b, b.share * _die_mm2(b.die), block_model_mm2(b, k)) for b in blocks]
+    return [(b, b.share * _die_mm2(b), block_model_mm2(b, k)) for b in blocks]
 
 
 def cost_rows() -> list[tuple[str, float, float, dict[str, float], tuple]]:

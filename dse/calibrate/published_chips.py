@@ -13,9 +13,6 @@ from dataclasses import dataclass
 
 _TEN_LESSONS = "[P] Jouppi et al., 'Ten lessons from three generations shaped Google's TPUv4i', ISCA 2021"
 _TPU_V1 = "[P] Jouppi et al., 'In-datacenter performance analysis of a tensor processing unit', ISCA 2017"
-_GRAPHICS = ("graphics die: the gpu template counts RT cores, raster, display and "
-             "video engines as other_logic_mm2, which this preset leaves at 0 for want of a "
-             "source; fitting on it would charge compute GPUs for graphics")
 
 
 @dataclass(frozen=True)
@@ -23,8 +20,7 @@ class PublishedChip:
     """A real chip: its die area (``upper_bound``: the source says "< die_mm2", used as the
     value), the shipped design that models it, and its TDP (``tdp_basis``: "board" for a
     card's power limit, memory included; "chip" for the package, memory excluded where the
-    source says so; "wafer"). ``not_fitted`` says why a chip is checked but kept out of the
-    fitted constants (empty: it is fitted)."""
+    source says so; "wafer")."""
 
     name: str
     accelerator: str          #: "template:preset"
@@ -35,13 +31,13 @@ class PublishedChip:
     tdp_source: str
     tdp_basis: str = "board"
     upper_bound: bool = False
-    not_fitted: str = ""
 
 
 @dataclass(frozen=True)
 class BlockShare:
     """A block of a published die plan: ``share`` of the die; ``count`` PEs of ``dtype``
-    (kind "pe") or bytes (kind "sram") at ``node_nm``."""
+    (kind "pe"), bytes (kind "sram") or SMs of the gpu preset ``dtype`` names (kind "sm") at
+    ``node_nm``. ``die_mm2``: the die's area where it is none of :data:`CHIPS`."""
 
     die: str
     block: str
@@ -51,6 +47,7 @@ class BlockShare:
     node_nm: int
     source: str
     dtype: str = ""
+    die_mm2: float = 0.0
 
 
 CHIPS: tuple[PublishedChip, ...] = (
@@ -65,10 +62,10 @@ CHIPS: tuple[PublishedChip, ...] = (
                   "[D] H200 SXM datasheet"),
     PublishedChip("T4", "gpu:t4", "TU104", 545.0,
                   "[D] NVIDIA Turing GPU Architecture whitepaper (2018), TU104", 70.0,
-                  "[D] T4 datasheet", not_fitted=_GRAPHICS),
+                  "[D] T4 datasheet"),
     PublishedChip("RTX 3090", "gpu:rtx3090", "GA102", 628.4,
                   "[D] NVIDIA Ampere GA102 GPU Architecture whitepaper (2020)", 350.0,
-                  "[D] GeForce RTX 3090 specifications", not_fitted=_GRAPHICS),
+                  "[D] GeForce RTX 3090 specifications"),
     PublishedChip("TPUv1", "npu:tpu-v1-like", "TPUv1", 331.0,
                   f"{_TPU_V1} (less than half of Haswell's 662 mm^2)", 75.0,
                   f"{_TEN_LESSONS}, Table 1", "chip", upper_bound=True),
@@ -92,8 +89,8 @@ CHIPS: tuple[PublishedChip, ...] = (
                   "[P] WaferLLM, OSDI 2025: 37x an A100's 400 W", "wafer"),
 )
 
-#: Blocks of published die plans: they calibrate the logic placement utilisation and the SRAM
-#: array efficiency (``physical_fit.derived_constants``).
+#: Blocks of published die plans: they calibrate the logic placement utilisation, the SRAM
+#: array efficiency and the gpu's SM base area (``physical_fit.derived_constants``).
 BLOCKS: tuple[BlockShare, ...] = (
     BlockShare("TPUv1", "matrix unit (256x256 int8)", 0.24, "pe", 65536, 28,
                f"{_TEN_LESSONS}, Table 7", "int8"),
@@ -112,6 +109,14 @@ BLOCKS: tuple[BlockShare, ...] = (
                850_000 * 48 * 1024, 7,
                "[S] Cerebras at Hot Chips 34 (2022), as reported by ServeTheHome: a core is "
                "38,000 um^2, half SRAM, half logic (110k standard cells)"),
+    # one TPC of TU106 (not a validated die; the T4's TU104 has the same Turing SM) less its
+    # two RT cores (gpu.RT_CORE_MM2_45NM): it sets the gpu template's SM base area
+    # (gpu.SM_BASE_MM2_45NM)
+    BlockShare("TU106", "TPC less its RT cores (2 Turing SMs)", (10.89 - 0.7) / 445.0, "sm", 2,
+               12, "[S] Hardwareluxx, 'Turing: RT und Tensor Cores belegen nur wenig "
+               "Chipfläche' (2019): 10.89 mm^2 per TPC, 0.7 of it RT cores, measured on TU106 "
+               "die shots by OC_Burner; TU106 445 mm^2 [D NVIDIA Turing whitepaper]", "t4",
+               die_mm2=445.0),
 )
 
 
