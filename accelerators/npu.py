@@ -170,11 +170,13 @@ PRESETS: dict[str, dict[str, Any]] = {
     # Sec. 8.1]: 8 WS arrays of 128x128 at 1 GHz, 8 vector units x 128 lanes, 2-byte data,
     # spad 1024 KB (split evenly between ifmap and filter [E]) and accum spad 1024 KB.
     # DRAM: HBM2, 32 channels x 128 bit x 2 Gb/s = 1.024 TB/s [E from R memory_configs/neupims.json
-    # and the HBM2_8Gb_x128 device]; node 22 nm [E].
+    # and the HBM2_8Gb_x128 device]; node 7 nm [E: TPUv4's, whose eight 128x128 MXUs it
+    # mirrors; at 22 nm its arrays alone would take 360 mm^2, ~2,400 mm^2 of die with what an
+    # npu leaves uncounted (physical.CONTROL_OVERHEAD)].
     "neupims-npu": dict(rows=128, cols=128, dataflow="ws", arrays=8, clock_hz=1.0e9,
                         dtype="bf16", ifmap_sram_kb=512, filter_sram_kb=512, ofmap_sram_kb=1024,
                         dram_bandwidth_Bps=1.024e12, dram="hbm2", vector_lanes=1024,
-                        node_nm=22),
+                        node_nm=7),
 }
 
 

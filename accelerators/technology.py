@@ -28,9 +28,14 @@ REGISTER_PJ_PER_BYTE = 0.15
 
 #: SRAM read energy at 45 nm [P, Horowitz 2014]: 64-bit read 10 pJ at 8 KB, 20 pJ at 32 KB,
 #: 100 pJ at 1 MB; fitted as E(S) = 1.25 pJ/B x (S / 8 KB)^0.475 (exact at 8 KB and 1 MB,
-#: 2.41 vs 2.5 pJ/B at 32 KB).
+#: 2.41 vs 2.5 pJ/B at 32 KB) for one bank (:func:`sram_energy_j_per_byte`).
 _SRAM_PJ_PER_BYTE_8KB = 1.25
 _SRAM_SIZE_EXPONENT = math.log(10) / math.log(128)
+#: The bank (macro) one access of a larger SRAM reads: scratchpads, buffers and caches are
+#: built of many small banks [R NVDLA hardware architectural specification (nvdla/doc,
+#: hwarch.rst): convolution-buffer banks of 4-32 KiB, its large configuration 16 banks of
+#: 32 KiB; P Chen et al., Eyeriss, JSSC 2017: a 108 KB global buffer of 27 banks of 4 KB].
+SRAM_BANK_BYTES = 32 * 1024
 
 #: On-chip network energy per byte per mm of wire at 45 nm, pJ/(B mm) [E]: ~0.1 pJ/bit/mm for
 #: repeated global wires (Dally, "GPUs and the future of parallel computing", 2011).
@@ -126,9 +131,16 @@ def vector_op_energy_j(dtype: str, node_nm: int) -> float:
 
 
 def sram_energy_j_per_byte(size_bytes: float, node_nm: int) -> float:
-    """Energy to read or write one byte of an SRAM of ``size_bytes``, J/B."""
+    """Energy to read or write one byte of an SRAM of ``size_bytes``, J/B: one bank's access
+    (Horowitz's fit at ``min(size, SRAM_BANK_BYTES)``) plus, in an SRAM of several banks, the
+    wire from the bank to the SRAM's edge (``NOC_PJ_PER_BYTE_MM`` over half the side of the
+    square the SRAM's other banks take, :func:`sram_area_mm2`) [E]."""
     size = max(float(size_bytes), 1024.0)
-    pj = _SRAM_PJ_PER_BYTE_8KB * (size / 8192.0) ** _SRAM_SIZE_EXPONENT
+    bank = min(size, SRAM_BANK_BYTES)
+    pj = _SRAM_PJ_PER_BYTE_8KB * (bank / 8192.0) ** _SRAM_SIZE_EXPONENT
+    if size > bank:
+        pj += NOC_PJ_PER_BYTE_MM * 0.5 * (math.sqrt(sram_area_mm2(size, node_nm))
+                                          - math.sqrt(sram_area_mm2(bank, node_nm)))
     return pj * 1e-12 * energy_scale(node_nm)
 
 
