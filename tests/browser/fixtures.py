@@ -16,9 +16,9 @@ from typing import Any
 #: The workload every trial runs: a GPT-2 decode step, batch 8, 512 tokens of KV cache.
 WORKLOAD = {"model": "gpt2", "phase": "decode", "batch": 8, "context": 512, "dtype": "bf16"}
 
-#: Constraint thresholds of the fixture study [E: chosen so that about a quarter of the sampled
-#: designs violate one]: average power <= 10 W and area <= 60 mm^2.
-CONSTRAINTS = [{"metric": "avg_power_w", "max": 10.0}, {"metric": "area_mm2", "max": 60.0}]
+#: Constraint thresholds of the fixture study [E: chosen so that some of the sampled designs
+#: meet both and some violate each]: average power <= 10 W and area <= 70 mm^2.
+CONSTRAINTS = [{"metric": "avg_power_w", "max": 10.0}, {"metric": "area_mm2", "max": 70.0}]
 
 
 def make_study(n_trials: int = 40, seed: int = 0, name: str = "npu-gpt2-decode",
