@@ -167,6 +167,11 @@ PARAMS = (
           choices=MASK_POLICIES),
 )
 
+#: One RT core, mm^2 at 45 nm, scaled to the node by ``technology.area_scale`` [S: Turing's
+#: two RT cores per TPC measure 0.7 mm^2 on TU106 die shots at 12 nm (Hardwareluxx, 2019, the
+#: source of ``SM_BASE_MM2_45NM``); Ampere's and Ada's RT cores taken as Turing's [E]].
+RT_CORE_MM2_45NM = 0.7 / 2 / tech.area_scale(12)
+
 #: Presets from datasheets and architecture whitepapers [D]: dense peaks (never the 2x "with
 #: sparsity" figures), memory standard and devices, L2, SMs enabled / on the die (compute
 #: units on the MI300X), tensor MACs, fp32 lanes and L1 per SM, node, host and peer links,
@@ -208,11 +213,6 @@ PARAMS = (
 #:   fp16/bf16 tensor 165.2 with fp32 accumulate (330.3 with fp16 accumulate), fp8 330.3 with
 #:   fp32 accumulate, int8 660.6 TOPS; 24 GB GDDR6X 1,008 GB/s (12 x32 chips at 21 Gb/s),
 #:   72 MB L2, 128 KB L1 per SM, 450 W, PCIe 4, no NVLink; AD102 608.5 mm^2.
-#:
-#: The graphics dies (``t4``, ``rtx3090``, ``l40s``, ``rtx4090``) carry one RT core per SM on
-#: the die as ``other_logic_mm2`` (``RT_CORE_MM2_45NM`` at their node); their raster, ROP,
-#: display and video engines are left to ``GPU_CONTROL_OVERHEAD``, as the compute dies' video
-#: engines and fp64 units are.
 #: * ``mi300x``: AMD Instinct MI300X datasheet: 304 CUs, 2100 MHz, fp32 matrix 163.4,
 #:   bf16/fp16 1,307.4, fp8 2,614.9 TFLOP/s, int8 2,614.9 TOPS, 192 GB HBM3 5.3 TB/s, 256 MB
 #:   Infinity Cache (the model's L2: the last level before HBM), 750 W; 320 CUs on the dies,
@@ -220,11 +220,11 @@ PARAMS = (
 #:   links (costed as NVLink 4 PHYs [E]). AMD publishes no die area (press estimates: 8
 #:   compute dies of ~115 mm^2 on 4 I/O dies of ~370 mm^2). The kernel model is CUDA's
 #:   (cuBLAS tiles, flash attention): its efficiencies are [E].
-#: One RT core, mm^2 at 45 nm, scaled to the node by ``technology.area_scale`` [S: Turing's
-#: two RT cores per TPC measure 0.7 mm^2 on TU106 die shots at 12 nm (Hardwareluxx, 2019, the
-#: source of ``SM_BASE_MM2_45NM``); Ampere's and Ada's RT cores taken as Turing's [E]].
-RT_CORE_MM2_45NM = 0.7 / 2 / tech.area_scale(12)
-
+#:
+#: The graphics dies (``t4``, ``rtx3090``, ``l40s``, ``rtx4090``) carry one RT core per SM on
+#: the die as ``other_logic_mm2`` (``RT_CORE_MM2_45NM`` at their node); their raster, ROP,
+#: display and video engines are left to ``GPU_CONTROL_OVERHEAD``, as the compute dies' video
+#: engines and fp64 units are.
 PRESETS: dict[str, dict[str, Any]] = {
     "a100": dict(sms=108, clock_hz=1.41e9, peak_bf16_flops=312e12, peak_fp16_flops=312e12,
                  peak_fp32_flops=19.5e12, peak_fp8_flops=0.0, peak_int8_ops=624e12,
@@ -374,7 +374,7 @@ SM_BASE_MM2_45NM = 31.35
 #: What the gpu template does not count (GPCs' raster and geometry engines, the L2 crossbar,
 #: memory and NVLink controllers, copy, video and display engines, PCIe, white space) as a
 #: fraction of its SMs and ``other_logic_mm2`` (the die's L2 pays ``physical.SRAM_OVERHEAD``)
-#: [fitted with ``physical.CONTROL_OVERHEAD`` on the compute GPUs' published dies:
+#: [fitted with ``physical.CONTROL_OVERHEAD`` on the published dies (the GPUs' set it):
 #: ``dse.calibrate.physical_fit.fit``]. It is smaller than an npu's because an SM, unlike a
 #: systolic array, is counted with its control.
 GPU_CONTROL_OVERHEAD = 0.902

@@ -5,8 +5,8 @@ their peak dynamic power and leakage, its off-chip :class:`MemorySystem`); :func
 what every chip pays the same way, so no template pays for memory differently:
 
 * **Area** = compute + SRAM + control (:func:`control_mm2`: on-chip network, control,
-  clocking, DMA, as ``CONTROL_OVERHEAD`` of the logic, and banking, redundancy and routing
-  around the SRAM macros as ``SRAM_OVERHEAD`` of the SRAM) + memory PHYs and controllers
+  clocking, DMA, as ``CONTROL_OVERHEAD`` of the logic, and routing and spacing around the
+  SRAM macros as ``SRAM_OVERHEAD`` of the SRAM) + memory PHYs and controllers
   (from the standard, per device) + other I/O (host interface PHY, die-to-die PHYs when split).
 * **Reticle**: a die larger than ``RETICLE_MM2`` is split into equal chiplets on a silicon
   interposer, each paying die-to-die PHYs (edge and area) sized for the memory bandwidth
