@@ -188,7 +188,8 @@ def leave_one_out(chips: Sequence[PublishedChip] = CHIPS,
 # ----------------------------------------------------------------------------- power
 #: Register-file bytes per tensor-core MAC: an m16n8k16 fp16 MMA (2,048 MACs) reads A (16 x 16
 #: x 2 B), B (16 x 8 x 2 B) and C (16 x 8 x 4 B) and writes D (16 x 8 x 4 B) [D NVIDIA PTX ISA,
-#: mma.m16n8k16] = 1,792 B; from one 64 KiB bank of the 256 KiB register file per SM [D].
+#: mma.m16n8k16] = 1,792 B; from the 64 KiB register file of one of an SM's four
+#: sub-partitions (256 KiB per SM [D]), read a bank at a time (``tech.sram_energy_j_per_byte``).
 RF_BYTES_PER_TENSOR_MAC = 1792 / 2048
 RF_BANK_BYTES = 64 * 1024
 
