@@ -104,6 +104,10 @@ TEST_COST_FRACTION = 0.05
 SUBSTRATE_USD_PER_MM2 = 0.01
 SUBSTRATE_AREA_PER_SILICON = 3.0
 ASSEMBLY_USD = 10.0
+#: Bonding one logic die to an interposer, its known-good-die sort and the assembly yield it
+#: costs, US$ per die [E: chiplet cost models put advanced-package assembly at a few to tens of
+#: dollars per die]; so a split into many small dies pays for each.
+CHIPLET_BOND_USD = 10.0
 #: Silicon interposer (2.5-D) wafer price, US$ [E: a 65-nm-class wafer with TSVs and a
 #: CoWoS-class premium], area = 1.1 x what sits on it (spacing, seal ring), yield per
 #: interposer [E].
@@ -338,6 +342,7 @@ def assess(fp: Floorplan) -> Physical:
                             f"interposer but the largest is {MAX_INTERPOSER_MM2:,.0f} mm^2")
         per_wafer = max(dies_per_wafer(interposer), 1)
         package += INTERPOSER_WAFER_USD / per_wafer / INTERPOSER_YIELD
+        package += CHIPLET_BOND_USD * dies   # every logic die bonded to it
     # power
     mem_dynamic = mem_bw * (mem.energy_j_per_byte if mem else 0.0)
     io_w = mem_bw * (mem.standard.phy_pj_per_bit * 8e-12 / 2 if mem else 0.0)  # our PHY half
