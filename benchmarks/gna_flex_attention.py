@@ -19,7 +19,7 @@ Two steps, on two machines:
 
 * ``compare`` (here, with the project installed)::
 
-      python benchmarks/gna_flex_attention.py compare tests/data/gna_flex_h200.json
+      python benchmarks/gna_flex_attention.py compare tests/data/gna_flex_h100.json
 
   costs every measured case on ``gpu:h200`` (128 x 128 tiles, ``partial_tiles`` masking as
   flex_attention does) and prints predicted against measured speed-up over the dense flex
@@ -83,7 +83,7 @@ DRY_CASES: list[tuple] = [
     ("dry-3d-rm", "4x8x8", "2x4x4", "2x2x2", "1", "0", "row_major", "", 2),
 ]
 
-OUT_NAME = "gna_flex_h200.json"
+OUT_NAME = "gna_flex_h100.json"
 
 
 def config(case: tuple) -> GNAConfig:
@@ -205,13 +205,14 @@ def _measure_case(case: tuple, index: int, flex, block: int, reps: int, warmup: 
 
 
 # ----------------------------------------------------------------------------- compare
-def predict(row: dict, block: int = BLOCK, hw: dict | None = None) -> dict[str, float]:
-    """Predicted times (s) of one measured case on ``gpu:h200`` with ``block`` x ``block``
+def predict(row: dict, block: int = BLOCK, hw: dict | None = None,
+            accelerator: str = "gpu:h200") -> dict[str, float]:
+    """Predicted times (s) of one measured case on ``accelerator`` with ``block`` x ``block``
     tiles."""
     from accelerators.registry import make_accelerator
     from workloads.build import build_workload
 
-    gpu = make_accelerator("gpu:h200", {"attention_block_q": block, "attention_block_kv": block,
+    gpu = make_accelerator(accelerator, {"attention_block_q": block, "attention_block_kv": block,
                                         "attention_mask_policy": "partial_tiles", **(hw or {})})
     arch = {k: ("x".join(map(str, v)) if isinstance(v, list) else v) for k, v in row.items()
             if k in ("grid", "window", "stride", "dilation", "layout", "tile", "q_tile")}
@@ -226,14 +227,24 @@ def predict(row: dict, block: int = BLOCK, hw: dict | None = None) -> dict[str, 
             "permute_s": sum(gpu.cost(o).latency_s for o in w.ops if o is not op)}
 
 
+def gpu_of(device: str) -> str:
+    """The ``gpu`` preset of a measured device name (``NVIDIA H100 80GB HBM3`` -> gpu:h100)."""
+    for name in ("h100", "h200", "b200", "a100"):
+        if name in device.lower():
+            return f"gpu:{name}"
+    raise SystemExit(f"no gpu preset for the measured device {device!r}")
+
+
 def compare(path: Path) -> dict[str, Any]:
     data = json.loads(path.read_text())
+    accelerator = gpu_of(data["device"])
     rows, errors = [], []
-    print(f"{data['device']}, torch {data['torch']}; speed-up over the dense flex kernel")
+    print(f"{data['device']} ({accelerator}), torch {data['torch']}; speed-up over the dense "
+          "flex kernel")
     print(f"{'case':22s} {'measured':>9s} {'predicted':>9s} {'error':>7s} {'vs sdpa':>8s} "
           f"{'permute ms meas/pred':>21s} tiles")
     for row in data["cases"]:
-        p = predict(row, data["block"][0])
+        p = predict(row, data["block"][0], accelerator=accelerator)
         measured = row["dense_flex_ms"] / row["sparse_ms"]
         predicted = p["dense_s"] / p["sparse_s"]
         err = predicted / measured - 1
@@ -248,7 +259,7 @@ def compare(path: Path) -> dict[str, Any]:
               f"{'exact' if exact else 'DIFFER'}")
     median = statistics.median(errors) if errors else math.nan
     print(f"median |error| of the predicted speed-up: {median:.1%} over {len(errors)} cases")
-    return {"rows": rows, "median_abs_error": median}
+    return {"accelerator": accelerator, "rows": rows, "median_abs_error": median}
 
 
 def main(argv: list[str] | None = None) -> None:

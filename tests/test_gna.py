@@ -343,15 +343,25 @@ def test_flex_benchmark_dry_run_and_compare(tmp_path):
                                                             for r in res["rows"])
 
 
-def test_measured_h200_flex_cases_against_the_model():
-    """Runs once the H200 measurements are in tests/data (benchmarks/gna_flex_attention.py)."""
+def test_measured_flex_cases_against_the_model():
+    """The real-GPU measurements shipped in tests/data (benchmarks/gna_flex_attention.py, on a
+    lent H100): the GPU's BlockMask tile counts equal ours on every case, and the predicted
+    speed-up over dense keeps the error measured when they were taken (median 59.5 %,
+    docs/validation.md says why it misses the 20 % target)."""
     from benchmarks import gna_flex_attention as bench
-    path = bench.ROOT / "tests" / "data" / bench.OUT_NAME
-    if not path.exists():
-        pytest.skip(f"no {bench.OUT_NAME} yet: run benchmarks/gna_flex_attention.py measure "
-                    "on an H200")
-    res = bench.compare(path)
-    assert len(res["rows"]) >= 10 and all(r["tiles_exact"] for r in res["rows"])
+    paths = sorted((bench.ROOT / "tests" / "data").glob("gna_flex_*.json"))
+    assert paths, "no gna_flex_*.json in tests/data"
+    for path in paths:
+        res = bench.compare(path)
+        assert len(res["rows"]) >= 20 and all(r["tiles_exact"] for r in res["rows"])
+        assert res["median_abs_error"] < 0.65
+        # the ordering holds: the predicted speed-up ranks the cases as measured
+        meas = [r["measured"] for r in res["rows"]]
+        pred = [r["predicted"] for r in res["rows"]]
+        rank = lambda xs: [sorted(xs).index(x) for x in xs]  # noqa: E731
+        n = len(meas)
+        d2 = sum((a - b) ** 2 for a, b in zip(rank(meas), rank(pred)))
+        assert 1 - 6 * d2 / (n * (n * n - 1)) > 0.8       # Spearman rank correlation
 
 
 @pytest.mark.slow

@@ -29,3 +29,15 @@ def test_dry_run_measures_and_compares(tmp_path):
     assert len(res["rows"]) == len(data["collectives"]) + len(data["stack"])
     assert len(res["speedups"]) == len(data["stack"]) // 2
     assert all(r["model_s"] > 0 for r in res["rows"])
+
+
+def test_shipped_two_h100_measurement_meets_the_stack_targets():
+    """The measurement on a lent machine of two NVLink H100s (tests/data/multi_gpu_h100x2.json):
+    the TP=1 and TP=2 Llama stack rows within 15 % median, the TP speed-up within 15 %
+    (issue 16's targets); collectives are reported, not asserted (docs/validation.md)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from multi_gpu_measure import compare
+    res = compare(str(ROOT / "tests" / "data" / "multi_gpu_h100x2.json"), "dgx-h100")
+    med = res["median_abs_error"]
+    assert med["tp1"] <= 0.15 and med["tp2"] <= 0.15 and med["speed-up"] <= 0.15
+    assert len(res["speedups"]) == 7
