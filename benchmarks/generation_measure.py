@@ -20,6 +20,14 @@ as a serving engine does with a static cache:
 
 Results go to ``--out`` (JSON), progress is printed. ``--dry-run`` runs a tiny shape on the CPU
 (eager steps, no graphs) to test the script.
+
+Compare (here; no GPU)::
+
+    python benchmarks/generation_measure.py --compare tests/data/generation_h100.json
+
+prints ``api.generate("llama2-7b", ...)`` on the measured GPU's preset (runtime ``kernels``:
+device time, what a CUDA-graph decode step and a device-bound prefill take) against every
+point: TTFT, mean TPOT, first and last step, and the median |error| of TTFT and TPOT.
 """
 
 from __future__ import annotations
@@ -129,13 +137,54 @@ def run(args) -> dict:
     return result
 
 
+def compare(path: str) -> dict:
+    """``api.generate`` against every measured point (see the module doc)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from dse import api
+    data = json.loads(Path(path).read_text())
+    device = data["device"].lower()
+    gpu = next((f"gpu:{n}" for n in ("h100", "h200", "a100", "b200") if n in device), None)
+    if gpu is None:
+        raise SystemExit(f"no gpu preset for the measured device {data['device']!r}")
+    shape = data["shape"]
+    arch = {"n_layer": data["layers"], "d_model": shape["d"], "n_head": shape["heads"],
+            "n_kv_head": shape["kv_heads"], "d_ff": shape["ff"], "vocab_size": shape["vocab"]}
+    rows = []
+    for m in data["points"]:
+        g = api.generate("llama2-7b", input_len=m["input_len"], output_len=m["output_len"],
+                         batch=m["batch"], accelerator=gpu, arch=arch,
+                         dtype={"bfloat16": "bf16", "float16": "fp16"}.get(data["dtype"], "fp32"))
+        rows.append({"batch": m["batch"], "input_len": m["input_len"],
+                     "output_len": m["output_len"],
+                     "ttft_measured_s": m["ttft_s"], "ttft_model_s": g.ttft_s,
+                     "ttft_error": g.ttft_s / m["ttft_s"] - 1,
+                     "tpot_measured_s": m["tpot_mean_s"], "tpot_model_s": g.tpot_s,
+                     "tpot_error": g.tpot_s / m["tpot_mean_s"] - 1})
+    med = {k: statistics.median(abs(r[f"{k}_error"]) for r in rows) for k in ("ttft", "tpot")}
+    return {"device": data["device"], "accelerator": gpu, "rows": rows,
+            "median_abs_error": med}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--compare", metavar="JSON", help="compare a measurement with the model")
     ap.add_argument("--out", default="generation_h200.json", help="output JSON")
     ap.add_argument("--layers", type=int, default=LAYERS_7B, help="decoder layers")
     ap.add_argument("--reps", type=int, default=5, help="timed prefill runs per point")
     ap.add_argument("--dry-run", action="store_true", help="tiny shape on the CPU")
-    run(ap.parse_args(argv))
+    args = ap.parse_args(argv)
+    if args.compare:
+        res = compare(args.compare)
+        print(f"{res['device']} ({res['accelerator']}): measured / model")
+        for r in res["rows"]:
+            print(f"b={r['batch']:<3} in={r['input_len']:<5} out={r['output_len']:<4} TTFT "
+                  f"{r['ttft_measured_s'] * 1e3:8.2f} / {r['ttft_model_s'] * 1e3:8.2f} ms "
+                  f"{100 * r['ttft_error']:+6.1f}%   TPOT {r['tpot_measured_s'] * 1e3:7.3f} / "
+                  f"{r['tpot_model_s'] * 1e3:7.3f} ms {100 * r['tpot_error']:+6.1f}%")
+        print("median |error|: " + ", ".join(f"{k.upper()} {100 * v:.1f}%"
+                                             for k, v in res["median_abs_error"].items()))
+        return 0
+    run(args)
     return 0
 
 
