@@ -389,7 +389,9 @@ class _RecurrentDecode(nn.Module):
             layer.conv_kernel_size[0] = conv.shape[-1]
             layer.is_conv_states_initialized[0] = layer.is_recurrent_states_initialized[0] = True
             layer.has_previous_state[0] = True
-        return self.model(input_ids=input_ids, cache_params=cache, use_cache=True).logits
+        name = next((n for n in ("cache_params", "cache", "past_key_values")
+                     if _accepts(self.model, n)), "cache_params")   # renamed across versions
+        return self.model(input_ids=input_ids, use_cache=True, **{name: cache}).logits
 
 
 def _filled(cache, pairs):
@@ -441,8 +443,10 @@ def module_and_inputs(config, kind: str, phase: str, batch: int, seq: int, conte
             with as_if_traced(), selective_scan_as_one_op():
                 out = model(input_ids=_ids(batch, context, config.vocab_size), use_cache=True)
             cache = getattr(out, "past_key_values", None)
-            states = getattr(out, "cache_params", None)
-            if cache is None and states is not None and all(
+            # transformers < 5.24 hands Mamba's states back as ``cache_params``, later versions
+            # as ``past_key_values`` (layers of conv and recurrent states, no keys)
+            states = getattr(out, "cache_params", None) or cache
+            if states is not None and getattr(states, "layers", None) and all(
                     hasattr(layer, "recurrent_states") for layer in states.layers):
                 return _RecurrentDecode(model), {
                     "input_ids": _ids(batch, 1, config.vocab_size),
