@@ -6,15 +6,17 @@ decodes; simulating each would take minutes. :class:`IterationCostModel` splits 
 on its requests:
 
     latency(T, decodes, chunks) = g(T) + sum over attention ops of cost(attention of the mix)
+                                  + cost(LM head on one token per sequence)
 
-* ``g(T)``: the iteration graph without its attention ops, simulated (fast path, SimPy engine
+* ``g(T)``: the iteration graph without its attention ops and LM head, simulated (fast path, SimPy engine
   or system engine, collectives included) at a grid of token counts and interpolated linearly
   in between (:func:`token_grid`: both sides of every ``GRID_STEP``-token tile boundary, so
   GPU tile and wave steps are followed);
 * attention: each attention op of the iteration (one device's share under tensor
   parallelism), costed with the template's own ``cost()`` for the iteration's decodes (their
   count and mean KV length) and for its prefill chunks (their count, mean query and key
-  lengths, exact causal FLOPs), times the number of layers holding such an op.
+  lengths, exact causal FLOPs), times the number of layers holding such an op; the LM head
+  likewise, on the iteration's decodes and prompt chunks.
 
 The sum is exact where the step is a chain of ops (a GPU stream; a decoder layer's attention
 sits between projections it depends on): what remains is the interpolation of ``g`` and the
@@ -36,8 +38,8 @@ from accelerators.base import Template
 from dse.errors import BadInput, InfeasibleDesign
 from workloads import ir
 from workloads.footprint import memory_footprint
-from workloads.iteration import (attention_ops, decode_attention, prefill_attention,
-                                 scale_tokens, without_attention)
+from workloads.iteration import (_scale_op, attention_ops, decode_attention, logit_ops,
+                                 prefill_attention, scale_tokens, token_wise)
 from workloads.parallel import Layout, replace
 
 #: ``g`` is simulated at 1, 2, 3, 4, 6, ... 48 tokens, then at every multiple of ``GRID_STEP``
@@ -136,9 +138,9 @@ class IterationCostModel:
         self.static_w = target.static_power_w()
         self.grid = np.array(token_grid(self.max_tokens), dtype=float)
         lat, dyn = [], []
-        token_wise = without_attention(base)
+        body = token_wise(base)
         for t in self.grid:
-            w = scale_tokens(token_wise, int(t))
+            w = scale_tokens(body, int(t))
             latency, energy = target.run(w)
             lat.append(latency)
             dyn.append(energy - self.static_w * latency)
@@ -150,6 +152,10 @@ class IterationCostModel:
             key = repr(sorted((k, v) for k, v in op.attrs.items()))
             groups.setdefault(key, [op, 0])[1] += 1
         self.attention = [(op, n) for op, n in groups.values()]
+        share = target.share(base)
+        heads = logit_ops(share)
+        self.lm_head = [op for op in share.ops if op.name in heads]
+        self._lm_cost: dict[int, tuple[float, float]] = {}
         self.device = target.device
         # dense memory of one device: weights, one token's KV (every layer), activations
         share = target.share(base)
@@ -196,6 +202,15 @@ class IterationCostModel:
         tokens = decodes + sum(c for _, c in chunks)
         lat, energy = self._g(tokens)
         dev = self.device
+        seqs = decodes + len(chunks)
+        hit = self._lm_cost.get(seqs)
+        if hit is None:
+            costs = [dev.cost(_scale_op(op, seqs)) for op in self.lm_head]
+            hit = self._lm_cost[seqs] = (
+                sum(c.latency_s for c in costs),
+                sum(c.total_energy_j for c in costs) * self.target.devices)
+        lat += hit[0]
+        energy += hit[1]
         for op, n in self.attention:
             if decodes:
                 mean = max(1, round(decode_kv_tokens / decodes))

@@ -9,8 +9,8 @@ batch 1 (pure shape arithmetic, no hardware):
 
 * :func:`scale_tokens`: the token-wise ops of a batch-1 step on ``T`` tokens (FLOPs, activation
   and appended KV bytes, the token dimension of shapes, ``m`` / ``elements`` scaled; weights
-  read once);
-* :func:`without_attention`: the same graph with its attention ops removed (their producers
+  read once), the LM head on one token per sequence that samples (:func:`logit_ops`);
+* :func:`token_wise`: the same graph without its attention ops and LM head (their producers
   wired to their consumers): what costs the same for every mix of requests of ``T`` tokens;
 * :func:`decode_attention` / :func:`prefill_attention`: one attention op of the step for a
   batch of decodes (per-request KV lengths, :mod:`workloads.requests`) or of prefill chunks;
@@ -62,24 +62,35 @@ def _check_base(w: ir.Workload) -> None:
                        "expected a decode step of batch 1 (the iteration's template)")
 
 
-def scale_tokens(w: ir.Workload, tokens: int) -> ir.Workload:
-    """``w`` (a decode step of batch 1) with every token-wise op on ``tokens`` tokens; attention
-    ops are kept as they are (replace them per request)."""
+def logit_ops(w: ir.Workload) -> set[str]:
+    """The LM head: weight matmuls no op consumes. An engine computes logits only for the
+    sequences that sample a token (one per decode and per prompt), as the zoo's prefill does
+    (``last_token_logits``)."""
+    return {op.name for op in w.ops if op.kind == ir.MATMUL and op.attrs.get("weight_operand")
+            and not w.graph.out_degree(op.name)}
+
+
+def scale_tokens(w: ir.Workload, tokens: int, logits: int | None = None) -> ir.Workload:
+    """``w`` (a decode step of batch 1) with every token-wise op on ``tokens`` tokens and its
+    LM head (:func:`logit_ops`) on ``logits`` (default ``tokens``); attention ops are kept as
+    they are (replace them per request)."""
     _check_base(w)
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
-        raise BadInput("tokens", tokens, "expected a positive int")
-    ops = [_scale_op(op, tokens) for op in w.ops]
+    for name, v in (("tokens", tokens), ("logits", tokens if logits is None else logits)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise BadInput(name, v, "expected a positive int")
+    heads = logit_ops(w) if logits is not None else set()
+    ops = [_scale_op(op, logits if op.name in heads else tokens) for op in w.ops]
     edges = [(u, v, d.get("bytes", 0) * tokens) for u, v, d in w.graph.edges(data=True)]
     return _rebuild(w, ops, edges, w.params, batch=tokens)
 
 
-def without_attention(w: ir.Workload) -> ir.Workload:
-    """``w`` without its attention ops: each one's producers feed its consumers directly."""
+def without(w: ir.Workload, names: set[str]) -> ir.Workload:
+    """``w`` without the ops ``names``: each one's producers feed its consumers directly."""
     graph = w.graph
-    keep = [op for op in w.ops if op.kind != ir.ATTENTION]
+    keep = [op for op in w.ops if op.name not in names]
     if len(keep) == len(w.ops):
         return w
-    gone = {op.name for op in w.ops if op.kind == ir.ATTENTION}
+    gone = names
 
     def sources(n: str) -> list[tuple[str, float]]:
         out = []
@@ -100,6 +111,12 @@ def without_attention(w: ir.Workload) -> ir.Workload:
             if s not in gone:
                 edges.extend((p, s, nbytes) for p, nbytes in sources(n))
     return _rebuild(w, keep, edges, w.params)
+
+
+def token_wise(w: ir.Workload) -> ir.Workload:
+    """``w`` without its attention ops and its LM head: what costs the same for every mix of
+    requests with the same number of tokens."""
+    return without(w, {op.name for op in w.ops if op.kind == ir.ATTENTION} | logit_ops(w))
 
 
 def attention_ops(w: ir.Workload) -> list[ir.Op]:
@@ -163,7 +180,7 @@ def iteration_workload(base: ir.Workload, decode_kv_lens: Sequence[int] = (),
     tokens = len(decode_kv_lens) + sum(int(c) for _, c in prefill_chunks)
     if tokens < 1:
         raise BadInput("iteration", tokens, "expected at least one token")
-    scaled = scale_tokens(base, tokens)
+    scaled = scale_tokens(base, tokens, len(decode_kv_lens) + len(prefill_chunks))
     ops, rename = [], {}
     for op in scaled.ops:
         if op.kind != ir.ATTENTION:
