@@ -330,16 +330,17 @@ def _cost_model(base: Workload, target: "Target", max_tokens: int):
     tiles so nearby token limits share one (kept for the process: a study or a rate sweep
     fits each design once)."""
     from simulators.iteration_cost import GRID_STEP, IterationCostModel
+    import json
     limit = -(-max_tokens // 1024) * 1024
-    key = (id(base), id(target.design), id(target.system), repr(target.layout),
+    key = (id(base), json.dumps(target.describe(), sort_keys=True, default=str),
            target.fidelity, limit)
     hit = _COST_MODELS.get(key)
-    if hit is not None and hit[0] is base and hit[1] is (target.design or target.system):
-        return hit[2]
+    if hit is not None and hit[0] is base:
+        return hit[1]
     model = IterationCostModel(base, target, max(limit, GRID_STEP))
     if len(_COST_MODELS) > 64:
         _COST_MODELS.clear()
-    _COST_MODELS[key] = (base, target.design or target.system, model)
+    _COST_MODELS[key] = (base, model)
     return model
 
 
