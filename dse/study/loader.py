@@ -368,8 +368,8 @@ def resolve(data: Any, source: str | None = None) -> ResolvedStudy:
             raise
         if exc.field.endswith(".model"):
             raise BadInput("serving.model", Shown(spec.serving.model), exc.allowed) from None
-        raise bad("serving.model", spec.serving.model, "expected an LLM with a decode phase "
-                  f"({exc})") from None
+        raise bad("serving.model", spec.serving.model, "expected an LLM (a model with a "
+                  f"decode phase; {exc.allowed})") from None
     designs = _resolve_designs(spec)
     space = _build_space(spec, designs, workloads)
     _add_system_space(spec, space)
