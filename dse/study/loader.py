@@ -428,10 +428,11 @@ def resolve(data: Any, source: str | None = None) -> ResolvedStudy:
 
 
 def _check_forms(spec: StudySpec) -> None:
-    if (spec.workloads is None) == (spec.serving is None):
-        raise bad("serving" if spec.serving is not None else "workloads",
-                  spec.serving.model_dump() if spec.serving is not None else None,
-                  "expected exactly one of workloads, serving")
+    if spec.workloads is None and spec.serving is None:
+        raise BadInput("workloads", Shown(_NOTHING), "required")
+    if spec.workloads is not None and spec.serving is not None:
+        raise bad("serving", spec.serving.model_dump(), "expected exactly one of workloads, "
+                  "serving")
     if spec.serving is not None:
         from dse.study.spec import WorkloadSpec
         sv = spec.serving

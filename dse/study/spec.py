@@ -353,4 +353,5 @@ def json_schema() -> dict[str, Any]:
     schema = StudySpec.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "accel-dse study"
+    schema["oneOf"] = [{"required": ["workloads"]}, {"required": ["serving"]}]
     return schema
