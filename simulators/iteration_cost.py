@@ -147,18 +147,17 @@ class IterationCostModel:
         self.g_latency = np.array(lat)
         self.g_energy = np.array(dyn)
         # the attention ops of one device, grouped by what they compute
+        share = target.share(base)
         groups: dict[str, list] = {}
-        for op in attention_ops(target.share(base)):
+        for op in attention_ops(share):
             key = repr(sorted((k, v) for k, v in op.attrs.items()))
             groups.setdefault(key, [op, 0])[1] += 1
         self.attention = [(op, n) for op, n in groups.values()]
-        share = target.share(base)
         heads = logit_ops(share)
         self.lm_head = [op for op in share.ops if op.name in heads]
         self._lm_cost: dict[int, tuple[float, float]] = {}
         self.device = target.device
         # dense memory of one device: weights, one token's KV (every layer), activations
-        share = target.share(base)
         self.weights_bytes = float(memory_footprint(share).weights_bytes)
         self.kv_bytes_per_token = float(sum(
             int(op.attrs.get("kv_heads", op.attrs["heads"]))

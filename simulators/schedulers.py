@@ -267,8 +267,7 @@ class StaticBatching(Scheduler):
             self.steps += 1
             pad = m[done]   # padding slots compute on, their KV growing in reserved blocks
             return Batch(decodes=m[~done], padding=len(pad),
-                         padding_kv=int((s.input_len[pad] + s.output_len[pad]
-                                         + self.steps).sum()))
+                         padding_kv=int((s.input_len[pad] + self.steps).sum()))
         members = []
         while s.waiting and len(members) < self.max_batch:
             r = s.waiting[0]

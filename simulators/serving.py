@@ -17,7 +17,7 @@ energy (iterations' dynamic energy + static power over the whole span, idle incl
 cost per million output tokens: the design's ``cost_usd`` amortised over
 ``lifetime_years`` of continuous use plus energy at ``usd_per_kwh``; KV occupancy over time;
 preemptions; the time-averaged number of requests in the system (Little's law: it equals the
-arrival rate times the mean time in system).
+completion rate times the mean time in system).
 """
 
 from __future__ import annotations
@@ -54,7 +54,13 @@ def _percentiles(x: np.ndarray) -> dict[str, float]:
 
 @dataclass
 class ServingResult:
-    """What a serving run measured (see the module docstring); times in s, energy in J."""
+    """What a serving run measured (see the module docstring); times in s, energy in J.
+    ``span_s``: first arrival to last completion; ``arrival_rate``: the trace's mean arrival
+    rate, requests/s; ``mean_in_system``: requests waiting or running, averaged over
+    ``span_s``; ``max_running``: most requests running at once; ``kv_cache``: capacity
+    (tokens, blocks), occupancy over time (a fraction of the blocks) and its peak;
+    ``per_request``: arrival, lengths, first-token and finish times, tokens generated,
+    preemptions of every request."""
 
     model: str
     trace: str
@@ -242,7 +248,7 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
                   "peak_occupancy": max(occ_v, default=0.0)},
         preemptions=int(s.preemptions.sum()), iterations=iterations, max_running=max_running,
         mean_in_system=in_system_area / span if span > 0 else 0.0,
-        arrival_rate=n / span if span > 0 else 0.0,
+        arrival_rate=trace.rate if n > 1 else 0.0,
         sim_wall_s=_time.perf_counter() - started, target=cost.target.describe(),
         per_request={"arrival_s": arrival.tolist(), "input_len": trace.input_len.tolist(),
                      "output_len": trace.output_len.tolist(), "first_token_s": first.tolist(),
