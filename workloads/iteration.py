@@ -36,7 +36,7 @@ def _tokens_dim(shape: tuple, tokens: int) -> tuple:
     return shape
 
 
-def _scale_op(op: ir.Op, tokens: int) -> ir.Op:
+def scale_op(op: ir.Op, tokens: int) -> ir.Op:
     """A token-wise op of a batch-1 step, on ``tokens`` tokens."""
     if op.kind in (ir.ATTENTION, ir.COLLECTIVE, ir.HOST) or tokens == 1:
         return op
@@ -79,7 +79,7 @@ def scale_tokens(w: ir.Workload, tokens: int, logits: int | None = None) -> ir.W
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise BadInput(name, v, "expected a positive int")
     heads = logit_ops(w) if logits is not None else set()
-    ops = [_scale_op(op, logits if op.name in heads else tokens) for op in w.ops]
+    ops = [scale_op(op, logits if op.name in heads else tokens) for op in w.ops]
     edges = [(u, v, d.get("bytes", 0) * tokens) for u, v, d in w.graph.edges(data=True)]
     return _rebuild(w, ops, edges, w.params, batch=tokens)
 
