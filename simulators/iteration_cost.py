@@ -230,10 +230,13 @@ def _decode_op(op: ir.Op, decodes: int, kv_tokens: int, mean: int) -> ir.Op:
     """:func:`decode_attention` for ``decodes`` requests of ``kv_tokens`` KV tokens in all,
     without the per-request tuple (every template but npu_pim reads the mean)."""
     one = decode_attention(op, (1,))
-    scale = kv_tokens
     a = one.attrs
-    return replace(one, flops=one.flops * scale, kv_bytes_read=one.kv_bytes_read * scale,
+    (_, h, _, d), (_, kvh, _, _), (_, _, _, dv) = one.input_shapes
+    return replace(one, flops=one.flops * kv_tokens, kv_bytes_read=one.kv_bytes_read * kv_tokens,
                    activation_bytes_read=one.activation_bytes_read * decodes,
                    activation_bytes_written=one.activation_bytes_written * decodes,
+                   input_shapes=((decodes, h, 1, d), (decodes, kvh, mean, d),
+                                 (decodes, kvh, mean, dv)),
+                   output_shapes=((decodes, h, 1, dv),),
                    attrs={**{k: v for k, v in a.items() if k != KV_LENS}, "batch": decodes,
-                          "kv_len": mean, "causal_flops": one.flops * scale})
+                          "kv_len": mean, "causal_flops": one.flops * kv_tokens})

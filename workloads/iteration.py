@@ -138,11 +138,18 @@ def decode_attention(op: ir.Op, kv_lens: Sequence[int]) -> ir.Op:
     per_q = op.activation_bytes_read // max(int(a.get("batch", 1)) * int(a["q_len"]), 1)
     per_out = op.activation_bytes_written // max(int(a.get("batch", 1)) * int(a["q_len"]), 1)
     flops = 2 * heads * (d + dv) * total
+    mean = max(1, round(total / n))
     return replace(op, flops=flops, kv_bytes_read=total * kv_heads * (d + dv) * b,
                    activation_bytes_read=per_q * n, activation_bytes_written=per_out * n,
-                   attrs={**a, "batch": n, "q_len": 1, KV_LENS: kv_lens,
-                          "kv_len": max(1, round(total / n)), "causal": False,
-                          "causal_flops": flops})
+                   **_shapes(n, heads, kv_heads, 1, mean, d, dv),
+                   attrs={**a, "batch": n, "q_len": 1, KV_LENS: kv_lens, "kv_len": mean,
+                          "causal": False, "causal_flops": flops})
+
+
+def _shapes(n: int, heads: int, kv_heads: int, q: int, kv: int, d: int, dv: int) -> dict:
+    """An attention op's operand shapes (query, keys, values; output) for ``n`` items."""
+    return {"input_shapes": ((n, heads, q, d), (n, kv_heads, kv, d), (n, kv_heads, kv, dv)),
+            "output_shapes": ((n, heads, q, dv),)}
 
 
 def prefill_attention(op: ir.Op, chunks: Sequence[tuple[int, int]]) -> ir.Op:
@@ -162,12 +169,14 @@ def prefill_attention(op: ir.Op, chunks: Sequence[tuple[int, int]]) -> ir.Op:
     full = sum(c * (p + c) for p, c in chunks)
     per_q = op.activation_bytes_read // max(int(a.get("batch", 1)) * int(a["q_len"]), 1)
     per_out = op.activation_bytes_written // max(int(a.get("batch", 1)) * int(a["q_len"]), 1)
+    q_len, kv_len = max(1, round(q / n)), max(1, round(keys / n))
     return replace(op, flops=2 * heads * (d + dv) * full,
                    kv_bytes_read=keys * kv_heads * (d + dv) * b,
                    activation_bytes_read=per_q * q, activation_bytes_written=per_out * q,
+                   **_shapes(n, heads, kv_heads, q_len, kv_len, d, dv),
                    attrs={**{k: v for k, v in a.items() if k != KV_LENS}, "batch": n,
-                          "q_len": max(1, round(q / n)), "kv_len": max(1, round(keys / n)),
-                          "causal": True, "causal_flops": int(2 * heads * (d + dv) * pairs)})
+                          "q_len": q_len, "kv_len": kv_len, "causal": True,
+                          "causal_flops": int(2 * heads * (d + dv) * pairs)})
 
 
 def iteration_workload(base: ir.Workload, decode_kv_lens: Sequence[int] = (),
