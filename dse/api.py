@@ -6,6 +6,8 @@
 >>> r.latency_s, r.energy_j
 >>> w = api.workload(module=my_module, inputs=(x,), dtype="fp16")   # your own nn.Module
 >>> w.unknown_ops                                                    # ops costed by bytes only
+>>> g = api.generate("llama2-7b", input_len=512, output_len=128, batch=8, accelerator="gpu:h200")
+>>> s = api.serve("llama2-7b", accelerator="gpu:h200", trace="sharegpt", rate=10, requests=1000)
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ from workloads.zoo import get_model, model_names
 
 if TYPE_CHECKING:
     from accelerators.collectives import CollectiveCost
+    from simulators.generation import Generation
+    from simulators.iteration_cost import Target
+    from simulators.serving import ServingResult
     from accelerators.system import System
     from workloads.parallel import Layout
 
@@ -223,6 +228,123 @@ def step(model: str, system: str | None = "hgx-h200", parallel: dict[str, Any] |
         return tuple(sorted((d or {}).items()))
     return _step(model, system, devices, accelerator, key(hw), key(sys), key(parallel), phase,
                  batch, seq, context, dtype, key(arch))
+
+
+def _target(accelerator: str | Template | None, hw: dict[str, Any] | None,
+            system: "str | System | None", devices: int | None,
+            parallel: "dict[str, Any] | Layout | None", sys: dict[str, Any] | None,
+            fidelity: str) -> "Target":
+    """Where generation or serving iterations run: a design, or a system with a layout."""
+    from simulators.iteration_cost import Target
+    from simulators.serving import ServingResult
+    if system is None and parallel is None and devices is None and not sys:
+        design = accelerator if isinstance(accelerator, Template) else make_accelerator(
+            accelerator or "npu", hw)
+        return Target(design=design, fidelity=fidelity)
+    from accelerators.system import System as _System
+    from workloads.parallel import layout_from
+    lay = layout_from(parallel)
+    sysm = system if isinstance(system, _System) else make_system_for(
+        system, devices or lay.devices, accelerator, hw, sys)
+    return Target(system=sysm, layout=lay, fidelity="event")
+
+
+def _iteration_base(model: str | Workload, dtype: str, arch: dict[str, Any] | None) -> Workload:
+    """The decode step of batch 1 every serving iteration is built from."""
+    if isinstance(model, Workload):
+        return model
+    return workload(model, phase="decode", batch=1, context=1, dtype=dtype, arch=arch)
+
+
+def generate(model: str | Workload, input_len: int = 128, output_len: int = 128,
+             batch: int = 1, accelerator: str | Template | None = None,
+             hw: dict[str, Any] | None = None, arch: dict[str, Any] | None = None,
+             dtype: str = "bf16", system: "str | System | None" = None,
+             devices: int | None = None, parallel: "dict[str, Any] | Layout | None" = None,
+             sys: dict[str, Any] | None = None, fidelity: str = "fast",
+             exact: bool = False) -> "Generation":
+    """Generate ``output_len`` tokens for ``batch`` prompts of ``input_len`` tokens of zoo
+    ``model`` on a design (``accelerator``, ``hw``) or a system (as :func:`simulate`): TTFT,
+    TPOT (mean and per step), end-to-end latency, tokens/s and energy per token
+    (:class:`~simulators.generation.Generation`). A few decode steps are simulated and the
+    rest interpolated (within 1 % of simulating each, tested); ``exact`` simulates every step.
+
+    >>> g = api.generate("llama2-7b", input_len=2048, output_len=128, batch=8,
+    ...                  accelerator="gpu:h200")
+    >>> g.ttft_s, g.tpot_s, g.tokens_per_s
+    """
+    from simulators.generation import check_lengths, generate as _generate
+    check_lengths(input_len, output_len, batch)
+    target = _target(accelerator, hw, system, devices, parallel, sys, fidelity)
+    return _generate(_iteration_base(model, dtype, arch), target, input_len, output_len,
+                     batch, exact=exact)
+
+
+def serve(model: str | Workload, trace: str = "sharegpt", rate: float | None = None,
+          requests: int | None = None, duration_s: float | None = None,
+          accelerator: str | Template | None = None, hw: dict[str, Any] | None = None,
+          arch: dict[str, Any] | None = None, dtype: str = "bf16",
+          system: "str | System | None" = None, devices: int | None = None,
+          parallel: "dict[str, Any] | Layout | None" = None, sys: dict[str, Any] | None = None,
+          scheduler: str = "continuous", max_batch: int = 256,
+          token_budget: int | None = None, block_size: int = 16,
+          memory_utilization: float | None = None, arrival: str = "poisson",
+          burstiness: float = 1.0, seed: int = 0, slo_ttft_s: float | None = None,
+          slo_tpot_s: float | None = None, fidelity: str = "fast",
+          log_iterations: bool = False) -> "ServingResult":
+    """Serve a request trace with zoo ``model`` on a design or a system (as :func:`generate`):
+    ``trace`` ``sharegpt`` / ``alpaca`` (lengths like those datasets, arrivals ``poisson`` or
+    ``gamma`` with coefficient of variation ``burstiness`` at ``rate`` requests/s) or a CSV file
+    (``arrival_s,input_len,output_len``); ``requests`` or ``duration_s`` bound it.
+    ``scheduler``: ``continuous`` (vLLM, prefill first), ``chunked`` (Sarathi) or ``static``,
+    with ``max_batch`` requests and ``token_budget`` tokens per iteration; a paged KV cache of
+    ``block_size``-token blocks in what the design's memory holds beside the weights.
+    Returns a :class:`~simulators.serving.ServingResult` (TTFT / TPOT / E2E percentiles,
+    throughput, goodput under the SLOs, energy and cost per million tokens, KV occupancy,
+    preemptions).
+
+    >>> s = api.serve("llama2-7b", accelerator="gpu:h200", trace="sharegpt", rate=20,
+    ...               requests=2000)
+    >>> s.ttft_s["p99"], s.tpot_s["p99"], s.throughput_tok_s
+    """
+    from simulators.iteration_cost import MEMORY_UTILIZATION
+    from simulators.schedulers import make_scheduler
+    from simulators.serving import simulate_serving
+    from workloads.traces import trace_from
+    if requests is None and duration_s is None and not (
+            isinstance(trace, str) and trace.endswith(".csv")):
+        requests = 1000
+    tr = trace_from(trace, rate, requests, duration_s, arrival, burstiness, seed)
+    sched = make_scheduler(scheduler, max_batch, token_budget)
+    longest = int((tr.input_len + tr.output_len).max())
+    target = _target(accelerator, hw, system, devices, parallel, sys, fidelity)
+    cost = _cost_model(_iteration_base(model, dtype, arch), target,
+                       max(sched.token_budget, sched.max_batch, longest))
+    return simulate_serving(cost, tr, sched, block_size,
+                            memory_utilization or MEMORY_UTILIZATION, slo_ttft_s, slo_tpot_s,
+                            log_iterations=log_iterations)
+
+
+def _cost_model(base: Workload, target: "Target", max_tokens: int):
+    """The iteration cost model of ``base`` on ``target``, its grid rounded up to whole
+    tiles so nearby token limits share one (kept for the process: a study or a rate sweep
+    fits each design once)."""
+    from simulators.iteration_cost import GRID_STEP, IterationCostModel
+    import json
+    limit = -(-max_tokens // 1024) * 1024
+    key = (id(base), json.dumps(target.describe(), sort_keys=True, default=str),
+           target.fidelity, limit)
+    hit = _COST_MODELS.get(key)
+    if hit is not None and hit[0] is base:
+        return hit[1]
+    model = IterationCostModel(base, target, max(limit, GRID_STEP))
+    if len(_COST_MODELS) > 64:
+        _COST_MODELS.clear()
+    _COST_MODELS[key] = (base, model)
+    return model
+
+
+_COST_MODELS: dict[tuple, tuple] = {}
 
 
 def models() -> list[dict[str, Any]]:

@@ -299,6 +299,130 @@ def _print_system_result(r) -> None:
         out.print("links: " + "  ".join(f"{k} {100 * v:.1f}%" for k, v in busiest))
 
 
+# ----------------------------------------------------------------------------- generate, serve
+AccelOpt = typer.Option(None, "--accelerator", "-a", help="TEMPLATE[:PRESET], e.g. gpu:h200 "
+                        "(default npu; with --system: the preset's device).")
+HwOpt = typer.Option(None, "--hw", help="Hardware KEY=VALUE (repeatable).")
+SystemOpt = typer.Option(None, "--system", help="System preset (see `dse systems`).")
+DevicesOpt = typer.Option(None, "--devices", help="Devices of the system (default: the layout's).")
+SysOpt = typer.Option(None, "--sys", help="System parameter KEY=VALUE (repeatable).")
+TpOpt = typer.Option(1, "--tp", help="Tensor-parallel ranks.")
+
+
+def _target_args(accelerator, hw, system, devices, sys_pairs, tp, pp=1) -> dict[str, Any]:
+    sysp = parse_pairs(sys_pairs, "--sys")
+    many = bool(system or sysp or devices or tp * pp > 1)
+    return {"accelerator": accelerator, "hw": parse_pairs(hw, "--hw") or None,
+            "system": system, "devices": devices, "sys": sysp or None,
+            "parallel": {"tp": tp, "pp": pp} if many else None}
+
+
+@app.command()
+def generate(model: str = typer.Argument(..., help="Zoo model name (an LLM)."),
+             input_len: int = typer.Option(..., "--input-len", help="Prompt tokens per sequence."),
+             output_len: int = typer.Option(..., "--output-len", help="Tokens generated per sequence."),
+             batch: int = typer.Option(1, "--batch", help="Sequences generated together."),
+             accelerator: Optional[str] = AccelOpt, hw: Optional[list[str]] = HwOpt,
+             system: Optional[str] = SystemOpt, devices: Optional[int] = DevicesOpt,
+             sys_pairs: Optional[list[str]] = SysOpt, tp: int = TpOpt,
+             pp: int = typer.Option(1, "--pp", help="Pipeline stages."),
+             dtype: str = DtypeOpt, arch: Optional[list[str]] = ArchOpt,
+             exact: bool = typer.Option(False, "--exact", help="Simulate every decode step "
+                                        "(default: a few, interpolated within 1 %)."),
+             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Prefill then every decode step of a batch: TTFT, TPOT, end-to-end latency, tokens/s,
+    energy per token."""
+    from dse import api
+    with _busy(f"generating {output_len} tokens of {model}"):
+        g = api.generate(model, input_len, output_len, batch, dtype=dtype,
+                         arch=parse_pairs(arch, "--arch") or None, exact=exact,
+                         **_target_args(accelerator, hw, system, devices, sys_pairs, tp, pp))
+    if as_json:
+        _print_json(g.to_dict())
+        return
+    out.print(f"[bold]{model}[/] batch {batch}, {input_len} in / {output_len} out on "
+              f"[bold]{system or accelerator or 'npu'}[/]")
+    steps = g.step_latency_s
+    out.print(f"TTFT {_si(g.ttft_s, 's')}   TPOT {_si(g.tpot_s, 's')} (first "
+              f"{_si(steps[0] if steps else 0, 's')}, last {_si(steps[-1] if steps else 0, 's')})"
+              f"   end-to-end {_si(g.e2e_s, 's')}")
+    out.print(f"throughput {g.tokens_per_s:,.4g} tokens/s   energy {_si(g.energy_j, 'J')} "
+              f"({_si(g.energy_per_token_j, 'J')} per token)   decode steps simulated "
+              f"{len(g.simulated_steps)} of {max(output_len - 1, 0)}")
+
+
+@app.command()
+def serve(model: str = typer.Argument(..., help="Zoo model name (an LLM)."),
+          trace: str = typer.Option("sharegpt", "--trace", help="sharegpt | alpaca | FILE.csv "
+                                    "(columns arrival_s, input_len, output_len)."),
+          rate: Optional[float] = typer.Option(None, "--rate", help="Arrivals, requests/s "
+                                               "(a CSV trace: rescales its timestamps)."),
+          duration: Optional[float] = typer.Option(None, "--duration", help="Arrivals during "
+                                                   "this many seconds, s."),
+          requests: Optional[int] = typer.Option(None, "--requests", help="Requests (default "
+                                                 "1000 unless --duration or a CSV)."),
+          scheduler: str = typer.Option("continuous", "--scheduler", help="continuous (vLLM, "
+                                        "prefill first) | chunked (Sarathi) | static."),
+          max_batch: int = typer.Option(256, "--max-batch", help="Requests running at most."),
+          token_budget: Optional[int] = typer.Option(None, "--token-budget", help="Tokens per "
+                                                     "iteration at most (default 2048; chunked 512)."),
+          block_size: int = typer.Option(16, "--block-size", help="KV-cache block, tokens."),
+          arrival: str = typer.Option("poisson", "--arrival", help="poisson | gamma."),
+          burstiness: float = typer.Option(1.0, "--burstiness", help="Coefficient of variation "
+                                           "of gamma inter-arrival gaps (>1: bursty)."),
+          seed: int = typer.Option(0, "--seed", help="Seed of the synthetic trace."),
+          slo_ttft: Optional[float] = typer.Option(None, "--slo-ttft", help="TTFT SLO for goodput, s."),
+          slo_tpot: Optional[float] = typer.Option(None, "--slo-tpot", help="TPOT SLO for goodput, s."),
+          accelerator: Optional[str] = AccelOpt, hw: Optional[list[str]] = HwOpt,
+          system: Optional[str] = SystemOpt, devices: Optional[int] = DevicesOpt,
+          sys_pairs: Optional[list[str]] = SysOpt, tp: int = TpOpt,
+          dtype: str = DtypeOpt, arch: Optional[list[str]] = ArchOpt,
+          chrome_trace: Optional[Path] = typer.Option(None, "--chrome-trace", help="Write the "
+                                                      "iterations as a Chrome trace (Perfetto)."),
+          as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Serve a request trace: TTFT / TPOT / end-to-end percentiles, throughput, goodput,
+    energy and cost per million tokens, KV-cache occupancy, preemptions."""
+    from dse import api
+    from dse.files import atomic_write_text, output_errors
+    with _busy(f"serving {trace} on {system or accelerator or 'npu'}"):
+        r = api.serve(model, trace=trace, rate=rate, requests=requests, duration_s=duration,
+                      scheduler=scheduler, max_batch=max_batch, token_budget=token_budget,
+                      block_size=block_size, arrival=arrival, burstiness=burstiness, seed=seed,
+                      slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot, dtype=dtype,
+                      arch=parse_pairs(arch, "--arch") or None,
+                      log_iterations=chrome_trace is not None,
+                      **_target_args(accelerator, hw, system, devices, sys_pairs, tp))
+    if chrome_trace:
+        with output_errors("--chrome-trace", chrome_trace):
+            atomic_write_text(chrome_trace, json.dumps(r.to_chrome_trace()))
+    if as_json:
+        _print_json(r.to_dict())
+        return
+    out.print(f"[bold]{model}[/] serving {r.trace} ({r.requests} requests, "
+              f"{r.arrival_rate:.3g} req/s) on [bold]{system or accelerator or 'npu'}[/], "
+              f"{r.scheduler['name']} batching (max {r.scheduler['max_batch']}, "
+              f"{r.scheduler['token_budget']} tokens/iteration)")
+    t = Table(box=None, padding=(0, 2))
+    for col in ("", "p50", "p90", "p99", "mean"):
+        t.add_column(col, justify="right" if col else "left")
+    for name, d in (("TTFT", r.ttft_s), ("TPOT", r.tpot_s), ("end-to-end", r.e2e_s)):
+        t.add_row(name, *(_si(d[k], "s") for k in ("p50", "p90", "p99", "mean")))
+    out.print(t)
+    good = (f"   goodput {r.goodput_req_s:.3g} req/s" if r.goodput_req_s is not None else "")
+    out.print(f"throughput {r.throughput_tok_s:,.4g} tokens/s, {r.throughput_req_s:.3g} req/s"
+              f"{good}   completed {r.completed}, rejected {r.rejected}")
+    out.print(f"energy {_si(r.energy_per_token_j, 'J')} per token   cost "
+              f"${r.cost_per_mtok_usd:.3g} per million tokens (${r.cost_usd:,.0f} over "
+              f"{r.lifetime_years:g} years + ${r.usd_per_kwh:g}/kWh)")
+    kv = r.kv_cache
+    out.print(f"KV cache {kv['capacity_tokens']:,} tokens ({kv['blocks']:,} blocks of "
+              f"{kv['block_size']}), peak {100 * kv['peak_occupancy']:.1f}% full   "
+              f"preemptions {r.preemptions}   iterations {r.iterations:,}   most running "
+              f"{r.max_running}")
+    if chrome_trace:
+        out.print(f"trace: {chrome_trace}")
+
+
 def parse_bytes(text: str, field: str = "--bytes") -> float:
     """``256MiB``, ``4 KiB``, ``1GB``, ``1e6`` -> bytes; a BadInput naming ``field`` else."""
     units = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10,

@@ -194,7 +194,8 @@ def test_schema_is_json_schema_of_the_study_file(capsys):
     assert {"name", "workloads", "accelerator", "sub_accelerators", "search", "objectives",
             "constraints", "sampler", "trials", "storage"} <= set(schema["properties"])
     assert schema["additionalProperties"] is False
-    assert set(schema["required"]) == {"name", "workloads", "objectives"}
+    assert set(schema["required"]) == {"name", "objectives"}
+    assert schema["oneOf"] == [{"required": ["workloads"]}, {"required": ["serving"]}]
 
 
 def test_validate_prints_the_space(tmp_path, capsys):

@@ -7,9 +7,10 @@ A batched decode step serves requests with different context lengths. This modul
   Alpaca (12 / 56) [P NeuPIMs, ASPLOS 2024, Sec. 8.1; R casys-kaist/NeuPIMs trace-generator];
 * :func:`steady_state_batch`: the requests a continuously batched server holds at a random
   moment (deterministic for a seed);
-* :func:`batched_decode`: the decode-step workload of a request list: the captured step with
-  each attention op carrying every request's KV length (attr ``kv_lens``), optionally the share
-  of one device under tensor parallelism (:func:`shard_tensor_parallel`).
+* :func:`batched_decode`: the decode-step workload of a request list: the serving layer's
+  iteration graph (:mod:`workloads.iteration`) with each attention op carrying every request's
+  KV length (attr ``kv_lens``), optionally the share of one device under tensor parallelism
+  (:func:`shard_tensor_parallel`).
 
 Attention ops of such workloads carry ``attrs["kv_lens"]`` (tuple, one KV length per batch item,
 tokens, the new token included); ``attrs["kv_len"]`` is their rounded mean, and the op's
@@ -242,18 +243,20 @@ def shard_tensor_parallel(w: ir.Workload, tp: int) -> ir.Workload:
 
 def batched_decode(model: str, requests: Sequence[Request], dtype: str = "bf16",
                    arch: dict | None = None, tensor_parallel: int = 1) -> ir.Workload:
-    """The decode step serving ``requests`` (one new token each) of zoo ``model``: captured
-    at the mean context, then every attention op given the per-request KV lengths; with
+    """The decode step serving ``requests`` (one new token each) of zoo ``model``: the serving
+    layer's iteration graph (:func:`workloads.iteration.iteration_workload`, built from the
+    captured step of batch 1) with every attention op given the per-request KV lengths; with
     ``tensor_parallel`` > 1, the share of one device."""
     from workloads.build import build_workload   # the capture needs torch; import lazily
+    from workloads.iteration import iteration_workload
 
     if not requests:
         raise BadInput("requests", [], "expected at least one request")
     lens = kv_lengths(requests)
-    mean_context = max(1, round(sum(lens) / len(lens)) - 1)
-    w = build_workload(model, phase="decode", batch=len(requests), context=mean_context,
-                       dtype=dtype, arch=arch)
-    return shard_tensor_parallel(with_kv_lengths(w, lens), tensor_parallel)
+    base = build_workload(model, phase="decode", batch=1, context=1, dtype=dtype, arch=arch)
+    w = iteration_workload(base, lens)
+    w.context = max(1, round(sum(lens) / len(lens)) - 1)
+    return shard_tensor_parallel(w, tensor_parallel)
 
 
 def split_batch(w: ir.Workload, groups: Sequence[Sequence[int]]) -> ir.Workload:

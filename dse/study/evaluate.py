@@ -124,8 +124,11 @@ class Evaluator:
                 design = combined.with_assignment(self._assignment(w.label, wl,
                                                                    point.assign[w.label]))
             try:
-                result_metrics = (self._simulate(wl, design) if system is None else
-                                  _simulate_system(wl, system, layout))
+                if study.spec.serving is not None:
+                    result_metrics = self._serve(wl, design, system, layout)
+                else:
+                    result_metrics = (self._simulate(wl, design) if system is None else
+                                      _simulate_system(wl, system, layout))
             except DSEError as exc:
                 reason = exc.reason if isinstance(exc, InfeasibleDesign) else str(exc)
                 return infeasible(f"{w.label}: {reason}" if len(study.workloads) > 1 else reason)
@@ -164,6 +167,24 @@ class Evaluator:
             return res.metrics(0)
         from simulators.engine import simulate
         return simulate(wl, design).metrics()
+
+    def _serve(self, base, design, system, layout) -> dict[str, float]:
+        """Serving metrics of the design (or system) on the study's trace
+        (:mod:`simulators.serving`), with the usual metrics read as the module
+        :mod:`dse.study.objectives` says."""
+        from dse import api
+        sv = self.study.spec.serving
+        r = api.serve(base, trace=sv.trace, rate=sv.rate, requests=sv.requests,
+                      accelerator=design if system is None else None, system=system,
+                      parallel=layout, scheduler=sv.scheduler, max_batch=sv.max_batch,
+                      token_budget=sv.token_budget, arrival=sv.arrival,
+                      burstiness=sv.burstiness, seed=sv.seed, slo_ttft_s=sv.slo_ttft_s,
+                      slo_tpot_s=sv.slo_tpot_s, fidelity=self.fidelity)
+        power = r.energy_j / r.span_s if r.span_s > 0 else 0.0
+        return {**r.metrics(), "latency_s": r.e2e_s["mean"],
+                "energy_j": r.energy_per_token_j, "avg_power_w": power,
+                "edp": r.energy_per_token_j * r.e2e_s["mean"],
+                "throughput": r.throughput_tok_s}
 
     def _system(self, design, point: Point):
         """The system of ``design`` and the layout of ``point``: the device count is the

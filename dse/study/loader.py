@@ -361,12 +361,21 @@ def resolve(data: Any, source: str | None = None) -> ResolvedStudy:
     spec = validate_spec(data)
     _check_forms(spec)
     _check_quality_source(spec)
-    workloads = [_resolve_workload(i, w) for i, w in enumerate(spec.workloads)]
+    try:
+        workloads = [_resolve_workload(i, w) for i, w in enumerate(spec.workloads)]
+    except BadInput as exc:
+        if spec.serving is None:
+            raise
+        if exc.field.endswith(".model"):
+            raise BadInput("serving.model", Shown(spec.serving.model), exc.allowed) from None
+        raise bad("serving.model", spec.serving.model, "expected an LLM (a model with a "
+                  f"decode phase; {exc.allowed})") from None
     designs = _resolve_designs(spec)
     space = _build_space(spec, designs, workloads)
     _add_system_space(spec, space)
     labels = [w.label for w in workloads]
-    allowed = obj.allowed_metrics(labels, spec.heterogeneous, spec.system is not None)
+    allowed = obj.allowed_metrics(labels, spec.heterogeneous, spec.system is not None,
+                                  spec.serving is not None)
     objectives = [obj.parse_objective(o, f"objectives[{i}]", allowed)
                   for i, o in enumerate(spec.objectives)]
     if len({o.metric for o in objectives}) != len(objectives):
@@ -419,6 +428,23 @@ def resolve(data: Any, source: str | None = None) -> ResolvedStudy:
 
 
 def _check_forms(spec: StudySpec) -> None:
+    if spec.workloads is None and spec.serving is None:
+        raise BadInput("workloads", Shown(_NOTHING), "required")
+    if spec.workloads is not None and spec.serving is not None:
+        raise bad("serving", spec.serving.model_dump(), "expected exactly one of workloads, "
+                  "serving")
+    if spec.serving is not None:
+        from dse.study.spec import WorkloadSpec
+        sv = spec.serving
+        if spec.sub_accelerators is not None:
+            raise bad("serving", sv.model, "expected accelerator or accelerators (serving on "
+                      "a heterogeneous design is not a study form)")
+        if sv.trace in ("sharegpt", "alpaca") and sv.rate is None:
+            raise bad("serving.rate", None, "expected a number > 0 (requests/s) for a "
+                      f"{sv.trace} trace")
+        # the served model's iterations are built from its decode step of batch 1
+        spec.workloads = [WorkloadSpec(model=sv.model, phase="decode", batch=1, context=1,
+                                       dtype=sv.dtype)]
     given = [k for k in ("accelerator", "accelerators", "sub_accelerators")
              if getattr(spec, k) is not None]
     if len(given) != 1:

@@ -8,6 +8,10 @@ step): ``latency_s = sum w_i L_i``; ``energy_j = sum w_i E_i``; ``area_mm2``, ``
 steps per second, ``1 / latency_s``, with several; ``quality`` is the weight-averaged quality;
 ``params`` and ``flops`` are summed (flops weighted). Each workload's own metrics are also
 available as ``LABEL.metric`` (e.g. ``resnet18.latency_s``).
+
+A serving study (``serving:``, one served model) also has :data:`SERVING_METRICS`; there
+``latency_s`` is a request's mean end-to-end latency, ``energy_j`` the energy per output token,
+``avg_power_w`` the mean power over the run and ``throughput`` output tokens/s.
 """
 
 from __future__ import annotations
@@ -40,6 +44,17 @@ WORKLOAD_METRICS = ("latency_s", "energy_j", "avg_power_w", "edp", "throughput",
                     "params", "flops")
 #: Metrics of a study on a system (``system:``): time in collectives (s), devices.
 SYSTEM_METRICS = {"communication_s": ("minimize", "s"), "devices": ("minimize", "devices")}
+#: Metrics of a serving study (``serving:``, :meth:`simulators.serving.ServingResult.metrics`):
+#: latency percentiles (s), throughput (output tokens/s), goodput (requests/s meeting the
+#: SLOs), cost (US$ per million output tokens), energy per output token (J), counts.
+SERVING_METRICS = {
+    "ttft_p99_s": ("minimize", "s"), "tpot_p99_s": ("minimize", "s"),
+    "e2e_p99_s": ("minimize", "s"), "ttft_p50_s": ("minimize", "s"),
+    "tpot_p50_s": ("minimize", "s"), "throughput_tok_s": ("maximize", "tokens/s"),
+    "goodput_req_s": ("maximize", "requests/s"),
+    "cost_per_mtok_usd": ("minimize", "US$ per million tokens"),
+    "energy_per_token_j": ("minimize", "J"), "preemptions": ("minimize", "preemptions"),
+    "rejected": ("minimize", "requests")}
 #: Metrics of a heterogeneous design's shared budgets.
 BUDGET_METRICS = {"total_pes": ("minimize", "PEs"),
                   "total_bandwidth_Bps": ("minimize", "B/s")}
@@ -50,9 +65,10 @@ _CONSTRAINT_RE = re.compile(r"^\s*([A-Za-z][\w\-]*(?:\.[A-Za-z_]\w*)?)\s*(<=|>=|
 
 
 def allowed_metrics(workload_labels: Sequence[str], heterogeneous: bool,
-                    system: bool = False) -> list[str]:
+                    system: bool = False, serving: bool = False) -> list[str]:
     """Every metric name a study with these workloads may use."""
-    names = list(METRICS) + (list(SYSTEM_METRICS) if system else [])
+    names = (list(SERVING_METRICS) if serving else []) + list(METRICS) + (
+        list(SYSTEM_METRICS) if system else [])
     if len(workload_labels) > 1:
         names += [f"{w}.{m}" for w in workload_labels for m in WORKLOAD_METRICS]
     if heterogeneous:
@@ -126,7 +142,7 @@ def parse_objective(raw: Any, field: str, allowed: Sequence[str]) -> Objective:
 def _usual_direction(metric: str) -> str:
     base = base_metric(metric)
     return (METRICS.get(base) or BUDGET_METRICS.get(base) or SYSTEM_METRICS.get(base)
-            or ("minimize",))[0]
+            or SERVING_METRICS.get(base) or ("minimize",))[0]
 
 
 def parse_constraint(raw: Any, field: str, allowed: Sequence[str]) -> Constraint:
@@ -187,6 +203,9 @@ def totals(per_workload: Mapping[str, Mapping[str, float]], weights: Mapping[str
         out["throughput"] = per_workload[labels[0]]["throughput"]
     else:
         out["throughput"] = 1.0 / latency if latency > 0 else 0.0
+    for key in SERVING_METRICS:
+        if all(key in per_workload[w] for w in labels):
+            out[key] = sum(per_workload[w][key] for w in labels)
     if all("communication_s" in per_workload[w] for w in labels):
         out["communication_s"] = sum(weights[w] * per_workload[w]["communication_s"]
                                      for w in labels)

@@ -125,6 +125,40 @@ class SystemSpec(_Strict):
                                           "microbatches, ep_imbalance")
 
 
+#: Schedulers a serving study may name (mirrors ``simulators.schedulers.SCHEDULERS``).
+SCHEDULERS = ("continuous", "chunked", "static")
+
+
+class ServingSpec(_Strict):
+    """Serve a request trace instead of timing one workload (see `dse serve`): each design is
+    scored by a serving simulation, with metrics ``ttft_p99_s``, ``tpot_p99_s``,
+    ``throughput_tok_s``, ``cost_per_mtok_usd`` and more (docs/study.md, "Serving")."""
+
+    model: str = Field(description="zoo model name (an LLM; see `dse models`)")
+    trace: Annotated[str, Field(min_length=1, max_length=4096)] = Field(
+        "sharegpt", description="sharegpt | alpaca (synthetic lengths like those datasets) or "
+                                "a CSV file (arrival_s, input_len, output_len)")
+    rate: Optional[Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)]] = Field(
+        None, description="arrivals, requests/s (required for sharegpt / alpaca)")
+    requests: Annotated[int, Field(ge=1, le=1_000_000)] = Field(
+        1000, description="requests served per design")
+    arrival: Literal["poisson", "gamma"] = Field("poisson", description="arrival process")
+    burstiness: Annotated[float, Field(gt=0, le=100, allow_inf_nan=False)] = Field(
+        1.0, description="coefficient of variation of gamma inter-arrival gaps")
+    seed: Annotated[int, Field(ge=0, lt=2**32)] = Field(0, description="trace seed")
+    scheduler: Literal[SCHEDULERS] = Field("continuous", description="continuous (vLLM, "
+                                           "prefill first) | chunked (Sarathi) | static")
+    max_batch: Annotated[int, Field(ge=1, le=65536)] = Field(256, description="requests "
+                                                             "running at most")
+    token_budget: Optional[Annotated[int, Field(ge=1, le=65536)]] = Field(
+        None, description="tokens per iteration at most (default 2048; chunked 512)")
+    slo_ttft_s: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
+        None, description="TTFT objective for goodput_req_s, s")
+    slo_tpot_s: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
+        None, description="TPOT objective for goodput_req_s, s")
+    dtype: Literal[DTYPES] = Field("bf16", description="element type of the model")
+
+
 class BudgetsSpec(_Strict):
     """Shared budgets of a heterogeneous design (constraints on the sum over sub-accelerators)."""
 
@@ -241,8 +275,10 @@ class StudySpec(_Strict):
     description: str = ""
     seed: Annotated[int, Field(ge=0, lt=2**32)] = Field(0, description="sampler seed")
     output: Optional[str] = Field(None, description="output directory (default runs/NAME)")
-    workloads: Annotated[list[WorkloadSpec], Field(min_length=1, max_length=16)] = Field(
-        description="one workload, or several for a multi-task study")
+    workloads: Optional[Annotated[list[WorkloadSpec], Field(min_length=1, max_length=16)]] = Field(
+        None, description="one workload, or several for a multi-task study (or `serving`)")
+    serving: Optional[ServingSpec] = Field(None, description="score each design by serving a "
+                                           "request trace (instead of `workloads`)")
     accelerator: Optional[AcceleratorSpec] = Field(None, description="one template")
     accelerators: Optional[Annotated[list[NamedAcceleratorSpec],
                                      Field(min_length=2, max_length=16)]] = Field(
@@ -317,4 +353,5 @@ def json_schema() -> dict[str, Any]:
     schema = StudySpec.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "accel-dse study"
+    schema["oneOf"] = [{"required": ["workloads"]}, {"required": ["serving"]}]
     return schema

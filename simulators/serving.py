@@ -1,0 +1,296 @@
+"""Request-level simulation of an LLM server: arrivals, a scheduler, a paged KV cache, and the
+cost of every iteration from :class:`simulators.iteration_cost.IterationCostModel`.
+
+The loop is a plain discrete-event loop over iterations (deterministic; the trace carries the
+randomness): at each iteration boundary the requests that have arrived join the queue, the
+scheduler (:mod:`simulators.schedulers`) picks the iteration's prefill chunks and decodes, the
+cost model gives its latency and energy, time advances, and every request whose prompt
+completed or that decoded emits one token. With nothing to run, time jumps to the next
+arrival. A request whose prompt and output cannot fit the KV cache even alone is rejected
+(counted).
+
+Metrics (:class:`ServingResult`): TTFT (arrival to first token), TPOT (first to last token over
+``output - 1`` tokens, as vLLM's benchmark_serving), end-to-end latency, each at p50 / p90 /
+p99 and mean; throughput (output tokens/s, requests/s over the span from the first arrival to
+the last completion); goodput (requests/s that met both SLOs, DistServe's definition);
+energy (iterations' dynamic energy + static power over the whole span, idle included) and
+cost per million output tokens: the design's ``cost_usd`` amortised over
+``lifetime_years`` of continuous use plus energy at ``usd_per_kwh``; KV occupancy over time;
+preemptions; the time-averaged number of requests in the system (Little's law: it equals the
+completion rate times the mean time in system).
+"""
+
+from __future__ import annotations
+
+import time as _time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dse.errors import BadInput
+from simulators.iteration_cost import MEMORY_UTILIZATION, IterationCostModel
+from simulators.schedulers import Batch, KVCache, Scheduler, State
+from workloads.traces import Trace
+
+#: Years a design's ``cost_usd`` is amortised over [E: 3-5-year server depreciation; 3 taken].
+LIFETIME_YEARS = 3.0
+#: Electricity, US$/kWh [E: US industrial average 2024 ~0.08-0.12].
+USD_PER_KWH = 0.10
+#: KV-cache block, tokens [D vLLM default block_size = 16].
+BLOCK_SIZE = 16
+#: Points kept of the KV-occupancy timeline.
+TIMELINE_POINTS = 400
+_YEAR_S = 365.25 * 86400
+
+
+def _percentiles(x: np.ndarray) -> dict[str, float]:
+    if not len(x):
+        return {"p50": float("nan"), "p90": float("nan"), "p99": float("nan"),
+                "mean": float("nan")}
+    p50, p90, p99 = np.percentile(x, [50, 90, 99])
+    return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(x.mean())}
+
+
+@dataclass
+class ServingResult:
+    """What a serving run measured (see the module docstring); times in s, energy in J.
+    ``span_s``: first arrival to last completion; ``arrival_rate``: the trace's mean arrival
+    rate, requests/s; ``mean_in_system``: requests waiting or running, averaged over
+    ``span_s``; ``max_running``: most requests running at once; ``kv_cache``: capacity
+    (tokens, blocks), occupancy over time (a fraction of the blocks) and its peak;
+    ``per_request``: arrival, lengths, first-token and finish times, tokens generated,
+    preemptions of every request."""
+
+    model: str
+    trace: str
+    scheduler: dict[str, Any]
+    requests: int
+    completed: int
+    rejected: int
+    span_s: float
+    ttft_s: dict[str, float]
+    tpot_s: dict[str, float]
+    e2e_s: dict[str, float]
+    throughput_tok_s: float
+    throughput_req_s: float
+    goodput_req_s: float | None
+    slo: dict[str, float | None]
+    output_tokens: int
+    energy_j: float
+    energy_per_token_j: float
+    cost_usd: float
+    cost_per_mtok_usd: float
+    lifetime_years: float
+    usd_per_kwh: float
+    kv_cache: dict[str, Any]
+    preemptions: int
+    iterations: int
+    max_running: int
+    mean_in_system: float
+    arrival_rate: float
+    sim_wall_s: float
+    target: dict[str, Any] = field(default_factory=dict)
+    per_request: dict[str, list] = field(default_factory=dict)
+    iteration_log: dict[str, list] = field(default_factory=dict)
+
+    def metrics(self) -> dict[str, float]:
+        """Scalar metrics a study can optimise or constrain."""
+        return {"ttft_p99_s": self.ttft_s["p99"], "tpot_p99_s": self.tpot_s["p99"],
+                "e2e_p99_s": self.e2e_s["p99"], "ttft_p50_s": self.ttft_s["p50"],
+                "tpot_p50_s": self.tpot_s["p50"], "throughput_tok_s": self.throughput_tok_s,
+                "goodput_req_s": (self.goodput_req_s if self.goodput_req_s is not None
+                                  else self.throughput_req_s),
+                "cost_per_mtok_usd": self.cost_per_mtok_usd,
+                "energy_per_token_j": self.energy_per_token_j,
+                "preemptions": float(self.preemptions),
+                "rejected": float(self.rejected)}
+
+    def to_dict(self, per_request: bool = False) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("iteration_log")
+        if not per_request:
+            d.pop("per_request")
+        return d
+
+    def to_chrome_trace(self) -> dict[str, Any]:
+        """Iterations as spans on one track (args: prefill tokens, decodes), KV occupancy as
+        a counter; times in us."""
+        log = self.iteration_log
+        events: list[dict[str, Any]] = [
+            {"name": "thread_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "iterations"}}]
+        for t, dur, p, d in zip(log.get("start_s", []), log.get("latency_s", []),
+                                log.get("prefill_tokens", []), log.get("decodes", [])):
+            events.append({"name": "prefill" if p and not d else "decode" if not p else "mixed",
+                           "ph": "X", "pid": 0, "tid": 0, "ts": t * 1e6, "dur": dur * 1e6,
+                           "args": {"prefill_tokens": p, "decodes": d}})
+        for t, occ in zip(self.kv_cache["timeline_s"], self.kv_cache["occupancy"]):
+            events.append({"name": "kv_occupancy", "ph": "C", "pid": 0, "ts": t * 1e6,
+                           "args": {"occupancy": occ}})
+        return {"traceEvents": events, "displayTimeUnit": "ms",
+                "otherData": {"model": self.model, "trace": self.trace}}
+
+
+def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Scheduler,
+                     block_size: int = BLOCK_SIZE,
+                     memory_utilization: float = MEMORY_UTILIZATION,
+                     slo_ttft_s: float | None = None, slo_tpot_s: float | None = None,
+                     lifetime_years: float = LIFETIME_YEARS, usd_per_kwh: float = USD_PER_KWH,
+                     log_iterations: bool = False) -> ServingResult:
+    """Serve ``trace`` with ``scheduler`` on the design ``cost`` models (see the module
+    docstring)."""
+    for key, v, lo, hi in (("block_size", block_size, 1, 4096),):
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            raise BadInput(key, v, f"expected an int in [{lo}, {hi}]")
+    for key, v in (("slo_ttft_s", slo_ttft_s), ("slo_tpot_s", slo_tpot_s)):
+        if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                  and 0 < v < 1e9):
+            raise BadInput(key, v, "expected a time > 0, s")
+    if not (isinstance(memory_utilization, (int, float)) and 0 < memory_utilization <= 1):
+        raise BadInput("memory_utilization", memory_utilization, "expected a number in (0, 1]")
+    longest = int((trace.input_len + trace.output_len).max())
+    need = max(scheduler.token_budget, scheduler.max_batch, longest)
+    if need > cost.max_tokens:
+        raise BadInput("token_budget", need, f"expected at most the cost model's "
+                       f"{cost.max_tokens} tokens per iteration")
+    started = _time.perf_counter()
+    kv_tokens = cost.kv_capacity_tokens(memory_utilization)
+    kv = KVCache(kv_tokens // block_size, block_size)
+    fits = kv.blocks - kv.watermark
+    n = len(trace)
+    arrival = trace.arrival_s
+    s = State(trace.input_len, trace.output_len, kv)
+    first = np.full(n, np.nan)
+    finish = np.full(n, np.nan)
+    rejected = np.zeros(n, dtype=bool)
+    now, nxt = 0.0, 0
+    energy_dyn = 0.0
+    occ_t, occ_v = [], []
+    log: dict[str, list] = {"start_s": [], "latency_s": [], "prefill_tokens": [], "decodes": []}
+    in_system_area, iterations, max_running, busy = 0.0, 0, 0, 0.0
+    finished = 0
+    while finished + int(rejected.sum()) < n:
+        while nxt < n and arrival[nxt] <= now:
+            if kv.blocks_for(trace.input_len[nxt] + trace.output_len[nxt]) > fits:
+                rejected[nxt] = True                  # longer than the whole cache holds
+            else:
+                s.waiting.append(nxt)
+            nxt += 1
+        batch = scheduler.step(s)
+        if batch is None:
+            if s.running == 0 and s.waiting:           # the head can never fit: reject it
+                r = s.waiting.popleft()
+                rejected[r] = True
+                continue
+            if nxt < n:
+                now = max(now, float(arrival[nxt]))
+                continue
+            break
+        decodes = batch.decodes
+        d = len(decodes) + batch.padding
+        kv_sum = int(s.kv_tokens[decodes].sum()) + len(decodes) + batch.padding_kv + batch.padding
+        chunks = [(c0, c1) for _, c0, c1 in batch.chunks]
+        latency, e = cost.cost(d, kv_sum, chunks)
+        in_system_area += (len(s.waiting) + s.running) * latency
+        max_running = max(max_running, s.running)
+        if log_iterations:
+            log["start_s"].append(now)
+            log["latency_s"].append(latency)
+            log["prefill_tokens"].append(sum(chunks[i][1] for i in range(len(chunks))))
+            log["decodes"].append(d)
+        now += latency
+        busy += latency
+        energy_dyn += e
+        iterations += 1
+        finished += _advance(s, batch, now, first, finish)
+        if iterations % max(1, n // 50) == 0 or not occ_t:
+            occ_t.append(now)
+            occ_v.append(1.0 - kv.free / max(kv.blocks, 1))
+    done = ~np.isnan(finish)
+    t0 = float(arrival[0]) if n else 0.0
+    span = float(np.nanmax(finish) - t0) if done.any() else 0.0
+    ttft = (first - arrival)[done]
+    multi = done & (trace.output_len > 1)
+    tpot = (finish - first)[multi] / (trace.output_len[multi] - 1)
+    e2e = (finish - arrival)[done]
+    tokens = int(s.generated[done].sum())
+    energy = energy_dyn + cost.static_w * span
+    good = None
+    if slo_ttft_s is not None or slo_tpot_s is not None:
+        ok = done.copy()
+        if slo_ttft_s is not None:
+            ok &= (first - arrival) <= slo_ttft_s
+        if slo_tpot_s is not None:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                per = np.where(trace.output_len > 1, (finish - first) /
+                               np.maximum(trace.output_len - 1, 1), 0.0)
+            ok &= per <= slo_tpot_s
+        good = int(ok.sum()) / span if span > 0 else 0.0
+    cost_usd = cost.target.cost_usd()
+    dollars = cost_usd * span / (lifetime_years * _YEAR_S) + energy / 3.6e6 * usd_per_kwh
+    idx = np.linspace(0, len(occ_t) - 1, min(len(occ_t), TIMELINE_POINTS)).astype(int) \
+        if occ_t else np.zeros(0, dtype=int)
+    return ServingResult(
+        model=cost.base.model, trace=trace.name, scheduler=scheduler.describe(), requests=n,
+        completed=int(done.sum()), rejected=int(rejected.sum()), span_s=span,
+        ttft_s=_percentiles(ttft), tpot_s=_percentiles(tpot), e2e_s=_percentiles(e2e),
+        throughput_tok_s=tokens / span if span > 0 else 0.0,
+        throughput_req_s=int(done.sum()) / span if span > 0 else 0.0, goodput_req_s=good,
+        slo={"ttft_s": slo_ttft_s, "tpot_s": slo_tpot_s}, output_tokens=tokens,
+        energy_j=energy, energy_per_token_j=energy / tokens if tokens else float("nan"),
+        cost_usd=cost_usd,
+        cost_per_mtok_usd=dollars / tokens * 1e6 if tokens else float("nan"),
+        lifetime_years=lifetime_years, usd_per_kwh=usd_per_kwh,
+        kv_cache={"capacity_tokens": kv_tokens, "block_size": block_size,
+                  "blocks": kv.blocks, "memory_utilization": memory_utilization,
+                  "bytes_per_token": cost.kv_bytes_per_token,
+                  "timeline_s": [occ_t[i] for i in idx], "occupancy": [occ_v[i] for i in idx],
+                  "peak_occupancy": max(occ_v, default=0.0)},
+        preemptions=int(s.preemptions.sum()), iterations=iterations, max_running=max_running,
+        mean_in_system=in_system_area / span if span > 0 else 0.0,
+        arrival_rate=trace.rate if n > 1 else 0.0,
+        sim_wall_s=_time.perf_counter() - started, target=cost.target.describe(),
+        per_request={"arrival_s": arrival.tolist(), "input_len": trace.input_len.tolist(),
+                     "output_len": trace.output_len.tolist(), "first_token_s": first.tolist(),
+                     "finish_s": finish.tolist(), "generated": s.generated.tolist(),
+                     "preemptions": s.preemptions.tolist()},
+        iteration_log=log if log_iterations else {})
+
+
+def _advance(s: State, batch: Batch, now: float, first: np.ndarray,
+             finish: np.ndarray) -> int:
+    """Apply an iteration that ended at ``now``: chunks' KV, prompts completed emit their
+    token (first token or, after a preemption, the next), decodes emit theirs; finished
+    requests free their blocks. Returns how many finished."""
+    done_now = []
+    joined = []
+    for r, _, c in batch.chunks:
+        s.kv_tokens[r] += c
+        s.prefill_left[r] -= c
+        if s.prefill_left[r] == 0:
+            s.prefilling.remove(r)
+            if s.generated[r] == 0:
+                first[r] = now
+            s.generated[r] += 1
+            if s.generated[r] >= s.output_len[r]:
+                done_now.append(r)
+            else:
+                joined.append(r)
+    d = batch.decodes
+    if len(d):
+        s.kv_tokens[d] += 1
+        s.generated[d] += 1
+        ended = d[s.generated[d] >= s.output_len[d]]
+        done_now.extend(int(r) for r in ended)
+    if done_now or joined:
+        keep = s.decoding
+        if done_now:
+            keep = keep[~np.isin(keep, done_now)]
+        if joined:
+            keep = np.concatenate([keep, np.array(joined, dtype=np.int64)])
+        s.decoding = keep
+    for r in done_now:
+        finish[r] = now
+        s.kv.free += int(s.blocks[r])
+        s.blocks[r] = 0
+    return len(done_now)

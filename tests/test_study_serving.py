@@ -1,0 +1,101 @@
+"""Studies with a `serving:` section: designs scored by serving a trace, SLO metrics as
+constraints, the shipped study valid, and one-line errors."""
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from dse.errors import BadInput
+from dse.study.driver import run_study
+from dse.study.loader import load_study, load_study_text
+
+STUDY = """
+name: t_serving
+seed: 2
+serving:
+  model: llama2-7b
+  trace: sharegpt
+  rate: 20
+  requests: 200
+  slo_ttft_s: 1.0
+  slo_tpot_s: 0.05
+accelerators:
+  - {name: gpu, template: gpu, preset: h100}
+  - {name: npu, template: npu, preset: datacenter-bf16}
+search:
+  hardware:
+    npu.arrays: {choices: [1, 8]}
+  architecture:
+    n_layer: {choices: [2]}
+    d_model: {choices: [512]}
+    n_head: {choices: [8]}
+    n_kv_head: {choices: [8]}
+    d_ff: {choices: [1024]}
+    vocab_size: {choices: [1024]}
+objectives: [cost_usd, cost_per_mtok_usd]
+constraints: ["ttft_p99_s <= 1.0", "tpot_p99_s <= 0.05"]
+fidelity: fast
+sampler: random
+trials: 5
+"""
+
+
+def test_a_serving_study_scores_designs_by_serving(tmp_path):
+    s = load_study_text(STUDY)
+    assert [o.metric for o in s.objectives] == ["cost_usd", "cost_per_mtok_usd"]
+    r = run_study(s, trials=5, out=tmp_path, show_progress=False, write_report=False)
+    assert r.states["FAIL"] == 0
+    rows = [x for x in csv.DictReader(open(r.trials_csv, newline=""))
+            if x["state"] == "COMPLETE"]
+    assert rows
+    for x in rows:
+        for key in ("ttft_p99_s", "tpot_p99_s", "throughput_tok_s", "cost_per_mtok_usd",
+                    "goodput_req_s"):
+            assert float(x[key]) > 0, key
+        assert float(x["ttft_p99_s"]) >= float(x["ttft_p50_s"])
+        assert float(x["throughput"]) == float(x["throughput_tok_s"])
+        ok = float(x["ttft_p99_s"]) <= 1.0 and float(x["tpot_p99_s"]) <= 0.05
+        assert (x["feasible"] == "True") == ok
+
+
+def test_the_shipped_serving_study_is_valid():
+    s = load_study(Path(__file__).resolve().parent.parent / "studies" / "serve_llama_slo.yaml")
+    assert s.spec.serving.rate == 20 and s.workloads[0].phase == "decode"
+    assert {c.metric for c in s.constraints} == {"ttft_p99_s", "tpot_p99_s", "quality"}
+    assert {"design", "arch.n_layer", "hw.npu.arrays"} <= {d.name for d in s.space.dimensions}
+
+
+@pytest.mark.parametrize("edit, field", [
+    (("serving:\n", "workloads: [{model: gpt2}]\nserving:\n"), "serving"),
+    (("  rate: 20\n", ""), "serving.rate"),
+    (("  requests: 200\n", "  requests: 200\n  scheduler: fifo\n"), "serving.scheduler"),
+    (("  requests: 200\n", "  requests: 0\n"), "serving.requests"),
+    (("model: llama2-7b", "model: llama9"), "serving.model"),
+    (("model: llama2-7b", "model: resnet18"), "serving.model"),
+    (('"tpot_p99_s <= 0.05"', '"tpot_p99 <= 0.05"'), "constraints[1]"),
+])
+def test_bad_serving_sections_are_one_line(edit, field):
+    with pytest.raises(BadInput) as exc:
+        load_study_text(STUDY.replace(*edit, 1))
+    assert str(exc.value).startswith(field), str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+def test_serving_metrics_need_a_serving_section():
+    text = STUDY.replace("serving:\n  model: llama2-7b\n  trace: sharegpt\n  rate: 20\n"
+                         "  requests: 200\n  slo_ttft_s: 1.0\n  slo_tpot_s: 0.05\n",
+                         "workloads: [{model: llama2-7b, phase: decode, context: 8}]\n")
+    with pytest.raises(BadInput, match="objectives"):
+        load_study_text(text)
+
+
+@pytest.mark.slow
+def test_the_shipped_serving_study_runs_with_few_trials(tmp_path):
+    s = load_study(Path(__file__).resolve().parent.parent / "studies" / "serve_llama_slo.yaml")
+    r = run_study(s, trials=3, out=tmp_path, show_progress=False, write_report=False)
+    assert r.states["FAIL"] == 0
+    rows = list(csv.DictReader(open(r.trials_csv, newline="")))
+    done = [x for x in rows if x["state"] == "COMPLETE"]
+    assert done, [x["reason"] for x in rows]
+    assert all(float(x["throughput_tok_s"]) > 0 for x in done)
