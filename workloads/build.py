@@ -168,7 +168,7 @@ def cached(args: dict[str, Any], make: Callable[[], ir.Workload],
     return w
 
 
-def _capture_zoo(args: dict[str, Any]) -> ir.Workload:
+def _capture_zoo(args: dict[str, Any], record: dict | None = None) -> ir.Workload:
     spec = get_model(args["model"])
     arch = args["arch"]
     try:
@@ -187,7 +187,7 @@ def _capture_zoo(args: dict[str, Any]) -> ir.Workload:
         return capture(module, ex_args, ex_kwargs, model=args["model"], phase=args["phase"],
                        dtype=args["dtype"], batch=args["batch"],
                        seq=args["seq"] if spec.family in ("llm", "encoder") else 0,
-                       context=args["context"], arch=arch)
+                       context=args["context"], arch=arch, record=record)
 
 
 def _remember(key: str, w: ir.Workload) -> None:

@@ -26,6 +26,20 @@ DEFAULT_ARCH_RANGES: dict[str, tuple[int, int]] = {
 
 
 @dataclass(frozen=True)
+class SizeRule:
+    """How a model's tensor sizes follow from its architecture, for :mod:`workloads.reshape`
+    (other architectures without re-capture). ``depth``: the arch key that repeats one block
+    (``n_layer``). ``variables(arch, phase, batch, seq, context)``: the size variables, ints
+    whose products (and +-1) every tensor dimension is, or None where the rule does not apply
+    (the builder captures instead). ``point(variables, phase)``: the inverse, as arch overrides,
+    batch, seq and context."""
+
+    depth: str
+    variables: Callable[[dict[str, Any], str, int, int, int], dict[str, int] | None]
+    point: Callable[[dict[str, int], str], tuple[dict[str, Any], int, int, int]]
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """A zoo model.
 
@@ -62,6 +76,8 @@ class ModelSpec:
     published_active_params: int | None = None
     #: Smallest allowed value of a number whose default allows zero (e.g. capacity_factor 0).
     arch_min: dict[str, float] = field(default_factory=dict)
+    #: How its sizes vary, where other architectures can be built without re-capture.
+    sizes: SizeRule | None = None
 
     def resolve_arch(self, overrides: dict[str, Any] | None) -> dict[str, Any]:
         """Defaults updated by ``overrides``, each coerced to its default's type; unknown keys and
