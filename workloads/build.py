@@ -25,7 +25,7 @@ import torch
 
 import dse
 from dse.errors import BadInput, CaptureError, DSEError, first_line
-from workloads import ir, ir_json
+from workloads import ir, ir_json, reshape
 from workloads.capture import capture
 from workloads.kv_update import check_kv_update, with_kv_update
 from workloads.zoo import get_model
@@ -148,16 +148,25 @@ def build_workload(model: str, phase: str | None = None, batch: int | None = Non
     semantics are applied to the cached capture, :mod:`workloads.kv_update`)."""
     check_kv_update(kv_update)
     args = resolve(model, phase, batch, seq, context, dtype, arch)
-    return with_kv_update(cached(args, lambda: _capture_zoo(args), use_cache), kv_update)
+    if not use_cache:   # a real capture, uncached
+        return with_kv_update(_capture_zoo(args), kv_update)
+    # A transformer family captured once is rebuilt at other sizes without torch.export
+    # (workloads/reshape.py): quicker than the disk cache once its template exists.
+    w = cached(args, lambda: reshape.reshaped(args) or _capture_zoo(args),
+               quick=lambda: reshape.reshaped(args, make=False))
+    return with_kv_update(w, kv_update)
 
 
 def cached(args: dict[str, Any], make: Callable[[], ir.Workload],
-           use_cache: bool = True) -> ir.Workload:
+           use_cache: bool = True,
+           quick: Callable[[], ir.Workload | None] | None = None) -> ir.Workload:
     """The workload ``make()`` builds, from the two-level cache under the key of ``args`` (any
-    JSON-able dict that determines the capture: zoo arguments, a Hugging Face config's hash)."""
+    JSON-able dict that determines the capture: zoo arguments, a Hugging Face config's hash).
+    ``quick()``, tried after the memory and before the disk, builds it without storing it
+    on disk (None where it cannot)."""
     key = _key(args)
     if use_cache:
-        hit = _MEMORY.get(key) or _load(key)
+        hit = _MEMORY.get(key) or (quick() if quick is not None else None) or _load(key)
         if hit is not None:
             _remember(key, hit)
             return hit

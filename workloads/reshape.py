@@ -147,6 +147,7 @@ class Template:
                  free: dict[str, tuple[int, int]], unknown: dict[str, tuple[int, int]]):
         self.names, self.prefix, self.block, self.suffix = names, prefix, block, suffix
         self.params, self.free, self.unknown = params, free, unknown
+        self._structures: dict[int, tuple] = {}
 
     # ------------------------------------------------------------------ building a workload
     def unique_ops(self, variables: dict[str, int], dtype: str) -> tuple[list[ir.Op], list, list]:
@@ -172,51 +173,68 @@ class Template:
             out.append(built)
         return out[0], out[1], out[2]
 
+    def structure(self, depth: int) -> tuple[list[str], list[int], list[tuple[int, int, int]]]:
+        """Op names, which unique op (prefix, block, suffix ops numbered in that order) each node
+        is, and the edges as (producer node, consumer node, consumer's input slot) at
+        ``depth``; the same for any sizes, so kept per depth."""
+        hit = self._structures.get(depth)
+        if hit is not None:
+            return hit
+        np_, nb = len(self.prefix), len(self.block)
+        names: list[str] = []
+        which: list[int] = []
+        edges: list[tuple[int, int, int]] = []
+
+        def emit(t: _TemplateOp, unique: int, name: str, side: int, layer: int) -> None:
+            me = len(names)
+            names.append(name)
+            which.append(unique)
+            for slot, inp in enumerate(t.inputs):
+                ref = inp.refs[side]
+                if ref is None:
+                    continue
+                part, delta, j = ref
+                src = {"p": j, "b": np_ + (layer + delta) * nb + j,
+                       "last": np_ + (depth - 1) * nb + j, "s": np_ + depth * nb + j}[part]
+                edges.append((src, me, slot))
+
+        for j, t in enumerate(self.prefix):
+            emit(t, j, _name(t.name[0], t.name[1]), 0, 0)
+        for layer in range(depth):
+            for j, t in enumerate(self.block):
+                base, first, step = t.name
+                emit(t, np_ + j, _name(base, first + layer * step), min(layer, 1), layer)
+        for j, t in enumerate(self.suffix):
+            base, first, step = t.name
+            emit(t, np_ + nb + j, _name(base, first + (depth - 1) * step), 0, 0)
+        self._structures[depth] = (names, which, edges)
+        return names, which, edges
+
     def build(self, variables: dict[str, int], depth: int, *, model: str, phase: str,
               dtype: str, batch: int, seq: int, context: int,
               arch: dict[str, Any]) -> ir.Workload:
         """The workload a capture at these sizes and depth would give."""
         prefix, block, suffix = self.unique_ops(variables, dtype)
-        np_, nb = len(self.prefix), len(self.block)
-        names: list[str] = []
-        ops: list[ir.Op] = []
-        edges: dict[tuple[str, str], int] = {}
-
-        def emit(t: _TemplateOp, built, name: str, refs_of, layer: int) -> None:
-            op, nbytes = built
-            names.append(name)
-            ops.append(ir.Op(name, op.kind, op.target, op.input_shapes, op.output_shapes,
-                             op.dtype, op.bytes_per_element, op.flops, op.weight_bytes,
-                             op.activation_bytes_read, op.activation_bytes_written,
-                             op.kv_bytes_read, op.kv_bytes_written, op.attrs))
-            for inp, b in zip(t.inputs, nbytes):
-                ref = refs_of(inp)
-                if ref is None:
-                    continue
-                part, delta, j = ref
-                if part == "p":
-                    src = names[j]
-                elif part == "b":
-                    src = names[np_ + (layer + delta) * nb + j]
-                elif part == "last":
-                    src = names[np_ + (depth - 1) * nb + j]
-                else:
-                    src = names[np_ + depth * nb + j]
-                edges[(src, name)] = edges.get((src, name), 0) + b
-
-        for t, built in zip(self.prefix, prefix):
-            emit(t, built, _name(t.name[0], t.name[1]), lambda i: i.refs[0], 0)
-        for layer in range(depth):
-            for t, built in zip(self.block, block):
-                base, first, step = t.name
-                emit(t, built, _name(base, first + layer * step),
-                     (lambda i: i.refs[0]) if layer == 0 else (lambda i: i.refs[1]), layer)
-        for t, built in zip(self.suffix, suffix):
-            base, first, step = t.name
-            emit(t, built, _name(base, first + (depth - 1) * step), lambda i: i.refs[0], 0)
-        graph = nx.DiGraph()
-        graph.add_nodes_from((n, {"op": op, "index": k}) for k, (n, op) in enumerate(zip(names, ops)))
-        graph.add_edges_from((u, v, {"bytes": b}) for (u, v), b in edges.items())
+        unique = prefix + block + suffix
+        names, which, edge_list = self.structure(depth)
+        fields = [(op.kind, op.target, op.input_shapes, op.output_shapes, op.dtype,
+                   op.bytes_per_element, op.flops, op.weight_bytes, op.activation_bytes_read,
+                   op.activation_bytes_written, op.kv_bytes_read, op.kv_bytes_written, op.attrs)
+                  for op, _ in unique]
+        ops = [ir.Op(n, *fields[u]) for n, u in zip(names, which)]
+        nodes = {n: {"op": op, "index": k} for k, (n, op) in enumerate(zip(names, ops))}
+        succ: dict[str, dict] = {n: {} for n in names}
+        pred: dict[str, dict] = {n: {} for n in names}
+        for src, dst, slot in edge_list:   # bytes add up where one tensor feeds two inputs
+            u, v = names[src], names[dst]
+            b = unique[which[dst]][1][slot]
+            data = succ[u].get(v)
+            if data is None:
+                succ[u][v] = pred[v][u] = {"bytes": b}
+            else:
+                data["bytes"] += b
+        graph = nx.DiGraph()   # filled as networkx's own readers expect: node, successor and
+        graph._node, graph._adj, graph._pred = nodes, succ, pred   # predecessor dicts
         vals = [variables[n] for n in self.names]
         const, layered = self.params
         params = sum(_ev(x, vals) for x in const) + depth * sum(_ev(x, vals) for x in layered)
@@ -229,9 +247,11 @@ class Template:
 
     # ------------------------------------------------------------------ making a template
     @classmethod
-    def from_captures(cls, names: list[str], a, b, pa: list[int], pb: list[int]) -> "Template":
+    def from_captures(cls, names: list[str], a, b, pa: list[int], pb: list[int],
+                      repeated: bool = True) -> "Template":
         """The template from captures ``a`` (depth 1, variables ``pa``) and ``b`` (depth 2,
-        ``pb``), each ``(workload, record)``; :class:`Refused` where they do not fit one."""
+        ``pb``), each ``(workload, record)``; :class:`Refused` where they do not fit one.
+        Without ``repeated`` the model has no depth: ``a`` and ``b`` are the same graph."""
         (wa, ra), (wb, rb) = a, b
         oa, ob = ra["ops"], rb["ops"]
         for w, rec in (a, b):
@@ -242,9 +262,12 @@ class Template:
                 raise Refused(f"op {rec[2]} ({rec[3]}) reads more than shapes")
         k = len(ob) - len(oa)
         sa, sb = [_sig(r) for r in oa], [_sig(r) for r in ob]
-        start = next((p for p in range(len(oa) - k + 1) if k > 0
-                      and sb[p:p + k] == sb[p + k:p + 2 * k] and sa[:p] == sb[:p]
-                      and sa[p:] == sb[p + k:]), None)
+        if not repeated:   # no depth: the whole graph is the prefix
+            start = len(oa) if sa == sb else None
+        else:
+            start = next((p for p in range(len(oa) - k + 1) if k > 0
+                          and sb[p:p + k] == sb[p + k:p + 2 * k] and sa[:p] == sb[:p]
+                          and sa[p:] == sb[p + k:]), None)
         if start is None:
             raise Refused("no repeated block between depth 1 and 2")
         pos = {rec[1]: i for i, rec in enumerate(ob)}
@@ -304,13 +327,13 @@ class Template:
         block = [top(start + j, start + j, start + k + j) for j in range(k)]
         suffix = [top(start + k + j, start + 2 * k + j, None)
                   for j in range(len(oa) - start - k)]
-        params = cls._fit_params(ra["params"], rb["params"], pa, pb)
+        params = cls._fit_params(ra["params"], rb["params"], pa, pb, repeated)
         free = _linear_counts(dict(wa.free_ops), dict(wb.free_ops))
         unknown = _linear_counts(wa.unknown_targets, wb.unknown_targets)
         return cls(names, prefix, block, suffix, params, free, unknown)
 
     @staticmethod
-    def _fit_params(pa_list, pb_list, pa, pb) -> tuple[list[Expr], list[Expr]]:
+    def _fit_params(pa_list, pb_list, pa, pb, repeated) -> tuple[list[Expr], list[Expr]]:
         groups_a: dict[str, list[int]] = {}
         groups_b: dict[str, list[int]] = {}
         for fqn, shape in pa_list:
@@ -320,7 +343,7 @@ class Template:
         const, layered = [], []
         for pat, nb in groups_b.items():
             na = groups_a.get(pat, [])
-            if len(na) == 1 and len(nb) in (1, 2):
+            if len(na) == 1 and len(nb) in ((1, 2) if repeated else (1,)):
                 (const if len(nb) == 1 else layered).append(_fit(na[0], nb[0], pa, pb))
             else:
                 raise Refused(f"parameter {pat} is neither one per model nor one per block")
@@ -381,29 +404,32 @@ def _reference(args: dict[str, Any], rule, variables: dict[str, int], capture: i
     free = [k for k, v in variables.items() if v not in (0, 1)]
     point = {**variables, **dict(zip(free, _primes(len(free), capture)))}
     over, batch, seq, context = rule.point(point, args["phase"])
-    ref = build.resolve(args["model"], args["phase"], batch, seq,
-                        context if args["phase"] == "decode" else None, args["dtype"],
-                        {**args["arch"], **over, rule.depth: depth})
+    arch = {**args["arch"], **over, **({rule.depth: depth} if rule.depth else {})}
+    ref = build.resolve(args["model"], args["phase"], batch, seq or None,   # 0: not a size
+                        context if args["phase"] == "decode" else None, args["dtype"], arch)
     record: dict = {}
     return build._capture_zoo(ref, record), record, point, ref
 
 
-def template_for(args: dict[str, Any]) -> Template | None:
-    """The verified template of resolved zoo arguments' family (captured and verified on first
-    use, then kept for the process), or None when the family is not covered or was refused."""
+def template_for(args: dict[str, Any], make: bool = True) -> Template | None:
+    """The verified template of resolved zoo arguments' family (with ``make``, captured and
+    verified on first use, then kept for the process), or None when the family is not covered,
+    was refused, or (without ``make``) has none yet."""
     fam = _family(args)
     if fam is None:
         return None
     rule, variables, key = fam
     hit = _TEMPLATES.get(key)
-    if hit is None:
+    if hit is None and make:
         try:
             refs = [_reference(args, rule, variables, i, d) for i, d in enumerate(DEPTHS)]
             names = list(variables)
             vals = [[r[2][n] for n in names] for r in refs]
-            t = Template.from_captures(names, refs[0][:2], refs[1][:2], vals[0], vals[1])
+            t = Template.from_captures(names, refs[0][:2], refs[1][:2], vals[0], vals[1],
+                                       repeated=rule.depth is not None)
             wc, _, point, ref = refs[2]
-            mine = t.build(point, DEPTHS[2], model=ref["model"], phase=ref["phase"],
+            mine = t.build(point, DEPTHS[2] if rule.depth else 0, model=ref["model"],
+                           phase=ref["phase"],
                            dtype=ref["dtype"], batch=ref["batch"], seq=wc.seq,
                            context=ref["context"], arch=ref["arch"])
             diff = same_workload(mine, wc)
@@ -415,7 +441,7 @@ def template_for(args: dict[str, Any]) -> Template | None:
         except Exception as exc:  # a reference size the model refuses: capture as before
             hit = f"{type(exc).__name__}: {exc}"
         _TEMPLATES[key] = hit
-    if isinstance(hit, str):
+    if hit is None or isinstance(hit, str):
         return None
     return hit
 
@@ -428,15 +454,16 @@ def refusal(args: dict[str, Any]) -> str | None:
     return hit if isinstance(hit, str) else None
 
 
-def reshaped(args: dict[str, Any]) -> ir.Workload | None:
+def reshaped(args: dict[str, Any], make: bool = True) -> ir.Workload | None:
     """The workload of resolved zoo arguments (:func:`workloads.build.resolve`) built from its
-    family's template, or None where a capture is needed."""
-    t = template_for(args)
+    family's template (made first if ``make``), or None where a capture is needed."""
+    t = template_for(args, make)
     if t is None:
         return None
     rule, variables, _ = _family(args)
     spec = get_model(args["model"])
-    return t.build(variables, args["arch"][rule.depth], model=args["model"], phase=args["phase"],
+    depth = args["arch"][rule.depth] if rule.depth else 0
+    return t.build(variables, depth, model=args["model"], phase=args["phase"],
                    dtype=args["dtype"], batch=args["batch"],
                    seq=args["seq"] if spec.family in ("llm", "encoder") else 0,
                    context=args["context"], arch=args["arch"])

@@ -29,12 +29,12 @@ DEFAULT_ARCH_RANGES: dict[str, tuple[int, int]] = {
 class SizeRule:
     """How a model's tensor sizes follow from its architecture, for :mod:`workloads.reshape`
     (other architectures without re-capture). ``depth``: the arch key that repeats one block
-    (``n_layer``). ``variables(arch, phase, batch, seq, context)``: the size variables, ints
+    (``n_layer``), None for a model without one. ``variables(arch, phase, batch, seq, context)``: the size variables, ints
     whose products (and +-1) every tensor dimension is, or None where the rule does not apply
     (the builder captures instead). ``point(variables, phase)``: the inverse, as arch overrides,
     batch, seq and context."""
 
-    depth: str
+    depth: str | None
     variables: Callable[[dict[str, Any], str, int, int, int], dict[str, int] | None]
     point: Callable[[dict[str, int], str], tuple[dict[str, Any], int, int, int]]
 

@@ -14,7 +14,7 @@ from torch import nn
 
 from dse.errors import BadInput
 from workloads.zoo.definitions.checks import check_count, check_phase, example_floats
-from workloads.zoo.registry import ModelSpec, register
+from workloads.zoo.registry import ModelSpec, SizeRule, register
 
 
 class Linear(nn.Module):
@@ -73,11 +73,28 @@ def _inputs(name: str, shapes):
     return inputs
 
 
+def _sdpa_variables(a: dict[str, Any], phase: str, batch: int, seq: int,
+                    context: int) -> dict[str, int] | None:
+    """Batch, query and key lengths, head size, KV heads and the query heads per KV head."""
+    if a["h"] % a["kv_heads"]:
+        return None
+    return {"B": batch, "b": a["b"], "sq": a["sq"], "skv": a["skv"], "d": a["d"],
+            "kv": a["kv_heads"], "g": a["h"] // a["kv_heads"]}
+
+
+def _sdpa_point(v: dict[str, int], phase: str) -> tuple[dict[str, Any], int, int, int]:
+    return ({"b": v["b"], "sq": v["sq"], "skv": v["skv"], "d": v["d"], "kv_heads": v["kv"],
+             "h": v["kv"] * v["g"]}, v["B"], 0, 0)
+
+
 # Default sizes of the micro workloads are example sizes [E], meant to be overridden.
 register(ModelSpec(
     name="linear", family="micro", description="one GEMM: [m, k] x [k, n]",
     arch={"m": 1024, "k": 1024, "n": 1024, "bias": False},
-    build=Linear, inputs=_inputs("linear", lambda a, b: [(b * a["m"], a["k"])])))
+    build=Linear, inputs=_inputs("linear", lambda a, b: [(b * a["m"], a["k"])]),
+    sizes=SizeRule(None, lambda a, phase, batch, seq, context: {
+        "B": batch, "m": a["m"], "k": a["k"], "n": a["n"]},
+        lambda v, phase: ({"m": v["m"], "k": v["k"], "n": v["n"]}, v["B"], 0, 0))))
 
 register(ModelSpec(
     name="conv2d", family="micro", description="one 2-D convolution (NCHW)",
@@ -91,7 +108,7 @@ register(ModelSpec(
 register(ModelSpec(
     name="sdpa", family="micro", description="one scaled-dot-product attention",
     arch={"b": 1, "h": 32, "sq": 1024, "skv": 1024, "d": 128, "causal": True, "kv_heads": 32},
-    build=SDPA,
+    build=SDPA, sizes=SizeRule(None, _sdpa_variables, _sdpa_point),
     inputs=_inputs("sdpa", lambda a, b: [(b * a["b"], a["h"], a["sq"], a["d"]),
                                          (b * a["b"], a["kv_heads"], a["skv"], a["d"]),
                                          (b * a["b"], a["kv_heads"], a["skv"], a["d"])])))
