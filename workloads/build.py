@@ -240,4 +240,6 @@ def _store(key: str, w: ir.Workload) -> None:
 
 
 def clear_memory_cache() -> None:
+    """Forget the in-process workloads and reshape templates (the disk cache stays)."""
     _MEMORY.clear()
+    reshape.clear_templates()

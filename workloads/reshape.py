@@ -375,6 +375,10 @@ def same_workload(a: ir.Workload, b: ir.Workload) -> str | None:
 _TEMPLATES: dict[tuple, Template | str] = {}
 
 
+def clear_templates() -> None:
+    _TEMPLATES.clear()
+
+
 def _family(args: dict[str, Any]):
     """(rule, variables, family key) of resolved zoo arguments, or None when not covered."""
     spec = get_model(args["model"])
