@@ -3,9 +3,13 @@
 The cache key is (model, architecture, phase, batch, seq, context, dtype, package and torch
 versions). Level 1 is an in-process LRU; level 2 a gzipped JSON file per key under
 ``$DSE_CACHE_DIR`` (default ``~/.cache/accel-dse/workloads``; :mod:`workloads.ir_json`),
-shared by worker processes and CLI runs. Reading a file cannot run code (no pickle); a cache
-directory that another user could write is refused (:class:`BadInput`), files are written
-atomically (temp file + rename) and a corrupt, foreign or oversized file is rebuilt.
+shared by worker processes and CLI runs. A model with a size rule is rebuilt at other
+architectures from its family's template (:mod:`workloads.reshape`: three small captures once
+per process, then about a millisecond per architecture, kept in memory only);
+``DSE_RESHAPE=0`` captures every architecture instead. Reading a file cannot run code (no
+pickle); a cache directory that another user could write is refused (:class:`BadInput`),
+files are written atomically (temp file + rename) and a corrupt, foreign or oversized file is
+rebuilt.
 """
 
 from __future__ import annotations
@@ -150,6 +154,8 @@ def build_workload(model: str, phase: str | None = None, batch: int | None = Non
     args = resolve(model, phase, batch, seq, context, dtype, arch)
     if not use_cache:   # a real capture, uncached
         return with_kv_update(_capture_zoo(args), kv_update)
+    if os.environ.get("DSE_RESHAPE") == "0":   # capture every architecture (benchmarks)
+        return with_kv_update(cached(args, lambda: _capture_zoo(args)), kv_update)
     # A transformer family captured once is rebuilt at other sizes without torch.export
     # (workloads/reshape.py): quicker than the disk cache once its template exists.
     w = cached(args, lambda: reshape.reshaped(args) or _capture_zoo(args),

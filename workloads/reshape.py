@@ -243,6 +243,13 @@ class Template:
                         unknown_targets=_at_depth(self.unknown, depth),
                         free_ops=tuple(sorted(_at_depth(self.free, depth).items())))
         w.__dict__["ops"] = ops   # insertion order is the capture's topological order
+        # The fast path's op structure, known here: which ops are copies of one op (its
+        # signature dedupe would merge at least these) and each op's producers.
+        preds: list[list[int]] = [[] for _ in names]
+        for src, dst, _ in edge_list:
+            if src not in preds[dst]:
+                preds[dst].append(src)
+        w.__dict__["structure_hint"] = (which, preds)
         return w
 
     # ------------------------------------------------------------------ making a template
