@@ -103,3 +103,30 @@ def test_selection_prefers_feasible_non_dominated_spread_points():
     for values in enc.decode(genes):
         assert np.allclose(enc.decode(enc.encode(values)[None])[0]["hw.dram_bandwidth_Bps"],
                            values["hw.dram_bandwidth_Bps"])
+
+
+def test_a_generation_is_stored_as_optuna_stores_it(tmp_path):
+    """The one-transaction write of a generation equals Optuna's own add_trial path."""
+    from dse.study.batched_storage import BatchedStorage
+    from dse.study.storage import open_storage
+    dists = {"a": optuna.distributions.IntDistribution(1, 100, log=True),
+             "b": optuna.distributions.CategoricalDistribution(["p", "q"])}
+    made = [optuna.trial.create_trial(
+        state=optuna.trial.TrialState.COMPLETE, values=[float(a), 1.0], params={"a": a, "b": b},
+        distributions=dists, user_attrs={"metrics": {"x": a}}, system_attrs={"constraints": [a - 50.0]})
+        for a, b in ((3, "p"), (70, "q"))]
+    made.append(optuna.trial.create_trial(state=optuna.trial.TrialState.PRUNED, params={"a": 5, "b": "q"},
+                                          distributions=dists, user_attrs={"infeasible_reason": "x"}))
+    out = []
+    for batch in (True, False):
+        url = f"sqlite:///{tmp_path}/g{batch}.db"
+        storage = BatchedStorage(open_storage(url), batch=batch)
+        st = optuna.create_study(study_name="x", storage=storage, directions=["minimize"] * 2)
+        st.tell(st.ask(), [1.0, 2.0])
+        storage.add_finished_trials(st._study_id, made)
+        reread = optuna.load_study(study_name="x", storage=url).trials
+        out.append([(t.number, t.state, t.values, t.params, t.user_attrs, t.system_attrs,
+                     t.distributions) for t in reread])
+        assert [(t.datetime_start, t.datetime_complete) for t in reread[1:]] == [
+            (t.datetime_start, t.datetime_complete) for t in made]
+    assert out[0] == out[1] and [x[0] for x in out[0]] == [0, 1, 2, 3]

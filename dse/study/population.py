@@ -171,10 +171,11 @@ def scores(resolved, trials: list[FrozenTrial]) -> tuple[np.ndarray, np.ndarray]
 
 def run(resolved, study: optuna.Study, evaluator, seed: int, target: int,
         count: Callable[[], int], to_trial: Callable[[dict, Any], FrozenTrial],
+        store: Callable[[list[FrozenTrial]], None],
         on_trial: Callable[[FrozenTrial], None] | None = None) -> int:
     """Evolve until the study holds ``target`` trials (``count()`` says how many it holds);
     returns the trials this run stored. ``to_trial(params, evaluation)`` is the finished
-    trial a worker would store."""
+    trial a worker would store, ``store(trials)`` stores a generation."""
     space = resolved.space
     enc = Encoding(space.dimensions)
     names = set(space.names())
@@ -199,7 +200,7 @@ def run(resolved, study: optuna.Study, evaluator, seed: int, target: int,
         values = enc.decode(new)
         evs = evaluator.evaluate_batch([space.point(v) for v in values])
         trials = [to_trial(v, ev) for v, ev in zip(values, evs)]
-        study.add_trials(trials)
+        store(trials)
         stored += len(trials)
         if on_trial is not None:
             for t in trials:

@@ -261,7 +261,8 @@ def _run_population(job: WorkerJob, on_trial, resolved: ResolvedStudy, study: op
         n = sum(storage.count_by_state(study_id).values())
     population.run(resolved, study, evaluator, derive_seed(job.seed, n, job.index), job.target,
                    count, lambda params, ev: finished_trial(resolved, params, ev,
-                                                            SIMULATOR_VERSION), seen)
+                                                            SIMULATOR_VERSION),
+                   lambda trials: storage.add_finished_trials(study_id, trials), seen)
 
 
 def _fail(study: optuna.Study, trial: optuna.Trial, reason: str) -> FrozenTrial:
