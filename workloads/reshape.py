@@ -148,6 +148,7 @@ class Template:
         self.names, self.prefix, self.block, self.suffix = names, prefix, block, suffix
         self.params, self.free, self.unknown = params, free, unknown
         self._structures: dict[int, tuple] = {}
+        self._preds: dict[int, list[list[int]]] = {}
 
     # ------------------------------------------------------------------ building a workload
     def unique_ops(self, variables: dict[str, int], dtype: str) -> tuple[list[ir.Op], list, list]:
@@ -207,7 +208,12 @@ class Template:
         for j, t in enumerate(self.suffix):
             base, first, step = t.name
             emit(t, np_ + nb + j, _name(base, first + (depth - 1) * step), 0, 0)
+        preds: list[list[int]] = [[] for _ in names]
+        for src, dst, _ in edges:
+            if src not in preds[dst]:
+                preds[dst].append(src)
         self._structures[depth] = (names, which, edges)
+        self._preds[depth] = preds
         return names, which, edges
 
     def build(self, variables: dict[str, int], depth: int, *, model: str, phase: str,
@@ -245,11 +251,7 @@ class Template:
         w.__dict__["ops"] = ops   # insertion order is the capture's topological order
         # The fast path's op structure, known here: which ops are copies of one op (its
         # signature dedupe would merge at least these) and each op's producers.
-        preds: list[list[int]] = [[] for _ in names]
-        for src, dst, _ in edge_list:
-            if src not in preds[dst]:
-                preds[dst].append(src)
-        w.__dict__["structure_hint"] = (which, preds)
+        w.__dict__["structure_hint"] = (which, self._preds[depth])
         return w
 
     # ------------------------------------------------------------------ making a template
