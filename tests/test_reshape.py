@@ -67,8 +67,22 @@ def test_a_reshaped_attention_equals_its_capture(kv, group, sq, skv, d, causal):
                           "causal": causal})
 
 
-def test_other_dtypes_and_the_builder_use_the_template():
+@SETTINGS
+@given(st.integers(1, 8), st.integers(1, 8), st.integers(1, 40), st.integers(1, 40),
+       st.sampled_from([(1, 0), (3, 1), (3, 0), (7, 3), (5, 2)]), st.integers(1, 2),
+       st.sampled_from([1, 2]), st.booleans())
+def test_a_reshaped_convolution_equals_its_capture(cg, kg, h, w, rp, stride, groups, bias):
+    r, pad = rp
+    if h + 2 * pad < r or w + 2 * pad < r:
+        return
+    arch = {"c": cg * groups, "k": kg * groups, "h": h, "w": w, "r": r, "s": r,
+            "stride": stride, "padding": pad, "groups": groups, "bias": bias}
+    _check("conv2d", None, arch, 1)
+
+
+def test_other_dtypes_and_the_builder_use_the_template(tmp_path, monkeypatch):
     _check("gpt2", "decode", {"n_layer": 2, "d_model": 64, "n_head": 4}, context=9, dtype="fp32")
+    monkeypatch.setenv("DSE_CACHE_DIR", str(tmp_path))   # no disk hit: the builder re-shapes
     build.clear_memory_cache()
     args = build.resolve("gpt2", "decode", 1, None, 9, "bf16", {"n_layer": 2, "d_model": 64,
                                                                  "n_head": 4})
@@ -81,7 +95,10 @@ def test_other_dtypes_and_the_builder_use_the_template():
 
 
 def test_a_model_without_a_size_rule_or_a_refused_fit_is_captured():
-    args = build.resolve("conv2d", None, 1, None, None, "bf16", None)
+    args = build.resolve("conv2d", None, 1, None, None, "bf16", {"h": 9, "r": 3, "stride": 3,
+                                                                  "padding": 0})
+    assert reshape.reshaped(args) is None      # the last window leaves 2 rows: captured
+    args = build.resolve("resnet18", None, 1, None, None, "bf16", None)
     assert reshape.reshaped(args) is None and reshape.refusal(args)
     with pytest.raises(reshape.Refused):
         reshape._fit(14, 31, [7], [11])          # neither c * v^e + e' nor constant

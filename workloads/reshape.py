@@ -12,8 +12,8 @@ at depth 1, 2 and 3, with the size variables set to distinct primes. Then:
   previous block and the prefix are read off the second block, op names continue torch.fx's
   per-target counters.
 * **Sizes.** Every tensor dimension, broadcast size and parameter size is fitted as
-  ``c * prod(v_i ** e_i) + e`` (``e`` in 0, 1, -1): the exponents are read off the prime
-  factorisation at the first point and checked at the second.
+  ``c * prod(v_i ** e_i) + e`` (``e`` a small integer, :data:`OFFSETS`): the exponents are
+  read off the prime factorisation at the first point and checked at the second.
 * **Ops.** An op at new sizes is built by capture's own op builder
   (:func:`workloads.capture._make_op`) from the reshaped tensors, so FLOPs, bytes and attrs
   follow the same code as a capture; each block op is built once and repeated per layer.
@@ -22,8 +22,8 @@ The template is then **verified** against the depth-3 capture at a third set of 
 op (each field and attr, in order), edge and its bytes, the parameter count and the view-op
 counts must be equal; otherwise it is refused (:func:`refusal` says why) and the builder
 captures every architecture of that family as before. Ops whose attrs read more than shapes
-from the exported node (convolutions, einsum, MoE, scans, recurrences, hash grids, sparse
-attention) are refused the same way.
+from the exported node (einsum, MoE, scans, recurrences, hash grids, sparse attention) are
+refused the same way; a convolution's stride, padding and groups are part of its family.
 """
 
 from __future__ import annotations
@@ -39,18 +39,22 @@ from workloads import ir
 from workloads.capture import ACT, _make_op, _Tensor
 from workloads.zoo import get_model
 
-#: Size-variable values of the reference captures: distinct primes (small, so a product of
-#: three stays within the zoo's bounds), rotated by one place from one capture to the next; the
-#: rule's last variable (positions, which must hold any sequence) takes a larger one.
-PRIMES = (7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43)
-LAST_PRIMES = (53, 59, 61)
+#: Size-variable values of the reference captures: distinct primes, above the constants a
+#: family fixes (filter sizes up to 11, strides, groups) so no constant hides a variable, and
+#: small enough that a product of three stays within the zoo's bounds; rotated by one place
+#: from one capture to the next. The rule's last variable (positions, which must hold any
+#: sequence) takes a larger one.
+PRIMES = (13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53)
+LAST_PRIMES = (59, 61, 67)
 #: Depths of the three reference captures.
 DEPTHS = (1, 2, 3)
-#: Op kinds whose attrs come from the tensor shapes alone (plus attention's causal flag).
-SHAPE_KINDS = (ir.MATMUL, ir.ATTENTION, ir.ELEMENTWISE, ir.NORM, ir.SOFTMAX, ir.REDUCTION,
+#: Op kinds whose attrs come from the tensor shapes alone (plus attention's causal flag and a
+#: convolution's stride, padding and groups, which the size rules keep fixed in a family).
+SHAPE_KINDS = (ir.MATMUL, ir.CONV, ir.ATTENTION, ir.ELEMENTWISE, ir.NORM, ir.SOFTMAX, ir.REDUCTION,
                ir.EMBEDDING, ir.DATA_MOVEMENT, ir.UNKNOWN)
-#: Offsets a dimension may have over its monomial (``context + 1`` keys after an append).
-OFFSETS = (0, 1, -1)
+#: Offsets a dimension may have over its monomial, smallest first (``context + 1`` keys after
+#: an append; a convolution's input rows ``stride * P + r - 2 * padding - stride``).
+OFFSETS = (0, 1, -1) + tuple(e for k in range(2, 17) for e in (k, -k))
 
 Expr = tuple[int, tuple[tuple[int, int], ...], int]   # c, ((variable index, power), ...), e
 
@@ -398,7 +402,7 @@ def _family(args: dict[str, Any]):
     variables = rule.variables(arch, args["phase"], args["batch"], args["seq"], args["context"])
     if variables is None:
         return None
-    varied = set(rule.point(variables, args["phase"])[0]) | {rule.depth}
+    varied = set(rule.point(variables, args["phase"], arch)[0]) | {rule.depth}
     fixed_arch = tuple(sorted((k, repr(v)) for k, v in arch.items() if k not in varied))
     fixed_vars = tuple((k, v) for k, v in variables.items() if v in (0, 1))
     return rule, variables, (args["model"], args["phase"], args["dtype"], fixed_arch, fixed_vars)
@@ -416,7 +420,7 @@ def _reference(args: dict[str, Any], rule, variables: dict[str, int], capture: i
     from workloads import build
     free = [k for k, v in variables.items() if v not in (0, 1)]
     point = {**variables, **dict(zip(free, _primes(len(free), capture)))}
-    over, batch, seq, context = rule.point(point, args["phase"])
+    over, batch, seq, context = rule.point(point, args["phase"], args["arch"])
     arch = {**args["arch"], **over, **({rule.depth: depth} if rule.depth else {})}
     ref = build.resolve(args["model"], args["phase"], batch, seq or None,   # 0: not a size
                         context if args["phase"] == "decode" else None, args["dtype"], arch)

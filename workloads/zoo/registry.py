@@ -31,12 +31,12 @@ class SizeRule:
     (other architectures without re-capture). ``depth``: the arch key that repeats one block
     (``n_layer``), None for a model without one. ``variables(arch, phase, batch, seq, context)``: the size variables, ints
     whose products (and +-1) every tensor dimension is, or None where the rule does not apply
-    (the builder captures instead). ``point(variables, phase)``: the inverse, as arch overrides,
-    batch, seq and context."""
+    (the builder captures instead). ``point(variables, phase, arch)``: the inverse, as arch
+    overrides, batch, seq and context (``arch``: the architecture whose fixed keys stay)."""
 
     depth: str | None
     variables: Callable[[dict[str, Any], str, int, int, int], dict[str, int] | None]
-    point: Callable[[dict[str, int], str], tuple[dict[str, Any], int, int, int]]
+    point: Callable[[dict[str, int], str, dict[str, Any]], tuple[dict[str, Any], int, int, int]]
 
 
 @dataclass(frozen=True)

@@ -147,7 +147,8 @@ def _size_variables(style: str):
         return {"B": batch, **tokens, **heads, "F": arch["d_ff"], "V": arch["vocab_size"],
                 "M": arch["max_seq"]}
 
-    def point(v: dict[str, int], phase: str) -> tuple[dict[str, Any], int, int, int]:
+    def point(v: dict[str, int], phase: str, _: dict[str, Any]
+              ) -> tuple[dict[str, Any], int, int, int]:
         if style == "gpt":
             arch = {"n_head": v["H"], "d_model": v["H"] * v["hd"]}
         else:
