@@ -6,8 +6,9 @@ Prints, in one run:
    zoo's sizes): the family's template (three small captures, once per process), a capture of
    a new architecture (``torch.export``), re-shaping to it (median over new architectures),
    and a check that the two workloads are equal;
-2. one new GEMM through ``api.simulate`` (``linear`` on the ``npu`` set up as the SCALE-Sim
-   runs, a shape this process has not seen) against SCALE-Sim 3.0.0 on the same GEMM, run in
+2. a new GEMM or convolution through ``api.simulate`` (``linear`` / ``conv2d`` on the ``npu``
+   set up as the SCALE-Sim runs; each call re-shapes its workload, the family's template made
+   on a neighbouring shape first) against SCALE-Sim 3.0.0 on the same layer, run in
    this benchmark (``.refenv``, created by ``benchmarks/scalesim_reference.py`` if missing);
    recorded SCALE-Sim times (tests/data/scalesim_reference.json) only with ``--recorded``;
 3. population evaluation rate on the CPU: layer-design evaluations/s (the npu's vectorised
@@ -57,6 +58,8 @@ NEW_ARCHS = {"gpt2": [dict(n_layer=10, d_model=640, n_head=10, d_ff=2560),
 #: GEMMs of tests/data/scalesim_reference.json run side by side (m, k, n): ResNet-18's fc (in
 #: benchmarks/run.py's default reference layers) and the three GEMMs SCALE-Sim runs in seconds.
 GEMMS = [(1, 512, 1000), (64, 64, 64), (100, 300, 50), (128, 768, 768)]
+#: ResNet-18 convolutions of benchmarks/run.py's default reference layers.
+CONVS = ["layer2.0.downsample", "layer3.0.downsample"]
 
 STUDY = """
 name: {name}
@@ -93,7 +96,7 @@ def section_reshape() -> None:
     from workloads import build, reshape
     print("\n## 1. Capture vs re-shape per new architecture (zoo sizes; re-shape median of "
           "the new architectures, 20 calls each)")
-    print("| model | phase | ops | templates (once each) s | capture ms | re-shape ms | "
+    print("| model | phase | ops (last) | templates (once each) s | capture ms | re-shape ms | "
           "speed-up | equal |")
     print("|---|---|---:|---:|---:|---:|---:|---|")
     for model, phase, sizes in FAMILIES:
@@ -131,12 +134,13 @@ def section_gemm(recorded: bool) -> None:
     from benchmarks import scalesim_reference as ss
     from dse import api
     from workloads import build
-    print("\n## 2. A new GEMM through api.simulate (npu as the SCALE-Sim runs: 32x32, ws, "
-          "4 MiB SRAMs) vs SCALE-Sim 3.0.0 on the same GEMM")
+    print("\n## 2. A new GEMM or convolution through api.simulate (npu as the SCALE-Sim runs: "
+          "32x32, ws, 4 MiB SRAMs) vs SCALE-Sim 3.0.0 on the same layer")
     design = ss.reference_design("ws")
     hw = dict(design.hw)
     for m in (1, 3, 5, 7):   # the templates (m = 1 is a family of its own: a size-1 dimension
-        # may trace differently) and the first calls' one-off costs, on other shapes
+        # may trace differently) and the first calls' one-off costs, on other shapes; each
+        # layer's family (a convolution's filter, stride, padding) is made on a neighbour
         api.simulate("linear", "npu", hw=hw, arch={"m": m, "k": 5, "n": 7}, dtype="int8")
     ref = {r["layer"]: r for r in json.load(open(ROOT / "tests/data/scalesim_reference.json"))
            ["records"] if r["dataflow"] == "ws"}
@@ -147,19 +151,25 @@ def section_gemm(recorded: bool) -> None:
         except Exception as exc:   # no network, no pip: fall back to the recorded times
             print(f"SCALE-Sim not installable here ({type(exc).__name__}): recorded times")
     source = "run now" if py else "recorded (tests/data/scalesim_reference.json)"
-    print(f"| GEMM m x k x n | api.simulate ms (re-shaped, median of 5) | cycles ours | SCALE-Sim s ({source}) "
+    print(f"| layer (M x K x N) | api.simulate ms (re-shaped, median of 5) | cycles ours | SCALE-Sim s ({source}) "
           "| cycles SCALE-Sim | speed-up |")
     print("|---|---:|---:|---:|---:|---:|")
     ratios = []
-    for m, k, n in GEMMS:
+    convs = {x["name"]: x for x in ss.resnet18_layers()}
+    cases = [("linear", {"m": m, "k": k, "n": n},
+              ss._gemm("fc" if (m, k, n) == (1, 512, 1000) else f"gemm_m{m}_k{k}_n{n}", m, k, n))
+             for m, k, n in GEMMS]
+    cases += [("conv2d", {key: convs[c][key] for key in ("c", "h", "w", "k", "r", "s", "stride",
+                                                         "padding")}, convs[c]) for c in CONVS]
+    for model, arch, layer in cases:
+        api.simulate(model, "npu", hw=hw, arch={**arch, "k": arch["k"] + 1}, dtype="int8")
         times = []
         for _ in range(5):   # each call re-shapes the workload anew (the memory cache emptied)
             build._MEMORY.clear()
             t = time.perf_counter()
-            r = api.simulate("linear", "npu", hw=hw, arch={"m": m, "k": k, "n": n}, dtype="int8")
+            r = api.simulate(model, "npu", hw=hw, arch=arch, dtype="int8")
             times.append(time.perf_counter() - t)
         ours_s = statistics.median(times)
-        layer = ss._gemm("fc" if (m, k, n) == (1, 512, 1000) else f"gemm_m{m}_k{k}_n{n}", m, k, n)
         if py:
             with tempfile.TemporaryDirectory() as d:
                 s = ss.run_scalesim(py, layer, "ws", Path(d))
@@ -169,7 +179,9 @@ def section_gemm(recorded: bool) -> None:
             ref_s, ref_cycles = rec["scalesim_wall_s"], rec["scalesim_compute_cycles"]
         cycles = round(r.ops[0].compute_cycles)
         ratios.append(ref_s / ours_s)
-        print(f"| {m} x {k} x {n} | {ours_s * 1e3:.2f} | {cycles:,} | {ref_s:.2f} | "
+        shape = (f"{layer['m']} x {layer['k']} x {layer['n']}" if model == "linear" else
+                 f"{layer['name']} ({layer['gemm_m']} x {layer['gemm_k']} x {layer['gemm_n']})")
+        print(f"| {model} {shape} | {ours_s * 1e3:.2f} | {cycles:,} | {ref_s:.2f} | "
               f"{ref_cycles:,} | {ref_s / ours_s:,.0f}x |")
     print(f"median speed-up {statistics.median(ratios):,.0f}x (target >= 1,000x)")
 
