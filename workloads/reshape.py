@@ -48,6 +48,9 @@ PRIMES = (13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53)
 LAST_PRIMES = (59, 61, 67)
 #: Depths of the three reference captures.
 DEPTHS = (1, 2, 3)
+#: Most elements of a tensor re-shaped; larger ones are left to a capture, which decides whether
+#: torch can hold them [R: torch counts a tensor's bytes in int64, 8-byte elements at most].
+MAX_ELEMENTS = 2 ** 60
 #: Op kinds whose attrs come from the tensor shapes alone (plus attention's causal flag and a
 #: convolution's stride, padding and groups, which the size rules keep fixed in a family).
 SHAPE_KINDS = (ir.MATMUL, ir.CONV, ir.ATTENTION, ir.ELEMENTWISE, ir.NORM, ir.SOFTMAX, ir.REDUCTION,
@@ -161,6 +164,7 @@ class Template:
         vals = [variables[n] for n in self.names]
         elem = ir.DTYPE_BYTES[dtype]
         out = []
+        largest = 0
         for part in (self.prefix, self.block, self.suffix):
             built = []
             for t in part:
@@ -173,6 +177,9 @@ class Template:
                 for shape_x, size in t.outputs:
                     shape = tuple(_ev(d, vals) for d in shape_x)
                     outs.append(_Tensor(None, ACT, shape, math.prod(shape), size))
+                largest = max([largest] + [x.numel for x in ins] + [x.numel for x in outs])
+                if largest >= MAX_ELEMENTS:   # torch may refuse it: the capture says
+                    raise Refused(f"a tensor of {largest} elements")
                 op, _ = _make_op(t.node, "", t.aten, t.kind, ins, outs, dtype, elem)
                 built.append((op, [x.nbytes for x in ins]))
             out.append(built)
@@ -480,7 +487,10 @@ def reshaped(args: dict[str, Any], make: bool = True) -> ir.Workload | None:
     rule, variables, _ = _family(args)
     spec = get_model(args["model"])
     depth = args["arch"][rule.depth] if rule.depth else 0
-    return t.build(variables, depth, model=args["model"], phase=args["phase"],
-                   dtype=args["dtype"], batch=args["batch"],
-                   seq=args["seq"] if spec.family in ("llm", "encoder") else 0,
-                   context=args["context"], arch=args["arch"])
+    try:
+        return t.build(variables, depth, model=args["model"], phase=args["phase"],
+                       dtype=args["dtype"], batch=args["batch"],
+                       seq=args["seq"] if spec.family in ("llm", "encoder") else 0,
+                       context=args["context"], arch=args["arch"])
+    except Refused:
+        return None

@@ -55,10 +55,12 @@ class Evaluator:
         self._cache: OrderedDict[str, Evaluation] = OrderedDict()
         self._cache_size = cache_size
         self._segments: dict[str, list[list[str]]] = {}
-        # What evaluate_batch scored ahead: workloads by (label, arch) and fast-path metrics
-        # (or the infeasibility reason) by (label, arch, design).
+        # What evaluate_batch scored ahead: workloads by (label, arch), fast-path metrics (or
+        # the infeasibility reason) by (label, arch, design), designs by (name, parameters).
         self._batch_workloads: dict[tuple[str, str], Any] = {}
         self._batch_fast: dict[tuple[str, str, str], dict[str, float] | str] = {}
+        self._batch_designs: dict[str, Any] = {}
+        self._batching = False
 
     def evaluate(self, point: Point) -> Evaluation:
         key = point.key()
@@ -82,14 +84,17 @@ class Evaluator:
         # every pass (3x the time of re-shaping one); nothing here makes reference cycles.
         collecting = gc.isenabled()
         gc.disable()
+        self._batching = True
         try:
             if (self.fidelity == "fast" and not study.spec.heterogeneous
                     and study.spec.system is None):
                 self._prefetch([p for p in points if p.key() not in self._cache])
             return [self.evaluate(p) for p in points]
         finally:
+            self._batching = False
             self._batch_workloads.clear()
             self._batch_fast.clear()
+            self._batch_designs.clear()
             if collecting:
                 gc.enable()
 
@@ -120,8 +125,15 @@ class Evaluator:
     # ------------------------------------------------------------------------------
     def _build(self, name: str, hw: dict[str, Any]):
         from accelerators.registry import get_template
+        key = json.dumps([name, hw], sort_keys=True, default=str)
+        hit = self._batch_designs.get(key)
+        if hit is not None:
+            return hit
         d = self._designs[name]
-        return get_template(d.template)(d.preset, **hw)
+        design = get_template(d.template)(d.preset, **hw)
+        if self._batching:
+            self._batch_designs[key] = design
+        return design
 
     def _evaluate(self, point: Point) -> Evaluation:
         from dse import api

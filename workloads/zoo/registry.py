@@ -31,7 +31,7 @@ class SizeRule:
     (other architectures without re-capture). ``depth``: the arch key that repeats one block
     (``n_layer``), None for a model without one. ``variables(arch, phase, batch, seq, context)``: the size variables, ints
     whose products (and +-1) every tensor dimension is, or None where the rule does not apply
-    (the builder captures instead). ``point(variables, phase, arch)``: the inverse, as arch
+    or the model would refuse the sizes (the builder captures instead, which says why). ``point(variables, phase, arch)``: the inverse, as arch
     overrides, batch, seq and context (``arch``: the architecture whose fixed keys stay)."""
 
     depth: str | None

@@ -136,10 +136,12 @@ def _size_variables(style: str):
                   context: int) -> dict[str, int] | None:
         """Batch, tokens (prefill seq, decode context), heads, head size, d_ff, vocabulary and
         positions; Llama splits heads into KV heads x group and counts head size in pairs
-        (RoPE rotates halves). None for architectures the model refuses."""
+        (RoPE rotates halves). None for sizes the model refuses (the capture says why)."""
         d, h = arch["d_model"], arch["n_head"]
         kv = arch.get("n_kv_head", h)
         if d % h or h % kv or (style == "llama" and (d // h) % 2):
+            return None
+        if (seq if phase == "prefill" else context + 1) > arch["max_seq"]:
             return None
         tokens = {"T": seq} if phase == "prefill" else {"C": context}
         heads = ({"H": h, "hd": d // h} if style == "gpt"
