@@ -151,8 +151,8 @@ def section_gemm(recorded: bool) -> None:
         except Exception as exc:   # no network, no pip: fall back to the recorded times
             print(f"SCALE-Sim not installable here ({type(exc).__name__}): recorded times")
     source = "run now" if py else "recorded (tests/data/scalesim_reference.json)"
-    print(f"| layer (M x K x N) | api.simulate ms (re-shaped, median of 5) | cycles ours | SCALE-Sim s ({source}) "
-          "| cycles SCALE-Sim | speed-up |")
+    print(f"| layer (M x K x N) | api.simulate ms (re-shaped, median of 5) | cycles ours | "
+          f"SCALE-Sim s ({source}) | cycles SCALE-Sim | speed-up |")
     print("|---|---:|---:|---:|---:|---:|")
     ratios = []
     convs = {x["name"]: x for x in ss.resnet18_layers()}
@@ -269,7 +269,7 @@ s = load_study_text(text)
 t = time.perf_counter()
 r = run_study(s, trials=trials, out=out, show_progress=False, write_report=False)
 dt = time.perf_counter() - t
-print(json.dumps({"s": dt, "trials": r.session_trials, "states": {k: v for k, v in r.states.items()},
+print(json.dumps({"s": dt, "trials": r.session_trials, "states": dict(r.states),
                   "pareto": len(r.pareto)}))
 """
 

@@ -63,7 +63,8 @@ def test_a_population_study_stores_trials_resumes_and_reports(tmp_path):
     assert done and all(set(t.user_attrs) >= {"metrics", "design", "simulator_version"}
                         for t in done)
     t = done[0]
-    assert t.user_attrs["fidelity"] == "fast" and t.user_attrs["metrics"]["latency_s"] == t.values[0]
+    assert t.user_attrs["fidelity"] == "fast"
+    assert t.user_attrs["metrics"]["latency_s"] == t.values[0]
     assert isinstance(t.system_attrs["constraints"], list)
     # the stored metrics are what one-by-one evaluation gives
     s = study()
@@ -111,12 +112,14 @@ def test_a_generation_is_stored_as_optuna_stores_it(tmp_path):
     from dse.study.storage import open_storage
     dists = {"a": optuna.distributions.IntDistribution(1, 100, log=True),
              "b": optuna.distributions.CategoricalDistribution(["p", "q"])}
+    done = optuna.trial.TrialState.COMPLETE
     made = [optuna.trial.create_trial(
-        state=optuna.trial.TrialState.COMPLETE, values=[float(a), 1.0], params={"a": a, "b": b},
-        distributions=dists, user_attrs={"metrics": {"x": a}}, system_attrs={"constraints": [a - 50.0]})
+        state=done, values=[float(a), 1.0], params={"a": a, "b": b}, distributions=dists,
+        user_attrs={"metrics": {"x": a}}, system_attrs={"constraints": [a - 50.0]})
         for a, b in ((3, "p"), (70, "q"))]
-    made.append(optuna.trial.create_trial(state=optuna.trial.TrialState.PRUNED, params={"a": 5, "b": "q"},
-                                          distributions=dists, user_attrs={"infeasible_reason": "x"}))
+    made.append(optuna.trial.create_trial(
+        state=optuna.trial.TrialState.PRUNED, params={"a": 5, "b": "q"}, distributions=dists,
+        user_attrs={"infeasible_reason": "x"}))
     out = []
     for batch in (True, False):
         url = f"sqlite:///{tmp_path}/g{batch}.db"

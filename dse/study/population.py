@@ -56,7 +56,10 @@ class Encoding:
             n = len(d.choices)
             return [d.choices[i] for i in np.minimum((u * n).astype(np.int64), n - 1)]
         lo, hi = float(d.low), float(d.high)
-        x = np.exp(math.log(lo) + u * (math.log(hi) - math.log(lo))) if d.log else lo + u * (hi - lo)
+        if d.log:
+            x = np.exp(math.log(lo) + u * (math.log(hi) - math.log(lo)))
+        else:
+            x = lo + u * (hi - lo)
         if d.step:
             x = lo + np.round((x - lo) / d.step) * d.step
         x = np.clip(x, lo, hi)

@@ -23,7 +23,8 @@ IDENTIFIER = r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$"
 DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8")
 
 #: Samplers ``sampler.name`` may pick (Optuna's).
-SAMPLERS = ("tpe", "nsga2", "nsga3", "gp", "random", "grid", "qmc", "cmaes", "nsga2-vectorized")
+SAMPLERS = ("tpe", "nsga2", "nsga3", "gp", "random", "grid", "qmc", "cmaes",
+            "nsga2-vectorized")
 
 
 def _numeric_kind(annotation: Any) -> str | None:

@@ -28,11 +28,14 @@ DEFAULT_ARCH_RANGES: dict[str, tuple[int, int]] = {
 @dataclass(frozen=True)
 class SizeRule:
     """How a model's tensor sizes follow from its architecture, for :mod:`workloads.reshape`
-    (other architectures without re-capture). ``depth``: the arch key that repeats one block
-    (``n_layer``), None for a model without one. ``variables(arch, phase, batch, seq, context)``: the size variables, ints
-    whose products (and +-1) every tensor dimension is, or None where the rule does not apply
-    or the model would refuse the sizes (the builder captures instead, which says why). ``point(variables, phase, arch)``: the inverse, as arch
-    overrides, batch, seq and context (``arch``: the architecture whose fixed keys stay)."""
+    (other architectures without re-capture).
+
+    ``depth``: the arch key that repeats one block (``n_layer``), None for a model without
+    one. ``variables(arch, phase, batch, seq, context)``: the size variables, ints whose
+    products (times a constant, plus a small offset) every tensor dimension is, or None where
+    the rule does not apply or the model would refuse the sizes (the builder then captures,
+    which says why). ``point(variables, phase, arch)``: the inverse, as arch overrides, batch,
+    seq and context (``arch``: the architecture whose fixed keys stay)."""
 
     depth: str | None
     variables: Callable[[dict[str, Any], str, int, int, int], dict[str, int] | None]
