@@ -8,12 +8,15 @@ Sections:
      (wafer 100^2..1000^2), with the fitted log-log exponent;
   4. side by side with SCALE-Sim 3.0.0 and ZigZag on ResNet-18 layers and GEMMs, 32x32 array,
      each dataflow: wall-time ratio and cycle / latency / energy deviation (the reference tools
-     run in their own virtual environments, created by their scripts).
+     run in their own virtual environments, created by their scripts);
+  5. co-search speed (benchmarks/population.py): capture vs re-shape per new architecture, a new
+     GEMM through api.simulate vs SCALE-Sim, population evaluation rates, and a 10,000-trial
+     GPT-2 x NPU co-search with nsga2-vectorized against today's path.
 
 Each row runs in a fresh subprocess, so its peak RSS (MB) is its own; captures are warmed
 first (the on-disk cache), so rows time simulation, not torch.export.
 
-Usage: python benchmarks/run.py [--repeats 5] [--sections 1 2 3 4] [--reference-layers NAME... | all]
+Usage: python benchmarks/run.py [--repeats 5] [--sections 1 2 3 4 5] [--reference-layers NAME... | all]
 """
 
 from __future__ import annotations
@@ -203,10 +206,21 @@ def section_references(layers: list[str]) -> None:
             print(p.stdout)
 
 
+def section_population(trials: int) -> None:
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "population.py"), "--trials",
+                        str(trials)], capture_output=True, text=True, env=_env(), cwd=ROOT)
+    print("\n## 5. Co-search speed (benchmarks/population.py)")
+    print(p.stdout.split("\n", 1)[-1] if p.returncode == 0 else
+          f"n/a ({(p.stderr.strip().splitlines() or ['failed'])[-1][:160]})")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--sections", nargs="+", type=int, default=[1, 2, 3, 4], choices=[1, 2, 3, 4])
+    ap.add_argument("--sections", nargs="+", type=int, default=[1, 2, 3, 4, 5],
+                    choices=[1, 2, 3, 4, 5])
+    ap.add_argument("--population-trials", type=int, default=10000,
+                    help="trials of section 5's co-search")
     ap.add_argument("--study-trials", type=int, default=1000)
     ap.add_argument("--reference-layers", nargs="+", default=DEFAULT_REFERENCE_LAYERS,
                     help="layer names run through SCALE-Sim and ZigZag ('all' for every one)")
@@ -221,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
         section_growth(args.repeats)
     if 4 in args.sections:
         section_references(args.reference_layers)
+    if 5 in args.sections:
+        section_population(args.population_trials)
     return 0
 
 

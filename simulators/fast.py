@@ -73,6 +73,17 @@ class _Structure:
 
     def __init__(self, workload: Workload, dedupe: bool = True):
         ops = workload.ops
+        hint = workload.__dict__.get("structure_hint")
+        if hint is not None and dedupe:   # a re-shaped workload (workloads/reshape.py)
+            which, self.preds = hint
+            first: dict[int, int] = {}
+            self.unique_ops = []
+            for i, u in enumerate(which):
+                if u not in first:
+                    first[u] = len(first)
+                    self.unique_ops.append(ops[i])
+            self.unique_of = np.array([first[u] for u in which], dtype=np.int64)
+            return
         index = {op.name: i for i, op in enumerate(ops)}
         sig_of: dict[str, int] = {}
         self.unique_ops: list[Op] = []

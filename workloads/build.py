@@ -3,9 +3,13 @@
 The cache key is (model, architecture, phase, batch, seq, context, dtype, package and torch
 versions). Level 1 is an in-process LRU; level 2 a gzipped JSON file per key under
 ``$DSE_CACHE_DIR`` (default ``~/.cache/accel-dse/workloads``; :mod:`workloads.ir_json`),
-shared by worker processes and CLI runs. Reading a file cannot run code (no pickle); a cache
-directory that another user could write is refused (:class:`BadInput`), files are written
-atomically (temp file + rename) and a corrupt, foreign or oversized file is rebuilt.
+shared by worker processes and CLI runs. A model with a size rule is rebuilt at other
+architectures from its family's template (:mod:`workloads.reshape`: three small captures once
+per process, then about a millisecond per architecture, kept in memory only);
+``DSE_RESHAPE=0`` captures every architecture instead. Reading a file cannot run code (no
+pickle); a cache directory that another user could write is refused (:class:`BadInput`),
+files are written atomically (temp file + rename) and a corrupt, foreign or oversized file is
+rebuilt.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import torch
 
 import dse
 from dse.errors import BadInput, CaptureError, DSEError, first_line
-from workloads import ir, ir_json
+from workloads import ir, ir_json, reshape
 from workloads.capture import capture
 from workloads.kv_update import check_kv_update, with_kv_update
 from workloads.zoo import get_model
@@ -148,16 +152,27 @@ def build_workload(model: str, phase: str | None = None, batch: int | None = Non
     semantics are applied to the cached capture, :mod:`workloads.kv_update`)."""
     check_kv_update(kv_update)
     args = resolve(model, phase, batch, seq, context, dtype, arch)
-    return with_kv_update(cached(args, lambda: _capture_zoo(args), use_cache), kv_update)
+    if not use_cache:   # a real capture, uncached
+        return with_kv_update(_capture_zoo(args), kv_update)
+    if os.environ.get("DSE_RESHAPE") == "0":   # capture every architecture (benchmarks)
+        return with_kv_update(cached(args, lambda: _capture_zoo(args)), kv_update)
+    # A transformer family captured once is rebuilt at other sizes without torch.export
+    # (workloads/reshape.py): quicker than the disk cache once its template exists.
+    w = cached(args, lambda: reshape.reshaped(args) or _capture_zoo(args),
+               quick=lambda: reshape.reshaped(args, make=False))
+    return with_kv_update(w, kv_update)
 
 
 def cached(args: dict[str, Any], make: Callable[[], ir.Workload],
-           use_cache: bool = True) -> ir.Workload:
+           use_cache: bool = True,
+           quick: Callable[[], ir.Workload | None] | None = None) -> ir.Workload:
     """The workload ``make()`` builds, from the two-level cache under the key of ``args`` (any
-    JSON-able dict that determines the capture: zoo arguments, a Hugging Face config's hash)."""
+    JSON-able dict that determines the capture: zoo arguments, a Hugging Face config's hash).
+    ``quick()``, tried after the memory and before the disk, builds it without storing it
+    on disk (None where it cannot)."""
     key = _key(args)
     if use_cache:
-        hit = _MEMORY.get(key) or _load(key)
+        hit = _MEMORY.get(key) or (quick() if quick is not None else None) or _load(key)
         if hit is not None:
             _remember(key, hit)
             return hit
@@ -168,7 +183,7 @@ def cached(args: dict[str, Any], make: Callable[[], ir.Workload],
     return w
 
 
-def _capture_zoo(args: dict[str, Any]) -> ir.Workload:
+def _capture_zoo(args: dict[str, Any], record: dict | None = None) -> ir.Workload:
     spec = get_model(args["model"])
     arch = args["arch"]
     try:
@@ -187,7 +202,7 @@ def _capture_zoo(args: dict[str, Any]) -> ir.Workload:
         return capture(module, ex_args, ex_kwargs, model=args["model"], phase=args["phase"],
                        dtype=args["dtype"], batch=args["batch"],
                        seq=args["seq"] if spec.family in ("llm", "encoder") else 0,
-                       context=args["context"], arch=arch)
+                       context=args["context"], arch=arch, record=record)
 
 
 def _remember(key: str, w: ir.Workload) -> None:
@@ -231,4 +246,6 @@ def _store(key: str, w: ir.Workload) -> None:
 
 
 def clear_memory_cache() -> None:
+    """Forget the in-process workloads and reshape templates (the disk cache stays)."""
     _MEMORY.clear()
+    reshape.clear_templates()

@@ -72,14 +72,18 @@ def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
             model: str | None = None, phase: str = "forward", dtype: str = "bf16",
             batch: int = 1, seq: int = 0, context: int = 0,
             arch: dict[str, Any] | None = None, kv_update: str = "in_place",
-            kv_input: str | tuple[str, ...] = KV_INPUT_NAME, causal: bool = False) -> ir.Workload:
+            kv_input: str | tuple[str, ...] = KV_INPUT_NAME, causal: bool = False,
+            record: dict | None = None) -> ir.Workload:
     """Export ``module`` on ``args``/``kwargs`` and build its :class:`~workloads.ir.Workload`.
 
     Works on any module torch.export accepts; pass meta tensors (and build the module under
     ``torch.device("meta")``) to capture large models without allocating their weights.
     ``kv_update``: how decode updates the KV cache (:mod:`workloads.kv_update`). ``kv_input``:
     the forward argument name(s) holding the KV cache. ``causal``: eager attention
-    whose query and key lengths are equal is causal (a causal LM's prefill).
+    whose query and key lengths are equal is causal (a causal LM's prefill). ``record``, when
+    given, receives what :mod:`workloads.reshape` needs to rebuild the graph at other sizes:
+    ``ops`` (per op in insertion order: FX node, op name, ATen name, kind, input and output
+    ``_Tensor``s) and ``params`` (each parameter's qualified name and shape).
     """
     if dtype not in ir.DTYPE_BYTES:
         raise BadInput("dtype", dtype, "expected one of " + ", ".join(ir.DTYPE_BYTES))
@@ -90,7 +94,17 @@ def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
     params = _count_params(module)
     free: dict[str, int] = {}
     kv_names = (kv_input,) if isinstance(kv_input, str) else tuple(kv_input)
-    graph, unknown = _build_graph(ep, dtype, free, kv_names)
+    graph, unknown = _build_graph(ep, dtype, free, kv_names, record)
+    if record is not None:
+        shapes = {n.name: tuple(int(d) for d in n.meta["val"].shape) for n in ep.graph.nodes
+                  if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.Tensor)}
+        canonical: dict[str, str] = {}   # a tied parameter counts under its first name
+        first: dict[int, str] = {}
+        for fqn, p in module.named_parameters(remove_duplicate=False):
+            canonical[fqn] = first.setdefault(id(p), fqn)
+        record["params"] = [(fqn, shapes[name]) for name, fqn in
+                            ep.graph_signature.inputs_to_parameters.items()
+                            if canonical.get(fqn, fqn) == fqn]
     fuse_eager_attention(graph, causal)
     if unknown:
         warnings.warn("unknown ops (costed by their bytes only): "
@@ -111,8 +125,11 @@ _WRAPPERS = ("wrap_with_set_grad_enabled", "wrap_with_autocast")
 
 
 def _build_graph(ep, dtype: str, free: dict[str, int],
-                 kv_names: tuple[str, ...] = (KV_INPUT_NAME,)) -> tuple[nx.DiGraph, dict[str, int]]:
-    """The op graph and the unknown operators; ``free`` receives the view ops by name."""
+                 kv_names: tuple[str, ...] = (KV_INPUT_NAME,),
+                 record: dict | None = None) -> tuple[nx.DiGraph, dict[str, int]]:
+    """The op graph and the unknown operators; ``free`` receives the view ops by name, ``record``
+    (when given) each op's inputs (see :func:`capture`)."""
+    recorded = record.setdefault("ops", []) if record is not None else None
     elem = ir.DTYPE_BYTES[dtype]
     sig = ep.graph_signature
     constant_inputs = set(sig.inputs_to_parameters) | set(sig.inputs_to_buffers) | set(
@@ -191,6 +208,8 @@ def _build_graph(ep, dtype: str, free: dict[str, int],
             op_name = prefix + node.name
             out_tensors = [t for t in (meta_tensor(o, op_name, ACT) for o in outs) if t is not None]
             op, out_role = _make_op(node, op_name, name, kind, inputs, out_tensors, dtype, elem)
+            if recorded is not None:
+                recorded.append((node, op_name, name, kind, inputs, out_tensors))
             out_tensors = [_Tensor(t.producer, out_role, t.shape, t.numel, t.itemsize)
                            for t in out_tensors]
             if isinstance(val, (tuple, list)):

@@ -282,6 +282,53 @@ class BatchedStorage(BaseStorage, BaseHeartbeat):
                 self._pending.pop(trial_id, None)
         return True
 
+    def add_finished_trials(self, study_id: int, trials: Sequence[FrozenTrial]) -> None:
+        """Store finished trials (``optuna.trial.create_trial``) in one transaction, numbered
+        after the study's trials (as ``Study.add_trials``, which takes a transaction and a
+        query per parameter and attribute of each trial)."""
+        if not self.batch:
+            for t in trials:
+                self.inner.create_new_trial(study_id, template_trial=t)
+            return
+        from optuna.storages._rdb import models
+        from sqlalchemy import func, insert, select
+
+        table = models.TrialModel.__table__
+        studies = models.StudyModel.__table__
+        values, params, user, system = [], [], [], []
+        with self.rdb.engine.begin() as conn:  # one transaction: all or nothing
+            # the study row locked (PostgreSQL) as Optuna does while it numbers a trial
+            conn.execute(select(studies.c.study_id).where(studies.c.study_id == study_id)
+                         .with_for_update())
+            number = conn.execute(select(func.count()).select_from(table)
+                                  .where(table.c.study_id == study_id)).scalar_one()
+            for t in trials:
+                trial_id = conn.execute(insert(table).values(
+                    number=number, study_id=study_id, state=t.state,
+                    datetime_start=t.datetime_start,
+                    datetime_complete=t.datetime_complete)).inserted_primary_key[0]
+                number += 1
+                for objective, v in enumerate(t.values or ()):
+                    stored, value_type = models.TrialValueModel.value_to_stored_repr(float(v))
+                    values.append({"trial_id": trial_id, "objective": objective,
+                                   "value": stored, "value_type": value_type})
+                for name, v in t.params.items():
+                    d = t.distributions[name]
+                    params.append({"trial_id": trial_id, "param_name": name,
+                                   "param_value": d.to_internal_repr(v),
+                                   "distribution_json": distribution_to_json(d)})
+                user.extend({"trial_id": trial_id, "key": k, "value_json": json.dumps(v)}
+                            for k, v in t.user_attrs.items())
+                system.extend({"trial_id": trial_id, "key": k, "value_json": json.dumps(v)}
+                              for k, v in t.system_attrs.items())
+            for model, rows in ((models.TrialValueModel, values), (models.TrialParamModel, params),
+                                (models.TrialUserAttributeModel, user),
+                                (models.TrialSystemAttributeModel, system)):
+                if rows:
+                    conn.execute(insert(model.__table__), rows)
+        with self._lock:
+            self._stale.add(study_id)
+
     def _commit(self, trial_id: int, p: _Pending, state: TrialState,
                 values: Sequence[float] | None) -> datetime.datetime:
         """Write the trial in one transaction; returns its completion time (local, naive)."""

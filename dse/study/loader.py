@@ -757,6 +757,9 @@ def _check_sampler(spec: StudySpec, objectives: list[obj.Objective]) -> None:
         raise bad("sampler.name", name, "expected a sampler whose package is installed: "
                   f"{name} needs "
                   f"`pip install {need}` (or use tpe, nsga2, nsga3, random or grid)")
+    if name == "nsga2-vectorized" and spec.accelerators is not None:
+        raise bad("sampler.name", name, "expected one accelerator (or sub_accelerators) for "
+                  "nsga2-vectorized, whose genes cannot be conditional; use tpe or nsga2")
     if name == "cmaes" and len(objectives) != 1:
         raise bad("sampler.name", name, f"expected a multi-objective sampler for {len(objectives)} "
                   "objectives (cmaes optimises one): tpe, nsga2, nsga3, gp, random, grid or qmc")

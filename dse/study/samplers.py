@@ -31,7 +31,8 @@ def make_sampler(study: ResolvedStudy, seed: int) -> optuna.samplers.BaseSampler
         if name == "nsga3":
             kw = {} if s.population_size is None else {"population_size": s.population_size}
             return optuna.samplers.NSGAIIISampler(seed=seed, **kw)
-        if name == "random":
+        if name == "random" or name == "nsga2-vectorized":   # the latter never asks a trial
+            # (dse/study/population.py proposes whole generations); random for anything else
             return optuna.samplers.RandomSampler(seed=seed)
         if name == "grid":
             space = {d.name: d.grid(s.grid_points) for d in study.space.dimensions}

@@ -23,7 +23,8 @@ IDENTIFIER = r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$"
 DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8")
 
 #: Samplers ``sampler.name`` may pick (Optuna's).
-SAMPLERS = ("tpe", "nsga2", "nsga3", "gp", "random", "grid", "qmc", "cmaes")
+SAMPLERS = ("tpe", "nsga2", "nsga3", "gp", "random", "grid", "qmc", "cmaes",
+            "nsga2-vectorized")
 
 
 def _numeric_kind(annotation: Any) -> str | None:
@@ -259,11 +260,12 @@ class SamplerSpec(_Strict):
     """The Optuna sampler and its few settings."""
 
     name: Literal[SAMPLERS] = Field("tpe", description="tpe | nsga2 | nsga3 | gp | random | "
-                                                       "grid | qmc | cmaes (one objective)")
+                                                       "grid | qmc | cmaes (one objective) | "
+                                                       "nsga2-vectorized (whole generations)")
     n_startup_trials: Optional[Annotated[int, Field(ge=0, le=100000)]] = Field(
         None, description="tpe, gp, cmaes: random trials before the model is used")
     population_size: Optional[Annotated[int, Field(ge=2, le=100000)]] = Field(
-        None, description="nsga2, nsga3: population size")
+        None, description="nsga2, nsga3, nsga2-vectorized: population size")
     grid_points: Annotated[int, Field(ge=2, le=1000)] = Field(
         5, description="grid: points per float range without a step")
 

@@ -29,6 +29,7 @@ import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from dse.study import population
 from dse.study.batched_storage import BatchedStorage
 from dse.study.evaluate import Evaluation, Evaluator
 from dse.study.loader import ResolvedStudy, resolve
@@ -106,26 +107,44 @@ def set_constraints(trial: optuna.Trial, values: list[float]) -> None:
         trial.storage.set_trial_system_attr(trial._trial_id, CONSTRAINTS_KEY, values)
 
 
-def record(study: optuna.Study, trial: optuna.Trial, resolved: ResolvedStudy,
-           ev: Evaluation, simulator_version: str) -> FrozenTrial:
-    """Store ``ev`` in ``trial`` and finish it (see the module docstring)."""
-    trial.set_user_attr("design", ev.design)
-    trial.set_user_attr("simulator_version", simulator_version)
-    trial.set_user_attr("fidelity", ev.fidelity)
+def outcome(resolved: ResolvedStudy, ev: Evaluation, simulator_version: str
+            ) -> tuple[TrialState, list[float] | None, dict[str, Any], list[float]]:
+    """What a trial of ``ev`` stores: its state, objective values, user attributes and
+    constraint violations (see the module docstring)."""
+    attrs: dict[str, Any] = {"design": ev.design, "simulator_version": simulator_version,
+                             "fidelity": ev.fidelity}
     if ev.infeasible is not None:
-        trial.set_user_attr("infeasible_reason", ev.infeasible)
-        set_constraints(trial, [1.0] * len(resolved.constraints))
-        return study.tell(trial, state=TrialState.PRUNED)
+        attrs["infeasible_reason"] = ev.infeasible
+        return TrialState.PRUNED, None, attrs, [1.0] * len(resolved.constraints)
     metrics = ev.metrics or {}
     values = [metrics.get(o.metric, math.nan) for o in resolved.objectives]
     bad = [o.metric for o, v in zip(resolved.objectives, values) if math.isnan(v)]
-    trial.set_user_attr("metrics", metrics)
+    attrs["metrics"] = metrics
     if bad:
-        trial.set_user_attr(FAIL_REASON, "objective not computed: " + ", ".join(bad))
-        return study.tell(trial, state=TrialState.FAIL)
-    set_constraints(trial, [c.violation(metrics.get(c.metric, math.inf))
-                            for c in resolved.constraints])
-    return study.tell(trial, values)
+        attrs[FAIL_REASON] = "objective not computed: " + ", ".join(bad)
+        return TrialState.FAIL, None, attrs, []
+    return TrialState.COMPLETE, values, attrs, [c.violation(metrics.get(c.metric, math.inf))
+                                                for c in resolved.constraints]
+
+
+def record(study: optuna.Study, trial: optuna.Trial, resolved: ResolvedStudy,
+           ev: Evaluation, simulator_version: str) -> FrozenTrial:
+    """Store ``ev`` in ``trial`` and finish it (see the module docstring)."""
+    state, values, attrs, constraints = outcome(resolved, ev, simulator_version)
+    for key, value in attrs.items():
+        trial.set_user_attr(key, value)
+    set_constraints(trial, constraints)
+    return study.tell(trial, values, state=state)
+
+
+def finished_trial(resolved: ResolvedStudy, params: dict[str, Any], ev: Evaluation,
+                   simulator_version: str) -> FrozenTrial:
+    """The finished trial :func:`record` would store, for ``study.add_trials``."""
+    state, values, attrs, constraints = outcome(resolved, ev, simulator_version)
+    return optuna.trial.create_trial(
+        state=state, values=values, params=params,
+        distributions={k: v for k, v in resolved.space.distributions().items() if k in params},
+        user_attrs=attrs, system_attrs={CONSTRAINTS_KEY: constraints} if constraints else {})
 
 
 def screening_fidelity(resolved: ResolvedStudy) -> str:
@@ -168,6 +187,11 @@ def _run(job: WorkerJob, on_trial: Callable[[FrozenTrial], None] | None,
     stats = WorkerStats()
     trial = None
     try:
+        if resolved.spec.sampler.name == population.NAME:
+            if job.index == 0:   # a population is one process's: other workers have nothing to do
+                _run_population(job, on_trial, resolved, study, storage, study_id, evaluator,
+                                lock, stats)
+            return stats
         while True:
             if job.deadline is not None and time.time() >= job.deadline:
                 break
@@ -216,6 +240,29 @@ def _run(job: WorkerJob, on_trial: Callable[[FrozenTrial], None] | None,
         run_lock.release()
         rdb.engine.dispose()
     return stats
+
+
+def _run_population(job: WorkerJob, on_trial, resolved: ResolvedStudy, study: optuna.Study,
+                    storage, study_id: int, evaluator: Evaluator, lock: CountLock,
+                    stats: WorkerStats) -> None:
+    from simulators.result import SIMULATOR_VERSION
+
+    def count() -> int:
+        counts = storage.count_by_state(study_id)
+        return sum(counts.values()) - counts.get(TrialState.FAIL, 0)
+
+    def seen(t: FrozenTrial) -> None:
+        stats.trials += 1
+        stats.by_state[t.state.name] = stats.by_state.get(t.state.name, 0) + 1
+        if on_trial is not None:
+            on_trial(t)
+
+    with lock.held():
+        n = sum(storage.count_by_state(study_id).values())
+    population.run(resolved, study, evaluator, derive_seed(job.seed, n, job.index), job.target,
+                   count, lambda params, ev: finished_trial(resolved, params, ev,
+                                                            SIMULATOR_VERSION),
+                   lambda trials: storage.add_finished_trials(study_id, trials), seen)
 
 
 def _fail(study: optuna.Study, trial: optuna.Trial, reason: str) -> FrozenTrial:

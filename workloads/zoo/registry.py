@@ -26,6 +26,23 @@ DEFAULT_ARCH_RANGES: dict[str, tuple[int, int]] = {
 
 
 @dataclass(frozen=True)
+class SizeRule:
+    """How a model's tensor sizes follow from its architecture, for :mod:`workloads.reshape`
+    (other architectures without re-capture).
+
+    ``depth``: the arch key that repeats one block (``n_layer``), None for a model without
+    one. ``variables(arch, phase, batch, seq, context)``: the size variables, ints whose
+    products (times a constant, plus a small offset) every tensor dimension is, or None where
+    the rule does not apply or the model would refuse the sizes (the builder then captures,
+    which says why). ``point(variables, phase, arch)``: the inverse, as arch overrides, batch,
+    seq and context (``arch``: the architecture whose fixed keys stay)."""
+
+    depth: str | None
+    variables: Callable[[dict[str, Any], str, int, int, int], dict[str, int] | None]
+    point: Callable[[dict[str, int], str, dict[str, Any]], tuple[dict[str, Any], int, int, int]]
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """A zoo model.
 
@@ -62,6 +79,8 @@ class ModelSpec:
     published_active_params: int | None = None
     #: Smallest allowed value of a number whose default allows zero (e.g. capacity_factor 0).
     arch_min: dict[str, float] = field(default_factory=dict)
+    #: How its sizes vary, where other architectures can be built without re-capture.
+    sizes: SizeRule | None = None
 
     def resolve_arch(self, overrides: dict[str, Any] | None) -> dict[str, Any]:
         """Defaults updated by ``overrides``, each coerced to its default's type; unknown keys and

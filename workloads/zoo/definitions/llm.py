@@ -25,7 +25,7 @@ from dse.errors import BadInput
 from workloads.zoo.definitions.checks import check_count, check_phase
 from workloads.zoo.definitions.layers import (Attention, GeluMLP, PreNormBlock, SwiGLU,
                                               check_heads, rope_tables)
-from workloads.zoo.registry import ModelSpec, register
+from workloads.zoo.registry import ModelSpec, SizeRule, register
 
 PHASES = ("prefill", "decode")
 
@@ -131,12 +131,46 @@ def _llm_inputs(name: str):
     return inputs
 
 
+def _size_variables(style: str):
+    def variables(arch: dict[str, Any], phase: str, batch: int, seq: int,
+                  context: int) -> dict[str, int] | None:
+        """Batch, tokens (prefill seq, decode context), heads, head size, d_ff, vocabulary and
+        positions; Llama splits heads into KV heads x group and counts head size in pairs
+        (RoPE rotates halves). None for sizes the model refuses (the capture says why)."""
+        d, h = arch["d_model"], arch["n_head"]
+        kv = arch.get("n_kv_head", h)
+        if d % h or h % kv or (style == "llama" and (d // h) % 2):
+            return None
+        if (seq if phase == "prefill" else context + 1) > arch["max_seq"]:
+            return None
+        tokens = {"T": seq} if phase == "prefill" else {"C": context}
+        heads = ({"H": h, "hd": d // h} if style == "gpt"
+                 else {"KV": kv, "G": h // kv, "hd2": d // h // 2})
+        return {"B": batch, **tokens, **heads, "F": arch["d_ff"], "V": arch["vocab_size"],
+                "M": arch["max_seq"]}
+
+    def point(v: dict[str, int], phase: str, _: dict[str, Any]
+              ) -> tuple[dict[str, Any], int, int, int]:
+        if style == "gpt":
+            arch = {"n_head": v["H"], "d_model": v["H"] * v["hd"]}
+        else:
+            h = v["KV"] * v["G"]
+            arch = {"n_head": h, "n_kv_head": v["KV"], "d_model": h * 2 * v["hd2"]}
+        arch.update(d_ff=v["F"], vocab_size=v["V"], max_seq=v["M"])
+        return arch, v["B"], v.get("T", 1), v.get("C", 0)
+    return SizeRule("n_layer", variables, point)
+
+
+_SIZES = {style: _size_variables(style) for style in ("gpt", "llama")}
+
+
 def _register(name: str, style: str, description: str, arch: dict[str, Any],
               published: int | None) -> None:
     arch = {**arch, "last_token_logits": True}
     register(ModelSpec(name=name, family="llm", description=description, arch=arch,
                        build=lambda a, style=style: DecoderLM(a, style),
-                       inputs=_llm_inputs(name), phases=PHASES, published_params=published))
+                       inputs=_llm_inputs(name), phases=PHASES, published_params=published,
+                       sizes=_SIZES[style]))
 
 
 def _gpt(n_layer: int, d_model: int, n_head: int, vocab: int, max_seq: int) -> dict[str, Any]:

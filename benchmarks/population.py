@@ -1,0 +1,340 @@
+"""Co-search speed: architectures without re-capture, populations scored at once.
+
+Prints, in one run:
+
+1. capture vs re-shape per new architecture (gpt2 and llama2-7b, prefill and decode at the
+   zoo's sizes): the family's template (three small captures, once per process), a capture of
+   a new architecture (``torch.export``), re-shaping to it (median over new architectures),
+   and a check that the two workloads are equal;
+2. a new GEMM or convolution through ``api.simulate`` (``linear`` / ``conv2d`` on the ``npu``
+   set up as the SCALE-Sim runs; each call re-shapes its workload, the family's template made
+   on a neighbouring shape first) against SCALE-Sim 3.0.0 on the same layer, run in
+   this benchmark (``.refenv``, created by ``benchmarks/scalesim_reference.py`` if missing);
+   recorded SCALE-Sim times (tests/data/scalesim_reference.json) only with ``--recorded``;
+3. population evaluation rate on the CPU: layer-design evaluations/s (the npu's vectorised
+   ``cost_many``, gpt2 decode's unique layers x random designs) and whole-model design
+   evaluations/s (``evaluate_many``, llama2-7b decode, one architecture, random designs), and
+   designs x architectures (``Evaluator.evaluate_batch`` of the co-search below on random
+   points: each its own architecture);
+4. a co-search of GPT-2 architecture x NPU with the architecture varying continuously
+   (``n_layer``, ``d_model`` in steps of 64, ``n_head``, ``d_ff``): ``nsga2-vectorized`` at
+   fidelity fast, end to end (``run_study``: sampling, evaluation, SQLite storage), against
+   today's path (TPE, event simulation, a capture per new architecture: ``DSE_RESHAPE=0``) on
+   fewer trials, extrapolated per trial.
+
+The per-template fast-path speed-up against the event simulation (gpt2 decode, llama2-7b
+prefill) is section 1 of ``benchmarks/run.py``.
+
+Usage: python benchmarks/population.py [--trials 10000] [--today-trials 40] [--sections 1 2 3 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+FAMILIES = [("gpt2", "decode", dict(context=512)), ("gpt2", "prefill", dict(seq=512)),
+            ("llama2-7b", "decode", dict(context=512)), ("llama2-7b", "prefill", dict(seq=512))]
+#: New architectures per family: (n_layer, d_model, n_head[, n_kv_head], d_ff) changes.
+NEW_ARCHS = {"gpt2": [dict(n_layer=10, d_model=640, n_head=10, d_ff=2560),
+                      dict(n_layer=14, d_model=896, n_head=14, d_ff=3000),
+                      dict(n_layer=16, d_model=1024, n_head=16, d_ff=4096)],
+             "llama2-7b": [dict(n_layer=30, d_model=3840, n_head=30, n_kv_head=10, d_ff=10240),
+                           dict(n_layer=32, d_model=4096, n_head=32, n_kv_head=8, d_ff=14336),
+                           dict(n_layer=28, d_model=3584, n_head=28, n_kv_head=4, d_ff=9728)]}
+#: GEMMs of tests/data/scalesim_reference.json run side by side (m, k, n): ResNet-18's fc (in
+#: benchmarks/run.py's default reference layers) and the three GEMMs SCALE-Sim runs in seconds.
+GEMMS = [(1, 512, 1000), (64, 64, 64), (100, 300, 50), (128, 768, 768)]
+#: ResNet-18 convolutions of benchmarks/run.py's default reference layers.
+CONVS = ["layer2.0.downsample", "layer3.0.downsample"]
+
+STUDY = """
+name: {name}
+seed: 0
+workloads:
+  - {{model: gpt2, phase: decode, batch: 8, context: 512}}
+accelerator: {{template: npu, preset: datacenter-bf16}}
+search:
+  hardware:
+    rows: {{choices: [32, 64, 128, 256]}}
+    cols: {{choices: [32, 64, 128, 256]}}
+    dataflow:
+    arrays: {{choices: [1, 2, 4, 8]}}
+    clock_hz: [5.0e8, 1.5e9]
+    dram_bandwidth_Bps: [1.0e11, 1.2e12]
+  architecture:
+    n_layer: [2, 24]
+    d_model: {{low: 256, high: 1536, step: 64}}
+    n_head: {{choices: [4, 8, 16]}}
+    d_ff: [512, 6144]
+objectives: [latency_s, energy_j]
+constraints: ["latency_s <= 0.003", "area_mm2 <= 80"]
+fidelity: {fidelity}
+sampler: {sampler}
+"""
+
+
+def _quiet():
+    warnings.simplefilter("ignore")
+
+
+# ----------------------------------------------------------------------------- 1. re-shape
+def section_reshape() -> None:
+    from workloads import build, reshape
+    print("\n## 1. Capture vs re-shape per new architecture (zoo sizes; re-shape median of "
+          "the new architectures, 20 calls each)")
+    print("| model | phase | ops (last) | templates (once each) s | capture ms | re-shape ms | "
+          "speed-up | equal |")
+    print("|---|---|---:|---:|---:|---:|---:|---|")
+    for model, phase, sizes in FAMILIES:
+        base = build.resolve(model, phase, 1, sizes.get("seq"), sizes.get("context"), "bf16")
+        t = time.perf_counter()
+        reshape.template_for(base)
+        template_s = time.perf_counter() - t
+        cap, shp, equal, ops = [], [], True, 0
+        for arch in NEW_ARCHS[model]:
+            if model == "gpt2":
+                arch = {k: v for k, v in arch.items() if k != "n_kv_head"}
+            args = build.resolve(model, phase, 1, sizes.get("seq"), sizes.get("context"),
+                                 "bf16", arch)
+            t = time.perf_counter()
+            reshape.template_for(args)   # a new family (grouped-query heads): its own template
+            template_s += time.perf_counter() - t
+            t = time.perf_counter()
+            real = build._capture_zoo(args)
+            cap.append(time.perf_counter() - t)
+            times = []
+            for _ in range(20):
+                t = time.perf_counter()
+                mine = reshape.reshaped(args, make=False)
+                times.append(time.perf_counter() - t)
+            shp.append(statistics.median(times))
+            equal &= reshape.same_workload(mine, real) is None
+            ops = len(real)
+        c, r = statistics.median(cap), statistics.median(shp)
+        print(f"| {model} | {phase} | {ops} | {template_s:.2f} | {c * 1e3:.0f} | {r * 1e3:.3f} | "
+              f"{c / r:,.0f}x | {'yes' if equal else 'NO'} |")
+
+
+# ----------------------------------------------------------------------------- 2. one GEMM
+def section_gemm(recorded: bool) -> None:
+    from benchmarks import scalesim_reference as ss
+    from dse import api
+    from workloads import build
+    print("\n## 2. A new GEMM or convolution through api.simulate (npu as the SCALE-Sim runs: "
+          "32x32, ws, 4 MiB SRAMs) vs SCALE-Sim 3.0.0 on the same layer")
+    design = ss.reference_design("ws")
+    hw = dict(design.hw)
+    for m in (1, 3, 5, 7):   # the templates (m = 1 is a family of its own: a size-1 dimension
+        # may trace differently) and the first calls' one-off costs, on other shapes; each
+        # layer's family (a convolution's filter, stride, padding) is made on a neighbour
+        api.simulate("linear", "npu", hw=hw, arch={"m": m, "k": 5, "n": 7}, dtype="int8")
+    ref = {r["layer"]: r for r in json.load(open(ROOT / "tests/data/scalesim_reference.json"))
+           ["records"] if r["dataflow"] == "ws"}
+    py = None
+    if not recorded:
+        try:
+            py = ss.ensure_refenv()
+        except Exception as exc:   # no network, no pip: fall back to the recorded times
+            print(f"SCALE-Sim not installable here ({type(exc).__name__}): recorded times")
+    source = "run now" if py else "recorded (tests/data/scalesim_reference.json)"
+    print(f"| layer (M x K x N) | api.simulate ms (re-shaped, median of 5) | cycles ours | "
+          f"SCALE-Sim s ({source}) | cycles SCALE-Sim | speed-up |")
+    print("|---|---:|---:|---:|---:|---:|")
+    ratios = []
+    convs = {x["name"]: x for x in ss.resnet18_layers()}
+    cases = [("linear", {"m": m, "k": k, "n": n},
+              ss._gemm("fc" if (m, k, n) == (1, 512, 1000) else f"gemm_m{m}_k{k}_n{n}", m, k, n))
+             for m, k, n in GEMMS]
+    cases += [("conv2d", {key: convs[c][key] for key in ("c", "h", "w", "k", "r", "s", "stride",
+                                                         "padding")}, convs[c]) for c in CONVS]
+    for model, arch, layer in cases:
+        api.simulate(model, "npu", hw=hw, arch={**arch, "k": arch["k"] + 1}, dtype="int8")
+        times = []
+        for _ in range(5):   # each call re-shapes the workload anew (the memory cache emptied)
+            build._MEMORY.clear()
+            t = time.perf_counter()
+            r = api.simulate(model, "npu", hw=hw, arch=arch, dtype="int8")
+            times.append(time.perf_counter() - t)
+        ours_s = statistics.median(times)
+        if py:
+            with tempfile.TemporaryDirectory() as d:
+                s = ss.run_scalesim(py, layer, "ws", Path(d))
+            ref_s, ref_cycles = s["wall_s"], s["total_cycles"] - s["stall_cycles"]
+        else:
+            rec = ref[layer["name"]]
+            ref_s, ref_cycles = rec["scalesim_wall_s"], rec["scalesim_compute_cycles"]
+        cycles = round(r.ops[0].compute_cycles)
+        ratios.append(ref_s / ours_s)
+        shape = (f"{layer['m']} x {layer['k']} x {layer['n']}" if model == "linear" else
+                 f"{layer['name']} ({layer['gemm_m']} x {layer['gemm_k']} x {layer['gemm_n']})")
+        print(f"| {model} {shape} | {ours_s * 1e3:.2f} | {cycles:,} | {ref_s:.2f} | "
+              f"{ref_cycles:,} | {ref_s / ours_s:,.0f}x |")
+    print(f"median speed-up {statistics.median(ratios):,.0f}x (target >= 1,000x)")
+
+
+# ----------------------------------------------------------------------------- 3. populations
+def random_npus(n: int, seed: int, workload=None):
+    from accelerators.npu import NPU
+    rng = random.Random(seed)
+    out = []
+    while len(out) < n:
+        values = {}
+        for p in NPU.PARAMS:
+            if p.name in ("dtype",) or rng.random() >= 0.7:
+                continue
+            if p.choices is not None:
+                values[p.name] = rng.choice(p.choices)
+            else:
+                lo, hi = (math.log(p.low), math.log(p.high)) if p.log else (p.low, p.high)
+                x = rng.uniform(lo, hi)
+                x = math.exp(x) if p.log else x
+                values[p.name] = int(round(x)) if p.type is int else x
+        try:
+            d = NPU("datacenter-bf16", **values)
+        except Exception:
+            continue
+        if workload is None or d.check(workload) is None:
+            out.append(d)
+    return out
+
+
+def _best(fn, repeats: int = 3) -> float:
+    best = math.inf
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def section_population(designs: int, points: int) -> None:
+    from accelerators.npu import NPU
+    from dse import api
+    from dse.study.evaluate import Evaluator
+    from dse.study.loader import load_study_text
+    from simulators.fast import _structure, evaluate_many
+    print(f"\n## 3. Population evaluation rate (CPU, {os.cpu_count()} cores, numpy)")
+    gpt2 = api.workload("gpt2", phase="decode", batch=8, context=512)
+    ops = _structure(gpt2).unique_ops
+    pool = random_npus(designs, 0)
+    t = _best(lambda: NPU.cost_many(pool, ops))
+    print(f"| what | designs | per call | rate |\n|---|---:|---:|---:|")
+    print(f"| layer-design evaluations (gpt2 decode's {len(ops)} unique layers, cost_many) | "
+          f"{designs:,} | {t * 1e3:.1f} ms | {designs * len(ops) / t:,.0f} /s |")
+    layers = list(ops)   # more layers per call: the designs' own set-up is paid once a call
+    for extra in (api.workload("llama2-7b", phase="prefill", batch=1, seq=512),
+                  api.workload("resnet50", batch=1)):
+        layers += _structure(extra).unique_ops
+    t = _best(lambda: NPU.cost_many(pool, layers))
+    print(f"| layer-design evaluations (the {len(layers)} unique layers of gpt2 decode, "
+          f"llama2-7b prefill and resnet50, cost_many) | {designs:,} | {t * 1e3:.1f} ms | "
+          f"{designs * len(layers) / t:,.0f} /s |")
+    llama = api.workload("llama2-7b", phase="decode", batch=1, context=512)
+    fit = random_npus(designs, 1, llama)
+    evaluate_many(llama, fit[:64])
+    t = _best(lambda: evaluate_many(llama, fit))
+    print(f"| whole-model design evaluations (llama2-7b decode, {len(llama)} ops, "
+          f"evaluate_many) | {designs:,} | {t * 1e3:.0f} ms | {designs / t:,.0f} /s |")
+    s = load_study_text(STUDY.format(name="bench_pop", fidelity="fast",
+                                     sampler="{name: nsga2-vectorized, population_size: 100}"))
+    from dse.study.population import Encoding
+    import numpy as np
+    enc = Encoding(s.space.dimensions)
+    pts = [s.space.point(v) for v in enc.decode(np.random.default_rng(0).random(
+        (points, len(enc.dims))))]
+    Evaluator(s, fidelity="fast").evaluate_batch(pts[:10])   # templates made
+    ev = Evaluator(s, fidelity="fast")
+    t = time.perf_counter()
+    ev.evaluate_batch(pts)
+    t = time.perf_counter() - t
+    archs = len({json.dumps(p.arch, sort_keys=True) for p in pts})
+    print(f"| designs x architectures (gpt2 decode x npu, {archs} architectures, "
+          f"evaluate_batch) | {points:,} | {t * 1e3:.0f} ms | {points / t:,.0f} /s |")
+
+
+# ----------------------------------------------------------------------------- 4. co-search
+CHILD = r"""
+import json, sys, time, warnings
+warnings.simplefilter("ignore")
+from dse.study.driver import run_study
+from dse.study.loader import load_study_text
+text, trials, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+s = load_study_text(text)
+t = time.perf_counter()
+r = run_study(s, trials=trials, out=out, show_progress=False, write_report=False)
+dt = time.perf_counter() - t
+print(json.dumps({"s": dt, "trials": r.session_trials, "states": dict(r.states),
+                  "pareto": len(r.pareto)}))
+"""
+
+
+def _run_study(text: str, trials: int, env: dict) -> dict:
+    with tempfile.TemporaryDirectory() as d:
+        p = subprocess.run([sys.executable, "-c", CHILD, text, str(trials), str(Path(d) / "out")],
+                           capture_output=True, text=True, cwd=ROOT,
+                           env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore",
+                                "DSE_CACHE_DIR": d, **env})
+    if p.returncode:
+        raise SystemExit(p.stderr[-3000:])
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def section_cosearch(trials: int, today_trials: int) -> None:
+    print(f"\n## 4. Co-search of GPT-2 architecture x NPU (continuous n_layer, d_model, d_ff; "
+          f"end to end, one process, SQLite)")
+    new = _run_study(STUDY.format(name="pop", fidelity="fast",
+                                  sampler="{name: nsga2-vectorized, population_size: 200}"),
+                     trials, {})
+    today = _run_study(STUDY.format(name="today", fidelity="event", sampler="tpe"),
+                       today_trials, {"DSE_RESHAPE": "0"})
+    print("| path | trials | wall s | trials/s | states |\n|---|---:|---:|---:|---|")
+    for label, r in (("nsga2-vectorized, fast, re-shape", new),
+                     ("today: tpe, event, capture per architecture", today)):
+        print(f"| {label} | {r['trials']:,} | {r['s']:.1f} | {r['trials'] / r['s']:,.1f} | "
+              f"{r['states']} |")
+    rate_new, rate_today = new["trials"] / new["s"], today["trials"] / today["s"]
+    print(f"today's path extrapolated to {trials:,} trials: {trials / rate_today:,.0f} s; "
+          f"speed-up {rate_new / rate_today:,.0f}x")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sections", nargs="+", type=int, default=[1, 2, 3, 4], choices=[1, 2, 3, 4])
+    ap.add_argument("--trials", type=int, default=10000)
+    ap.add_argument("--today-trials", type=int, default=40)
+    ap.add_argument("--designs", type=int, default=4096)
+    ap.add_argument("--points", type=int, default=1000)
+    ap.add_argument("--recorded", action="store_true",
+                    help="compare with SCALE-Sim's recorded times instead of running it")
+    args = ap.parse_args(argv)
+    _quiet()
+    os.environ.setdefault("DSE_CACHE_DIR", tempfile.mkdtemp())
+    print(f"# co-search speed — python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
+          f"{time.strftime('%Y-%m-%d %H:%M')}, load {os.getloadavg()[0]:.1f}")
+    if 1 in args.sections:
+        section_reshape()
+    if 2 in args.sections:
+        section_gemm(args.recorded)
+    if 3 in args.sections:
+        section_population(args.designs, args.points)
+    if 4 in args.sections:
+        section_cosearch(args.trials, args.today_trials)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

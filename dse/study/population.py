@@ -1,0 +1,215 @@
+"""``sampler: {name: nsga2-vectorized, population_size: N}``: a population-based multi-objective
+search (NSGA-II: Deb et al. 2002, IEEE TEC 6(2) [P]) that proposes and scores a whole
+generation at once, beside Optuna's one-trial-at-a-time samplers.
+
+Genes are numbers in [0, 1], one per search dimension (ints and floats through their range,
+log-scaled where the dimension is; categoricals by index); a generation is an ``(N, d)`` array.
+Parents are picked by binary tournament (rank, then crowding distance), children by uniform
+crossover and Gaussian mutation, survivors by constraint-domination sorting (feasible first,
+infeasible ranked by their summed relative violation) and crowding distance, all in numpy.
+A generation is scored by :meth:`dse.study.evaluate.Evaluator.evaluate_batch` (at fidelity
+``fast`` the designs that share a workload architecture are one :func:`evaluate_many` call,
+each architecture built without re-capture, :mod:`workloads.reshape`), and stored in the
+study's Optuna storage as finished trials with the same parameters, user attributes and
+constraints a worker writes (:func:`dse.study.workers.outcome`), so reports, ``fidelity:
+multi`` confirmation and resume work unchanged. A resumed run starts from the stored trials as
+its parents. It runs in one process (a second worker does nothing); same seed, same trials.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from dse.study.space import Dimension
+
+NAME = "nsga2-vectorized"
+#: Population size when the study file gives none [E: Optuna's NSGA-II default is 50].
+DEFAULT_POPULATION = 100
+#: Probability that a child gene comes from its first parent (uniform crossover) [E].
+CROSSOVER = 0.5
+#: Standard deviation of a mutated gene, in [0, 1] units [E].
+MUTATION_SIGMA = 0.15
+
+
+class Encoding:
+    """Search dimensions <-> genes in [0, 1]."""
+
+    def __init__(self, dims: list[Dimension]):
+        if any(d.condition is not None for d in dims):
+            raise ValueError("conditional dimensions")   # the loader refuses such studies
+        self.dims = dims
+        self.categorical = np.array([d.kind == "categorical" for d in dims], dtype=bool)
+
+    def decode(self, genes: np.ndarray) -> list[dict[str, Any]]:
+        """Parameter values (Optuna name -> value) of each row of ``genes``."""
+        cols = [self._decode_dim(d, genes[:, j]) for j, d in enumerate(self.dims)]
+        return [{d.name: col[i] for d, col in zip(self.dims, cols)} for i in range(len(genes))]
+
+    @staticmethod
+    def _decode_dim(d: Dimension, u: np.ndarray) -> list:
+        if d.kind == "categorical":
+            n = len(d.choices)
+            return [d.choices[i] for i in np.minimum((u * n).astype(np.int64), n - 1)]
+        lo, hi = float(d.low), float(d.high)
+        if d.log:
+            x = np.exp(math.log(lo) + u * (math.log(hi) - math.log(lo)))
+        else:
+            x = lo + u * (hi - lo)
+        if d.step:
+            x = lo + np.round((x - lo) / d.step) * d.step
+        x = np.clip(x, lo, hi)
+        if d.kind == "int":
+            return [int(v) for v in np.clip(np.round(x), lo, hi)]
+        return [float(v) for v in x]
+
+    def encode(self, params: dict[str, Any]) -> np.ndarray:
+        """The genes of stored parameter values."""
+        out = np.empty(len(self.dims))
+        for j, d in enumerate(self.dims):
+            v = params[d.name]
+            if d.kind == "categorical":
+                out[j] = (list(d.choices).index(v) + 0.5) / len(d.choices)
+                continue
+            lo, hi = float(d.low), float(d.high)
+            out[j] = ((math.log(v) - math.log(lo)) / (math.log(hi) - math.log(lo)) if d.log
+                      else (v - lo) / (hi - lo)) if hi > lo else 0.0
+        return np.clip(out, 0.0, 1.0)
+
+
+# ----------------------------------------------------------------------------- selection
+def dominates(f: np.ndarray, viol: np.ndarray) -> np.ndarray:
+    """``D[i, j]``: i constraint-dominates j (objectives ``f`` (N, m) minimised, ``viol`` (N,)
+    the summed violation, 0 when feasible)."""
+    feas = viol <= 0
+    le = (f[:, None, :] <= f[None, :, :]).all(axis=2)
+    lt = (f[:, None, :] < f[None, :, :]).any(axis=2)
+    both = feas[:, None] & feas[None, :]
+    return ((both & le & lt) | (feas[:, None] & ~feas[None, :])
+            | (~feas[:, None] & ~feas[None, :] & (viol[:, None] < viol[None, :])))
+
+
+def fronts(f: np.ndarray, viol: np.ndarray) -> np.ndarray:
+    """Non-domination rank of each row (0: the first front)."""
+    d = dominates(f, viol)
+    count = d.sum(axis=0)
+    rank = np.full(len(f), -1)
+    current = np.flatnonzero(count == 0)
+    r = 0
+    while current.size:
+        rank[current] = r
+        count = count - d[current].sum(axis=0)
+        count[rank >= 0] = -1
+        current = np.flatnonzero(count == 0)
+        r += 1
+    return rank
+
+
+def crowding(f: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """Crowding distance of each row within its front (inf at a front's ends)."""
+    out = np.zeros(len(f))
+    for r in np.unique(rank):
+        idx = np.flatnonzero(rank == r)
+        if idx.size <= 2:
+            out[idx] = np.inf
+            continue
+        for m in range(f.shape[1]):
+            order = idx[np.argsort(f[idx, m], kind="stable")]
+            span = f[order[-1], m] - f[order[0], m]
+            out[order[[0, -1]]] = np.inf
+            if span > 0 and np.isfinite(span):
+                out[order[1:-1]] += (f[order[2:], m] - f[order[:-2], m]) / span
+    return out
+
+
+def survivors(f: np.ndarray, viol: np.ndarray, n: int) -> np.ndarray:
+    """Indices of the ``n`` rows NSGA-II keeps: by rank, then larger crowding distance."""
+    rank = fronts(f, viol)
+    crowd = crowding(f, rank)
+    return np.lexsort((-crowd, rank))[:n]
+
+
+def children(rng: np.random.Generator, genes: np.ndarray, f: np.ndarray, viol: np.ndarray,
+             n: int, categorical: np.ndarray) -> np.ndarray:
+    """``n`` children of the population ``genes``: binary tournaments, uniform crossover,
+    Gaussian mutation (a categorical gene is redrawn instead)."""
+    rank = fronts(f, viol)
+    crowd = crowding(f, rank)
+    size, d = genes.shape
+
+    def tournament() -> np.ndarray:
+        a, b = rng.integers(0, size, n), rng.integers(0, size, n)
+        better = (rank[a] < rank[b]) | ((rank[a] == rank[b]) & (crowd[a] >= crowd[b]))
+        return np.where(better, a, b)
+
+    p1, p2 = tournament(), tournament()
+    take = rng.random((n, d)) < CROSSOVER
+    child = np.where(take, genes[p1], genes[p2])
+    mutate = rng.random((n, d)) < max(1.0 / d, 0.1)
+    noise = np.clip(child + rng.normal(0.0, MUTATION_SIGMA, (n, d)), 0.0, 1.0)
+    redraw = rng.random((n, d))
+    child = np.where(mutate, np.where(categorical[None, :], redraw, noise), child)
+    return child
+
+
+# ----------------------------------------------------------------------------- the run
+def scores(resolved, trials: list[FrozenTrial]) -> tuple[np.ndarray, np.ndarray]:
+    """Minimised objectives and summed violation of stored trials (an infeasible or failed
+    trial: violation inf)."""
+    f = np.full((len(trials), len(resolved.objectives)), np.inf)
+    viol = np.zeros(len(trials))
+    for i, t in enumerate(trials):
+        if t.state != TrialState.COMPLETE or t.values is None:
+            viol[i] = np.inf
+            continue
+        f[i] = [o.sign * v for o, v in zip(resolved.objectives, t.values)]
+        cons = t.system_attrs.get("constraints") or []
+        viol[i] = sum(max(0.0, c) for c in cons)
+    return f, viol
+
+
+def run(resolved, study: optuna.Study, evaluator, seed: int, target: int,
+        count: Callable[[], int], to_trial: Callable[[dict, Any], FrozenTrial],
+        store: Callable[[list[FrozenTrial]], None],
+        on_trial: Callable[[FrozenTrial], None] | None = None) -> int:
+    """Evolve until the study holds ``target`` trials (``count()`` says how many it holds);
+    returns the trials this run stored. ``to_trial(params, evaluation)`` is the finished
+    trial a worker would store, ``store(trials)`` stores a generation."""
+    space = resolved.space
+    enc = Encoding(space.dimensions)
+    names = set(space.names())
+    size = resolved.spec.sampler.population_size or DEFAULT_POPULATION
+    rng = np.random.default_rng(seed)
+    done = [t for t in study.get_trials(deepcopy=False)
+            if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and set(t.params) == names]
+    genes = np.array([enc.encode(t.params) for t in done]).reshape(len(done), len(enc.dims))
+    f, viol = scores(resolved, done)
+    if len(done) > size:
+        keep = survivors(f, viol, size)
+        genes, f, viol = genes[keep], f[keep], viol[keep]
+    stored = 0
+    while True:
+        n = min(size, target - count())
+        if n <= 0:
+            return stored
+        if len(genes) < 2:
+            new = rng.random((n, len(enc.dims)))
+        else:
+            new = children(rng, genes, f, viol, n, enc.categorical)
+        values = enc.decode(new)
+        evs = evaluator.evaluate_batch([space.point(v) for v in values])
+        trials = [to_trial(v, ev) for v, ev in zip(values, evs)]
+        store(trials)
+        stored += len(trials)
+        if on_trial is not None:
+            for t in trials:
+                on_trial(t)
+        nf, nv = scores(resolved, trials)
+        genes, f, viol = (np.concatenate([genes, new]), np.concatenate([f, nf]),
+                          np.concatenate([viol, nv]))
+        keep = survivors(f, viol, size)
+        genes, f, viol = genes[keep], f[keep], viol[keep]
