@@ -43,6 +43,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from multi_gpu_measure import TINY, build_stack  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from dse.calibrate.gpu_bench import capture_graph  # noqa: E402
+
 #: The Llama-2-7B shape [R HF meta-llama/Llama-2-7b-hf config.json].
 LLAMA2_7B = dict(d=4096, heads=32, kv_heads=32, ff=11008, vocab=32000)
 LAYERS_7B = 32
@@ -64,19 +67,6 @@ def _events_time(torch, fn, cuda: bool) -> float:
     return start.elapsed_time(end) / 1e3
 
 
-def _graph(torch, fn):
-    """``fn`` captured as a CUDA graph (warmed once on a side stream)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph
-
-
 def measure_point(torch, F, fwd, shape, batch, input_len, output_len, reps, cuda) -> dict:
     """TTFT and every decode step's time of one generation (see the module doc)."""
     device = "cuda" if cuda else "cpu"
@@ -89,7 +79,7 @@ def measure_point(torch, F, fwd, shape, batch, input_len, output_len, reps, cuda
     for step in range(output_len - 1):      # the first output token comes from the prefill
         pos = input_len + step
         if cuda:
-            g = _graph(torch, lambda p=pos: fwd(token, p))
+            g = capture_graph(torch, lambda p=pos: fwd(token, p))
             steps.append(_events_time(torch, g.replay, True))
             del g
         else:
