@@ -115,9 +115,13 @@ class StudyData:
 
     @property
     def metric_keys(self) -> list[str]:
-        """Objectives first, then every other metric any plotted trial has, sorted."""
-        others = sorted({k for t in self.plotted for k in t.values} - set(self.objectives))
-        return list(self.objectives) + others
+        """Objectives first, then the constrained metrics (a single-objective study plots
+        its objective against them: a serving study's p99 TTFT and TPOT), then every other
+        metric any plotted trial has, sorted."""
+        present = {k for t in self.plotted for k in t.values}
+        first = list(dict.fromkeys(list(self.objectives) + [
+            c.metric for c in self.constraints if c.metric in present]))
+        return first + sorted(present - set(first))
 
     @property
     def param_keys(self) -> list[str]:
