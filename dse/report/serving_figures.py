@@ -25,6 +25,10 @@ CDF_POINTS = 1000
 #: (key of ServingResult.latencies(), title, key of ServingResult.slo).
 LATENCIES = (("ttft", "TTFT", "ttft_s"), ("tpot", "TPOT", "tpot_s"), ("e2e", "end-to-end", None))
 
+#: An SLO more than this many times the largest latency is named, not drawn [E: the
+#: distribution would take less than half the axis].
+SLO_OFF_AXIS = 2.0
+
 #: A rate axis spanning more than this ratio is drawn on a log scale [E].
 LOG_SPAN = 20
 
@@ -69,7 +73,13 @@ def latency_cdfs(result: Any, title: str = "Latency distributions (CDF over comp
                 marker=dict(size=8, color=[_PCT_COLORS[k] for k in marks]),
                 hovertemplate="%{text} " + name + " %{x:.4g} " + unit + "<extra></extra>",
                 showlegend=False), 1, col)
-        if slo:
+        if slo and len(values) and slo > SLO_OFF_AXIS * values.max():
+            # a line that far out would squeeze the distribution into the axis' first pixels
+            fig.add_annotation(text=f"SLO {fmt(slo, 's')}: beyond the axis", showarrow=False,
+                               x=0.98, y=0.04, xanchor="right", font=dict(color="#c0392b"),
+                               xref=f"x{col if col > 1 else ''} domain",
+                               yref=f"y{col if col > 1 else ''} domain")
+        elif slo:
             fig.add_vline(x=slo / factor, line_dash="dash", line_color="#c0392b", row=1, col=col,
                           annotation_text="SLO " + fmt(slo, "s"), annotation_position="bottom right")
         fig.update_xaxes(title_text=axis_title(name, unit), row=1, col=col)

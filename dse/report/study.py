@@ -10,8 +10,8 @@ from typing import Any, Callable
 
 from dse.report.design import cards, design_label, hardware_rows, totals
 from dse.report.html import Markup, el, figure_json, render_page, script_json, write_page
-from dse.report.study_data import (FAILED, INFEASIBLE, PARETO, StudyData, open_study, read_study,
-                                   redact)
+from dse.report.study_data import (FAILED, INFEASIBLE, PARETO, SERVING_KEYS, StudyData,
+                                   open_study, read_study, redact)
 from dse.report.units import fmt
 
 #: Pareto designs re-simulated for the detail view, at most [E: 30 GPT-2 decode designs
@@ -161,6 +161,10 @@ def study_page(data: StudyData, study: Any, max_details: int = MAX_DETAILS,
         body.append(el("p", "No trial has objective values yet.", class_="note"))
     else:
         pairs = _pairs(metrics, 2, MAX_PAIRS) if len(metrics) >= 2 else []
+        # a serving study: each objective against the serving metrics too
+        pairs += [(o, k) for o in data.objectives for k in SERVING_KEYS
+                  if k in data.metric_keys and k != o and (o, k) not in pairs
+                  and (k, o) not in pairs][:max(0, MAX_PAIRS - len(pairs))]
         body.append(el("p", "Filled red circles: Pareto designs (feasible, not dominated). Blue: "
                             "feasible but dominated. Yellow crosses: infeasible (violate a "
                             "constraint). Dashed lines: constraint thresholds. Hover a point for "
