@@ -96,12 +96,19 @@ def resimulate_study_design(design: dict[str, Any], spec: dict[str, Any]) -> Res
 
 def _rebuild(design: dict[str, Any]) -> dict[str, Any] | Resimulated:
     """The accelerators of a design as ``dse.study`` stores it, by name, or a
-    :class:`Resimulated` saying why they cannot be built."""
+    :class:`Resimulated` saying why they cannot be built. The stored ``hw`` holds every
+    parameter; only those that differ from the preset are passed, as the study passed them:
+    a template may treat a value set by hand differently from its preset's (the gpu keeps a
+    calibration file's fitted efficiencies unless they are given)."""
     from accelerators.registry import get_template
     built = {}
     try:
         for name, info in (design.get("designs") or {}).items():
-            built[name] = get_template(info["template"])(info.get("preset"), **dict(info.get("hw") or {}))
+            cls = get_template(info["template"])
+            preset = dict(cls(info.get("preset")).hw)
+            hw = {k: v for k, v in (info.get("hw") or {}).items() if preset.get(k, v) != v
+                  or k not in preset}
+            built[name] = cls(info.get("preset"), **hw)
     except (DSEError, KeyError, TypeError) as exc:
         return Resimulated(None, error=f"cannot rebuild the design: {exc}")
     if not built:
