@@ -15,8 +15,8 @@ p99 and mean; throughput (output tokens/s, requests/s over the span from the fir
 the last completion); goodput (requests/s that met both SLOs, DistServe's definition);
 energy (iterations' dynamic energy + static power over the whole span, idle included) and
 cost per million output tokens: the design's ``cost_usd`` amortised over
-``lifetime_years`` of continuous use plus energy at ``usd_per_kwh``; KV occupancy, batch size
-and queue length over time; preemptions; the time-averaged number of requests in the system (Little's law: it equals the
+``lifetime_years`` of continuous use plus energy at ``usd_per_kwh``; KV occupancy, requests
+running and waiting over time; preemptions; the time-averaged number of requests in the system (Little's law: it equals the
 completion rate times the mean time in system).
 """
 
@@ -71,8 +71,8 @@ class ServingResult:
     rate, requests/s; ``mean_in_system``: requests waiting or running, averaged over
     ``span_s``; ``max_running``: most requests running at once; ``kv_cache``: capacity
     (tokens, blocks), occupancy over time (a fraction of the blocks) and its peak;
-    ``queue``: at the same instants as the KV occupancy, the requests in the iteration that
-    just ended (``batch``) and those waiting to be admitted (``waiting``);
+    ``queue``: at the same instants as the KV occupancy, the requests running (admitted,
+    holding KV blocks: the batch of the next decode) and those waiting to be admitted;
     ``per_request``: arrival, lengths, first-token and finish times, tokens generated,
     preemptions of every request."""
 
@@ -137,7 +137,7 @@ class ServingResult:
 
     def to_chrome_trace(self) -> dict[str, Any]:
         """Iterations as spans on one track (args: prefill tokens, decodes), KV occupancy and
-        the batch and queue lengths as counters; times in us."""
+        the requests running and waiting as counters; times in us."""
         log = self.iteration_log
         events: list[dict[str, Any]] = [
             {"name": "thread_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "iterations"}}]
@@ -150,9 +150,9 @@ class ServingResult:
             events.append({"name": "kv_occupancy", "ph": "C", "pid": 0, "ts": t * 1e6,
                            "args": {"occupancy": occ}})
         q = self.queue
-        for t, b, w in zip(q.get("timeline_s", []), q.get("batch", []), q.get("waiting", [])):
+        for t, b, w in zip(q.get("timeline_s", []), q.get("running", []), q.get("waiting", [])):
             events.append({"name": "requests", "ph": "C", "pid": 0, "ts": t * 1e6,
-                           "args": {"batch": b, "waiting": w}})
+                           "args": {"running": b, "waiting": w}})
         return {"traceEvents": events, "displayTimeUnit": "ms",
                 "otherData": {"model": self.model, "trace": self.trace}}
 
@@ -217,6 +217,15 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
     log: dict[str, list] = {"start_s": [], "latency_s": [], "prefill_tokens": [], "decodes": []}
     in_system_area, iterations, max_running, busy = 0.0, 0, 0, 0.0
     finished = 0
+
+    def sample() -> None:
+        occ_t.append(now)
+        occ_v.append(1.0 - kv.free / max(kv.blocks, 1))
+        occ_b.append(s.running)
+        # waiting: the queue, and those that arrived during the iteration (they join it at
+        # the next boundary)
+        occ_w.append(len(s.waiting) + int(np.searchsorted(arrival, now, "right")) - nxt)
+
     while finished + int(rejected.sum()) < n:
         while nxt < n and arrival[nxt] <= now:
             if kv.blocks_for(trace.input_len[nxt] + trace.output_len[nxt]) > fits:
@@ -252,12 +261,9 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
         iterations += 1
         finished += _advance(s, batch, now, first, finish)
         if iterations % max(1, n // 50) == 0 or not occ_t:
-            occ_t.append(now)
-            occ_v.append(1.0 - kv.free / max(kv.blocks, 1))
-            occ_b.append(len(decodes) + len(chunks))
-            # waiting: the queue, and those that arrived during the iteration (they join it
-            # at the next boundary)
-            occ_w.append(len(s.waiting) + int(np.searchsorted(arrival, now, "right")) - nxt)
+            sample()
+    if iterations and occ_t[-1] != now:
+        sample()                                        # the end: every request has left
     done = ~np.isnan(finish)
     t0 = float(arrival[0]) if n else 0.0
     span = float(np.nanmax(finish) - t0) if done.any() else 0.0
@@ -305,7 +311,7 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
                      "finish_s": finish.tolist(), "generated": s.generated.tolist(),
                      "preemptions": s.preemptions.tolist()},
         iteration_log=log if log_iterations else {},
-        queue={"timeline_s": [occ_t[i] for i in idx], "batch": [occ_b[i] for i in idx],
+        queue={"timeline_s": [occ_t[i] for i in idx], "running": [occ_b[i] for i in idx],
                "waiting": [occ_w[i] for i in idx]})
 
 

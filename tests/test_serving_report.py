@@ -61,8 +61,8 @@ def test_report_has_percentiles_distributions_occupancy_and_rate_sweep(tmp_path,
     assert any("beyond the axis" in a["text"] and "1 ms" in a["text"]
                for a in figs["latency_cdf"]["layout"]["annotations"])
     occ = _traces(figs["occupancy"], blob["shared"])
-    assert {"KV occupancy", "batch (requests in the iteration)", "waiting (queue)"} == set(occ)
-    assert max(occ["batch (requests in the iteration)"]["y"]) <= r.max_running
+    assert {"KV occupancy", "running (the decode batch)", "waiting (queue)"} == set(occ)
+    assert max(occ["running (the decode batch)"]["y"]) <= r.max_running
     assert len(occ["waiting (queue)"]["y"]) == len(r.kv_cache["timeline_s"])
     rs = _traces(figs["rate_sweep"])
     assert rs["throughput"]["x"] == [100, 400, 1600]
@@ -104,11 +104,12 @@ def test_cdf_points_keep_the_tail():
 def test_queue_and_batch_over_time_are_counted(sweep):
     for r in sweep.results:
         q = r.queue
-        assert len(q["timeline_s"]) == len(q["batch"]) == len(q["waiting"]) > 0
+        assert len(q["timeline_s"]) == len(q["running"]) == len(q["waiting"]) > 0
         assert q["timeline_s"] == r.kv_cache["timeline_s"]
-        assert min(q["waiting"]) >= 0 and 0 < max(q["batch"]) <= r.max_running
-    # the busiest rate queues more than the quietest
-    assert max(sweep.results[-1].queue["batch"]) > max(sweep.results[0].queue["batch"])
+        assert min(q["waiting"]) >= 0 and 0 < max(q["running"]) <= r.max_running
+        assert q["running"][-1] == 0      # the last sample: every request has finished
+    # the busiest rate runs more requests at once than the quietest
+    assert max(sweep.results[-1].queue["running"]) > max(sweep.results[0].queue["running"])
 
 
 def test_cli_rates_report_and_json(tmp_path, capsys):

@@ -102,7 +102,7 @@ def serving_page(result: Any, sweep: Any = None, title: str | None = None) -> st
                 + hardware_rows(_first_device(result.target))),
         el("h2", "Latency distributions"),
         el("div", id="fig-latency_cdf", class_="plot", data_figure="latency_cdf"),
-        el("h2", "KV cache, batch and queue over time"),
+        el("h2", "KV cache, running and waiting requests over time"),
         el("div", id="fig-occupancy", class_="plot", data_figure="occupancy")]
     if sweep is not None:
         figs["rate_sweep"] = rate_sweep(sweep, result.slo)

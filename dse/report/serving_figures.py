@@ -3,7 +3,7 @@
 
 * :func:`latency_cdfs` — the empirical CDF of TTFT, TPOT and end-to-end latency over the
   completed requests, with p50 / p90 / p99 marked and the SLOs (when given) as dashed lines;
-* :func:`occupancy` — KV-cache occupancy, batch size and queue length over time;
+* :func:`occupancy` — KV-cache occupancy and the requests running and waiting over time;
 * :func:`rate_sweep` — throughput (output tokens/s) and p99 TTFT / TPOT against the arrival
   rate, SLOs dashed.
 
@@ -92,9 +92,9 @@ def latency_cdfs(result: Any, title: str = "Latency distributions (CDF over comp
     return fig
 
 
-def occupancy(result: Any, title: str = "KV cache, batch and queue over time"):
-    """KV-cache occupancy (% of the blocks) and, when the result has them, the requests in
-    each iteration and those waiting, against simulated time."""
+def occupancy(result: Any, title: str = "KV cache, running and waiting requests over time"):
+    """KV-cache occupancy (% of the blocks) and, when the result has them, the requests
+    running (the decode batch) and waiting, against simulated time."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
     kv = result.kv_cache
@@ -110,7 +110,7 @@ def occupancy(result: Any, title: str = "KV cache, batch and queue over time"):
     fig.update_yaxes(title_text="KV cache (% of blocks)", range=[0, 105], row=1, col=1)
     if both:
         qt = [v / tf for v in q["timeline_s"]]
-        for key, name, color in (("batch", "batch (requests in the iteration)", "#2b9348"),
+        for key, name, color in (("running", "running (the decode batch)", "#2b9348"),
                                  ("waiting", "waiting (queue)", "#e07b00")):
             fig.add_trace(go.Scatter(
                 name=name, x=qt, y=q[key], mode="lines", line=dict(color=color),
