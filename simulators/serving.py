@@ -16,8 +16,8 @@ the last completion); goodput (requests/s that met both SLOs, DistServe's defini
 energy (iterations' dynamic energy + static power over the whole span, idle included) and
 cost per million output tokens: the design's ``cost_usd`` amortised over
 ``lifetime_years`` of continuous use plus energy at ``usd_per_kwh``; KV occupancy, requests
-running and waiting over time; preemptions; the time-averaged number of requests in the system (Little's law: it equals the
-completion rate times the mean time in system).
+running and waiting over time; preemptions; the time-averaged number of requests in the
+system (Little's law: it equals the completion rate times the mean time in system).
 """
 
 from __future__ import annotations

@@ -57,7 +57,8 @@ def test_report_has_percentiles_distributions_occupancy_and_rate_sweep(tmp_path,
         assert p99["x"][2] / scale == pytest.approx(getattr(r, f"{key}_s")["p99"], rel=1e-5)
     # SLO lines: the TTFT SLO lies among the TTFTs and is drawn; the TPOT SLO is far beyond
     # every TPOT and is named instead of squeezing the curve
-    assert any(s.get("line", {}).get("dash") == "dash" for s in figs["latency_cdf"]["layout"]["shapes"])
+    shapes = figs["latency_cdf"]["layout"]["shapes"]
+    assert any(s.get("line", {}).get("dash") == "dash" for s in shapes)
     assert any("beyond the axis" in a["text"] and "1 ms" in a["text"]
                for a in figs["latency_cdf"]["layout"]["annotations"])
     occ = _traces(figs["occupancy"], blob["shared"])

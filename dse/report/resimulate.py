@@ -144,8 +144,8 @@ def resimulate_serving(design: dict[str, Any], spec: dict[str, Any],
             from accelerators.system import System
             from workloads.parallel import layout_from
             stored = design["system"]
-            where = {"system": System(device, stored.get("preset"), **dict(stored.get("sys") or {})),
-                     "parallel": layout_from(design.get("parallel"))}
+            system = System(device, stored.get("preset"), **dict(stored.get("sys") or {}))
+            where = {"system": system, "parallel": layout_from(design.get("parallel"))}
         r = api.serve(sv["model"], trace=sv.get("trace", "sharegpt"), rate=sv.get("rate"),
                       requests=sv.get("requests"), arrival=sv.get("arrival", "poisson"),
                       burstiness=sv.get("burstiness", 1.0), seed=sv.get("seed", 0),

@@ -85,7 +85,8 @@ def serving_page(result: Any, sweep: Any = None, title: str | None = None) -> st
     title = title or f"{result.model} serving {result.trace} on {label}"
     sched = result.scheduler
     figs = serving_figures(result)
-    slo = ", ".join(f"{k[:-2].upper()} ≤ {fmt(v, 's')}" for k, v in (result.slo or {}).items() if v)
+    slo = ", ".join(f"{k[:-2].upper()} ≤ {fmt(v, 's')}"
+                    for k, v in (result.slo or {}).items() if v)
     body: list[Any] = [
         el("h1", title),
         el("p", f"{result.requests:,} requests · {sched.get('name')} batching (at most "

@@ -59,7 +59,8 @@ def latency_cdfs(result: Any, title: str = "Latency distributions (CDF over comp
         factor, unit = prefix_for([float(values.max())] if len(values) else [], "s")
         x, y = cdf_points(values)
         fig.add_trace(go.Scatter(
-            name=name, x=(x / factor).tolist(), y=y.tolist(), mode="lines", line=dict(shape="hv", width=2),
+            name=name, x=(x / factor).tolist(), y=y.tolist(), mode="lines",
+            line=dict(shape="hv", width=2),
             hovertemplate=name + " %{x:.4g} " + unit + "<br>%{y:.1%} of requests at or below"
                           "<extra></extra>", showlegend=False), 1, col)
         pct = getattr(result, f"{key}_s")
@@ -81,7 +82,8 @@ def latency_cdfs(result: Any, title: str = "Latency distributions (CDF over comp
                                yref=f"y{col if col > 1 else ''} domain")
         elif slo:
             fig.add_vline(x=slo / factor, line_dash="dash", line_color="#c0392b", row=1, col=col,
-                          annotation_text="SLO " + fmt(slo, "s"), annotation_position="bottom right")
+                          annotation_text="SLO " + fmt(slo, "s"),
+                          annotation_position="bottom right")
         fig.update_xaxes(title_text=axis_title(name, unit), row=1, col=col)
         fig.update_yaxes(range=[0, 1.02], tickformat=".0%", row=1, col=col,
                          title_text="requests at or below" if col == 1 else None)
