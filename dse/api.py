@@ -8,6 +8,7 @@
 >>> w.unknown_ops                                                    # ops costed by bytes only
 >>> g = api.generate("llama2-7b", input_len=512, output_len=128, batch=8, accelerator="gpu:h200")
 >>> s = api.serve("llama2-7b", accelerator="gpu:h200", trace="sharegpt", rate=10, requests=1000)
+>>> sw = api.serve_sweep("llama2-7b", [5, 10, 20], accelerator="gpu:h200", requests=1000)
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from accelerators.collectives import CollectiveCost
     from simulators.generation import Generation
     from simulators.iteration_cost import Target
-    from simulators.serving import ServingResult
+    from simulators.serving import RateSweep, ServingResult
     from accelerators.system import System
     from workloads.parallel import Layout
 
@@ -323,6 +324,46 @@ def serve(model: str | Workload, trace: str = "sharegpt", rate: float | None = N
     return simulate_serving(cost, tr, sched, block_size,
                             memory_utilization or MEMORY_UTILIZATION, slo_ttft_s, slo_tpot_s,
                             log_iterations=log_iterations)
+
+
+#: Arrival rates a sweep may hold, at most [E: a readable plot; each rate is one serving run].
+MAX_RATES = 32
+
+
+def check_rates(rates: Any, field: str = "rates") -> list[float]:
+    """The arrival rates of a sweep, requests/s, ascending without repeats, from a list of
+    numbers or a comma-separated string (``"5,10,20,40"``); one :class:`BadInput` line
+    naming ``field`` unless each is a number in (0, 1e9] and there are 1 to
+    :data:`MAX_RATES`."""
+    allowed = (f"expected 1 to {MAX_RATES} comma-separated arrival rates > 0, requests/s, "
+               "e.g. 5,10,20,40")
+    items = rates.split(",") if isinstance(rates, str) else rates
+    try:
+        values = [float(x) for x in items if not isinstance(x, bool)]
+        ok = len(values) == len(items)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok or not 1 <= len(values) <= MAX_RATES or not all(0 < v <= 1e9 for v in values):
+        raise BadInput(field, rates, allowed)
+    return sorted(set(values))
+
+
+def serve_sweep(model: str | Workload, rates: Any, **kwargs: Any) -> "RateSweep":
+    """Serve the same trace at each of ``rates`` (requests/s; see :func:`check_rates`) with
+    everything else as :func:`serve` takes it (``rate`` excepted): the synthetic trace of one
+    seed is the same requests with the gaps scaled by the rate, a CSV trace has its timestamps
+    rescaled. The design's iteration cost model is fitted once. Returns a
+    :class:`~simulators.serving.RateSweep` (throughput and tails against the rate).
+
+    >>> sw = api.serve_sweep("llama2-7b", [5, 10, 20, 40], accelerator="gpu:h200",
+    ...                      requests=1000)
+    >>> [(row["rate_req_s"], row["throughput_tok_s"]) for row in sw.rows()]
+    """
+    from simulators.serving import RateSweep
+    if "rate" in kwargs:
+        raise BadInput("rate", kwargs["rate"], "expected rates only (a sweep sets the rate)")
+    values = check_rates(rates)
+    return RateSweep(values, [serve(model, rate=r, **kwargs) for r in values])
 
 
 def _cost_model(base: Workload, target: "Target", max_tokens: int):

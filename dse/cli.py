@@ -379,24 +379,44 @@ def serve(model: str = typer.Argument(..., help="Zoo model name (an LLM)."),
           dtype: str = DtypeOpt, arch: Optional[list[str]] = ArchOpt,
           chrome_trace: Optional[Path] = typer.Option(None, "--chrome-trace", help="Write the "
                                                       "iterations as a Chrome trace (Perfetto)."),
+          rates: Optional[str] = typer.Option(None, "--rates", help="Also serve the trace at "
+                                              "each of these arrival rates, requests/s, e.g. "
+                                              "5,10,20,40: throughput and p99 TTFT / TPOT "
+                                              "against the rate (without --rate the detailed "
+                                              "run is the highest)."),
+          report: Optional[Path] = typer.Option(None, "--report", help="Write an HTML report "
+                                                "(latency distributions, KV cache, batch and "
+                                                "queue over time; throughput against rate "
+                                                "with --rates)."),
           as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Serve a request trace: TTFT / TPOT / end-to-end percentiles, throughput, goodput,
     energy and cost per million tokens, KV-cache occupancy, preemptions."""
     from dse import api
     from dse.files import atomic_write_text, output_errors
+    sweep_rates = api.check_rates(rates, "--rates") if rates is not None else None
+    if sweep_rates and rate is None:
+        rate = sweep_rates[-1]
+    kw = dict(trace=trace, requests=requests, duration_s=duration, scheduler=scheduler,
+              max_batch=max_batch, token_budget=token_budget, block_size=block_size,
+              arrival=arrival, burstiness=burstiness, seed=seed, slo_ttft_s=slo_ttft,
+              slo_tpot_s=slo_tpot, dtype=dtype, arch=parse_pairs(arch, "--arch") or None,
+              log_iterations=chrome_trace is not None,
+              **_target_args(accelerator, hw, system, devices, sys_pairs, tp))
+    sweep = None
     with _busy(f"serving {trace} on {system or accelerator or 'npu'}"):
-        r = api.serve(model, trace=trace, rate=rate, requests=requests, duration_s=duration,
-                      scheduler=scheduler, max_batch=max_batch, token_budget=token_budget,
-                      block_size=block_size, arrival=arrival, burstiness=burstiness, seed=seed,
-                      slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot, dtype=dtype,
-                      arch=parse_pairs(arch, "--arch") or None,
-                      log_iterations=chrome_trace is not None,
-                      **_target_args(accelerator, hw, system, devices, sys_pairs, tp))
+        if sweep_rates:
+            sweep = api.serve_sweep(model, sweep_rates, **kw)
+        r = (sweep.results[sweep.rates.index(rate)] if sweep and rate in sweep.rates
+             else api.serve(model, rate=rate, **kw))
     if chrome_trace:
         with output_errors("--chrome-trace", chrome_trace):
             atomic_write_text(chrome_trace, json.dumps(r.to_chrome_trace()))
+    if report:
+        from dse.report import write_serving_report
+        with output_errors("--report", report):
+            write_serving_report(r, report, sweep)
     if as_json:
-        _print_json(r.to_dict())
+        _print_json({**r.to_dict(), **({"sweep": sweep.to_dict()} if sweep else {})})
         return
     out.print(f"[bold]{model}[/] serving {r.trace} ({r.requests} requests, "
               f"{r.arrival_rate:.3g} req/s) on [bold]{system or accelerator or 'npu'}[/], "
@@ -419,8 +439,21 @@ def serve(model: str = typer.Argument(..., help="Zoo model name (an LLM)."),
               f"{kv['block_size']}), peak {100 * kv['peak_occupancy']:.1f}% full   "
               f"preemptions {r.preemptions}   iterations {r.iterations:,}   most running "
               f"{r.max_running}")
+    if sweep:
+        t = Table(box=None, padding=(0, 1), title="against the arrival rate")
+        for col in ("rate req/s", "tokens/s", "served req/s", "p99 TTFT", "p99 TPOT",
+                    "preempted", "rejected"):
+            t.add_column(col, justify="right")
+        for row in sweep.rows():
+            t.add_row(f"{row['rate_req_s']:g}", f"{row['throughput_tok_s']:,.0f}",
+                      f"{row['throughput_req_s']:,.4g}", _si(row["ttft_p99_s"], "s"),
+                      _si(row["tpot_p99_s"], "s"), str(row["preemptions"]),
+                      str(row["rejected"]))
+        out.print(t)
     if chrome_trace:
         out.print(f"trace: {chrome_trace}")
+    if report:
+        out.print(f"report: {report}")
 
 
 def parse_bytes(text: str, field: str = "--bytes") -> float:

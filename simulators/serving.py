@@ -15,9 +15,9 @@ p99 and mean; throughput (output tokens/s, requests/s over the span from the fir
 the last completion); goodput (requests/s that met both SLOs, DistServe's definition);
 energy (iterations' dynamic energy + static power over the whole span, idle included) and
 cost per million output tokens: the design's ``cost_usd`` amortised over
-``lifetime_years`` of continuous use plus energy at ``usd_per_kwh``; KV occupancy over time;
-preemptions; the time-averaged number of requests in the system (Little's law: it equals the
-completion rate times the mean time in system).
+``lifetime_years`` of continuous use plus energy at ``usd_per_kwh``; KV occupancy, requests
+running and waiting over time; preemptions; the time-averaged number of requests in the
+system (Little's law: it equals the completion rate times the mean time in system).
 """
 
 from __future__ import annotations
@@ -52,6 +52,18 @@ def _percentiles(x: np.ndarray) -> dict[str, float]:
     return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(x.mean())}
 
 
+def request_latencies(arrival_s: np.ndarray, first_token_s: np.ndarray,
+                      finish_s: np.ndarray, output_len: np.ndarray) -> dict[str, np.ndarray]:
+    """Per completed request: ``ttft`` (arrival to first token), ``tpot`` (first to last
+    token over ``output - 1`` tokens; requests of one output token have none) and ``e2e``
+    (arrival to last token), s. Unfinished (rejected) requests, with NaN times, are left out."""
+    done = ~np.isnan(finish_s)
+    multi = done & (output_len > 1)
+    return {"ttft": (first_token_s - arrival_s)[done],
+            "tpot": (finish_s - first_token_s)[multi] / (output_len[multi] - 1),
+            "e2e": (finish_s - arrival_s)[done]}
+
+
 @dataclass
 class ServingResult:
     """What a serving run measured (see the module docstring); times in s, energy in J.
@@ -59,6 +71,8 @@ class ServingResult:
     rate, requests/s; ``mean_in_system``: requests waiting or running, averaged over
     ``span_s``; ``max_running``: most requests running at once; ``kv_cache``: capacity
     (tokens, blocks), occupancy over time (a fraction of the blocks) and its peak;
+    ``queue``: at the same instants as the KV occupancy, the requests running (admitted,
+    holding KV blocks: the batch of the next decode) and those waiting to be admitted;
     ``per_request``: arrival, lengths, first-token and finish times, tokens generated,
     preemptions of every request."""
 
@@ -93,6 +107,7 @@ class ServingResult:
     target: dict[str, Any] = field(default_factory=dict)
     per_request: dict[str, list] = field(default_factory=dict)
     iteration_log: dict[str, list] = field(default_factory=dict)
+    queue: dict[str, list] = field(default_factory=dict)
 
     def metrics(self) -> dict[str, float]:
         """Scalar metrics a study can optimise or constrain."""
@@ -106,6 +121,13 @@ class ServingResult:
                 "preemptions": float(self.preemptions),
                 "rejected": float(self.rejected)}
 
+    def latencies(self) -> dict[str, np.ndarray]:
+        """TTFT, TPOT and end-to-end latency of every completed request, s
+        (:func:`request_latencies`)."""
+        p = self.per_request
+        return request_latencies(*(np.asarray(p[k], dtype=float) for k in (
+            "arrival_s", "first_token_s", "finish_s", "output_len")))
+
     def to_dict(self, per_request: bool = False) -> dict[str, Any]:
         d = asdict(self)
         d.pop("iteration_log")
@@ -114,8 +136,8 @@ class ServingResult:
         return d
 
     def to_chrome_trace(self) -> dict[str, Any]:
-        """Iterations as spans on one track (args: prefill tokens, decodes), KV occupancy as
-        a counter; times in us."""
+        """Iterations as spans on one track (args: prefill tokens, decodes), KV occupancy and
+        the requests running and waiting as counters; times in us."""
         log = self.iteration_log
         events: list[dict[str, Any]] = [
             {"name": "thread_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "iterations"}}]
@@ -127,8 +149,34 @@ class ServingResult:
         for t, occ in zip(self.kv_cache["timeline_s"], self.kv_cache["occupancy"]):
             events.append({"name": "kv_occupancy", "ph": "C", "pid": 0, "ts": t * 1e6,
                            "args": {"occupancy": occ}})
+        q = self.queue
+        for t, b, w in zip(q.get("timeline_s", []), q.get("running", []), q.get("waiting", [])):
+            events.append({"name": "requests", "ph": "C", "pid": 0, "ts": t * 1e6,
+                           "args": {"running": b, "waiting": w}})
         return {"traceEvents": events, "displayTimeUnit": "ms",
                 "otherData": {"model": self.model, "trace": self.trace}}
+
+
+@dataclass
+class RateSweep:
+    """The same trace served at several arrival rates (``api.serve_sweep``): ``rates`` as
+    asked, requests/s, ascending, and one :class:`ServingResult` each."""
+
+    rates: list[float]
+    results: list[ServingResult]
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Per rate: throughput (output tokens/s, requests/s), goodput (requests/s), TTFT and
+        TPOT p50 / p99 and end-to-end p99 (s), preemptions, rejected requests."""
+        return [{"rate_req_s": rate, "throughput_tok_s": r.throughput_tok_s,
+                 "throughput_req_s": r.throughput_req_s, "goodput_req_s": r.goodput_req_s,
+                 "ttft_p50_s": r.ttft_s["p50"], "ttft_p99_s": r.ttft_s["p99"],
+                 "tpot_p50_s": r.tpot_s["p50"], "tpot_p99_s": r.tpot_s["p99"],
+                 "e2e_p99_s": r.e2e_s["p99"], "preemptions": r.preemptions,
+                 "rejected": r.rejected} for rate, r in zip(self.rates, self.results)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rates": list(self.rates), "rows": self.rows()}
 
 
 def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Scheduler,
@@ -165,10 +213,19 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
     rejected = np.zeros(n, dtype=bool)
     now, nxt = 0.0, 0
     energy_dyn = 0.0
-    occ_t, occ_v = [], []
+    occ_t, occ_v, occ_b, occ_w = [], [], [], []
     log: dict[str, list] = {"start_s": [], "latency_s": [], "prefill_tokens": [], "decodes": []}
     in_system_area, iterations, max_running, busy = 0.0, 0, 0, 0.0
     finished = 0
+
+    def sample() -> None:
+        occ_t.append(now)
+        occ_v.append(1.0 - kv.free / max(kv.blocks, 1))
+        occ_b.append(s.running)
+        # waiting: the queue, and those that arrived during the iteration (they join it at
+        # the next boundary)
+        occ_w.append(len(s.waiting) + int(np.searchsorted(arrival, now, "right")) - nxt)
+
     while finished + int(rejected.sum()) < n:
         while nxt < n and arrival[nxt] <= now:
             if kv.blocks_for(trace.input_len[nxt] + trace.output_len[nxt]) > fits:
@@ -204,15 +261,13 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
         iterations += 1
         finished += _advance(s, batch, now, first, finish)
         if iterations % max(1, n // 50) == 0 or not occ_t:
-            occ_t.append(now)
-            occ_v.append(1.0 - kv.free / max(kv.blocks, 1))
+            sample()
+    if iterations and occ_t[-1] != now:
+        sample()                                        # the end: every request has left
     done = ~np.isnan(finish)
     t0 = float(arrival[0]) if n else 0.0
     span = float(np.nanmax(finish) - t0) if done.any() else 0.0
-    ttft = (first - arrival)[done]
-    multi = done & (trace.output_len > 1)
-    tpot = (finish - first)[multi] / (trace.output_len[multi] - 1)
-    e2e = (finish - arrival)[done]
+    lat = request_latencies(arrival, first, finish, trace.output_len)
     tokens = int(s.generated[done].sum())
     energy = energy_dyn + cost.static_w * span
     good = None
@@ -233,7 +288,8 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
     return ServingResult(
         model=cost.base.model, trace=trace.name, scheduler=scheduler.describe(), requests=n,
         completed=int(done.sum()), rejected=int(rejected.sum()), span_s=span,
-        ttft_s=_percentiles(ttft), tpot_s=_percentiles(tpot), e2e_s=_percentiles(e2e),
+        ttft_s=_percentiles(lat["ttft"]), tpot_s=_percentiles(lat["tpot"]),
+        e2e_s=_percentiles(lat["e2e"]),
         throughput_tok_s=tokens / span if span > 0 else 0.0,
         throughput_req_s=int(done.sum()) / span if span > 0 else 0.0, goodput_req_s=good,
         slo={"ttft_s": slo_ttft_s, "tpot_s": slo_tpot_s}, output_tokens=tokens,
@@ -254,7 +310,9 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
                      "output_len": trace.output_len.tolist(), "first_token_s": first.tolist(),
                      "finish_s": finish.tolist(), "generated": s.generated.tolist(),
                      "preemptions": s.preemptions.tolist()},
-        iteration_log=log if log_iterations else {})
+        iteration_log=log if log_iterations else {},
+        queue={"timeline_s": [occ_t[i] for i in idx], "running": [occ_b[i] for i in idx],
+               "waiting": [occ_w[i] for i in idx]})
 
 
 def _advance(s: State, batch: Batch, now: float, first: np.ndarray,

@@ -99,3 +99,36 @@ def test_the_shipped_serving_study_runs_with_few_trials(tmp_path):
     done = [x for x in rows if x["state"] == "COMPLETE"]
     assert done, [x["reason"] for x in rows]
     assert all(float(x["throughput_tok_s"]) > 0 for x in done)
+
+
+def test_a_serving_study_report_shows_each_designs_serving_run(tmp_path):
+    """The report's tables and 2-D fronts carry the serving metrics with their units, and a
+    Pareto design's details are its serving run (latency distributions, KV cache over time),
+    re-simulated at the trial's fidelity: the event-confirmed front of `fidelity: multi`."""
+    from dse.report.study_data import SERVING_KEYS
+    from tests.test_report import report_blob
+    s = load_study_text(STUDY.replace("fidelity: fast", "fidelity: multi")
+                        .replace("requests: 200", "requests: 50"))
+    r = run_study(s, trials=2, out=tmp_path, show_progress=False)
+    assert r.report is not None, r.report_error
+    blob = report_blob(r.report.read_text(encoding="utf-8"))
+    table = blob["table"]
+    # objectives, then the constrained metrics, then the other serving headline metrics
+    assert table["columns"][1:6] == ["cost_usd", "cost_per_mtok_usd", *SERVING_KEYS[:3]]
+    row = dict(zip(table["columns"], table["rows"][0]))
+    assert row["throughput_tok_s"].endswith("tokens/s") and row["goodput_req_s"].endswith(
+        "requests/s")
+    assert "pareto2d_cost_usd_ttft_p99_s" in blob["figures"]
+    assert blob["details"]
+    trials = {int(x["number"]): x for x in csv.DictReader(open(r.trials_csv, newline=""))}
+    for n, d in blob["details"].items():
+        assert d["error"] is None, d["error"]
+        (w,) = d["workloads"]
+        assert "serving sharegpt at 20 requests/s · 50 requests" in w["label"]
+        assert set(w["figures"]) == {"latency_cdf", "occupancy"}
+        totals = dict(w["totals"])
+        from dse.report.units import fmt
+        x = trials[int(n)]
+        assert x["fidelity"] == "event"
+        assert totals["TTFT p50 / p99"].endswith(fmt(float(x["ttft_p99_s"]), "s"))
+        assert totals["throughput"] == fmt(float(x["throughput_tok_s"]), "tokens/s")

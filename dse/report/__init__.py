@@ -2,6 +2,9 @@
 
 * :func:`write_design_report` — one design on one workload (a :class:`simulators.result.Result`):
   totals, latency/energy breakdowns, timeline by unit, roofline.
+* :func:`write_serving_report` — one serving run (a :class:`simulators.serving.ServingResult`)
+  and optionally a rate sweep: latency percentiles and distributions, KV cache, batch and
+  queue over time, throughput and tail latency against the arrival rate.
 * :func:`write_study_report` — a co-search study (Optuna storage or output directory): Pareto
   front, parallel coordinates, parameter importances, history, the Pareto designs' table and
   each Pareto design's details.
@@ -22,6 +25,14 @@ def write_design_report(result: Any, path: str | Path, title: str | None = None)
     return _write(result, path, title)
 
 
+def write_serving_report(result: Any, path: str | Path, sweep: Any = None,
+                         title: str | None = None) -> Path:
+    """Write the serving report of ``result`` (a ``ServingResult``; ``sweep`` a ``RateSweep``
+    from ``api.serve_sweep``) to ``path``; return the path."""
+    from dse.report.serving import write_serving_report as _write
+    return _write(result, path, sweep, title)
+
+
 def write_study_report(source: Any, out_path: str | Path, study_name: str | None = None,
                        **options: Any) -> Path:
     """Write the study report of ``source`` (an output directory holding ``study.db``, an
@@ -33,4 +44,4 @@ def write_study_report(source: Any, out_path: str | Path, study_name: str | None
     return _write(source, out_path, study_name, **options)
 
 
-__all__ = ["write_design_report", "write_study_report"]
+__all__ = ["write_design_report", "write_serving_report", "write_study_report"]

@@ -1,4 +1,5 @@
-"""Re-simulate a stored design to get its per-op records (breakdowns, timeline, roofline).
+"""Re-simulate a stored design to get its per-op records (breakdowns, timeline, roofline), or
+for a serving study its serving run (per-request latencies, KV cache over time).
 
 A trial stores only scalar metrics; the detail view needs every op, so the report simulates the
 Pareto designs again from the trial's ``design`` user attr (see :mod:`dse.report.study_data`).
@@ -51,6 +52,8 @@ def resimulate_trial(row: Any, spec: dict[str, Any] | None = None) -> Resimulate
         if not isinstance(spec, dict) or not spec.get("workloads"):
             return Resimulated(None, error="the study stores no spec (user attr 'dse_spec') "
                                            "naming its workloads")
+        if isinstance(spec.get("serving"), dict):
+            return resimulate_serving(d, spec, row.fidelity)
         return resimulate_study_design(d, spec)
     return resimulate(d)
 
@@ -58,17 +61,11 @@ def resimulate_trial(row: Any, spec: dict[str, Any] | None = None) -> Resimulate
 def resimulate_study_design(design: dict[str, Any], spec: dict[str, Any]) -> Resimulated:
     """A design as ``dse.study`` stores it (``designs``, ``arch``, ``assign``, ``design``) on
     the workloads of its study spec; heterogeneous designs rebuilt with their op assignment."""
-    from accelerators.registry import get_template
     from dse import api
     from simulators.engine import simulate
-    built = {}
-    try:
-        for name, info in (design.get("designs") or {}).items():
-            built[name] = get_template(info["template"])(info.get("preset"), **dict(info.get("hw") or {}))
-    except (DSEError, KeyError, TypeError) as exc:
-        return Resimulated(None, error=f"cannot rebuild the design: {exc}")
-    if not built:
-        return Resimulated(None, error="the trial's design lists no accelerator")
+    built = _rebuild(design)
+    if isinstance(built, Resimulated):
+        return built
     hetero = spec.get("sub_accelerators") is not None
     if hetero:
         from dse.study.heterogeneous import Heterogeneous, segment_ops
@@ -94,6 +91,73 @@ def resimulate_study_design(design: dict[str, Any], spec: dict[str, Any]) -> Res
             out.runs.append((text, simulate(wl, target), None))
         except DSEError as exc:
             out.runs.append((text, None, str(exc)))
+    return out
+
+
+def _rebuild(design: dict[str, Any]) -> dict[str, Any] | Resimulated:
+    """The accelerators of a design as ``dse.study`` stores it, by name, or a
+    :class:`Resimulated` saying why they cannot be built. The stored ``hw`` holds every
+    parameter; only those that differ from the preset are passed, as the study passed them:
+    a template may treat a value set by hand differently from its preset's (the gpu keeps a
+    calibration file's fitted efficiencies unless they are given)."""
+    from accelerators.registry import get_template
+    built = {}
+    try:
+        for name, info in (design.get("designs") or {}).items():
+            cls = get_template(info["template"])
+            preset = dict(cls(info.get("preset")).hw)
+            hw = {k: v for k, v in (info.get("hw") or {}).items() if preset.get(k, v) != v
+                  or k not in preset}
+            built[name] = cls(info.get("preset"), **hw)
+    except (DSEError, KeyError, TypeError) as exc:
+        return Resimulated(None, error=f"cannot rebuild the design: {exc}")
+    if not built:
+        return Resimulated(None, error="the trial's design lists no accelerator")
+    return built
+
+
+def serving_label(sv: dict[str, Any]) -> str:
+    """``"serving sharegpt at 20 requests/s · 1,000 requests · continuous batching"``."""
+    rate = sv.get("rate")
+    return (f"serving {sv.get('trace')}" + (f" at {rate:g} requests/s" if rate else "")
+            + f" · {sv.get('requests', 0):,} requests · {sv.get('scheduler')} batching")
+
+
+def resimulate_serving(design: dict[str, Any], spec: dict[str, Any],
+                       fidelity: str = "event") -> Resimulated:
+    """A serving study's design (``spec["serving"]``, :mod:`dse.study.evaluate`): its serving
+    run of the study's trace, scheduler and SLOs, with the trial's model architecture, on the
+    design or the trial's system, at the trial's ``fidelity`` (so the trial's numbers come
+    back); one run, a :class:`simulators.serving.ServingResult`."""
+    from dse import api
+    built = _rebuild(design)
+    if isinstance(built, Resimulated):
+        return built
+    device = built.get(design.get("design")) or next(iter(built.values()))
+    sv = spec["serving"]
+    label = spec["workloads"][0].get("name") or sv.get("model")
+    text = f"{label}: {serving_label(sv)}"
+    out = Resimulated(device)
+    try:
+        where: dict[str, Any] = {"accelerator": device}
+        if design.get("system"):
+            from accelerators.system import System
+            from workloads.parallel import layout_from
+            stored = design["system"]
+            system = System(device, stored.get("preset"), **dict(stored.get("sys") or {}))
+            where = {"system": system, "parallel": layout_from(design.get("parallel"))}
+        r = api.serve(sv["model"], trace=sv.get("trace", "sharegpt"), rate=sv.get("rate"),
+                      requests=sv.get("requests"), arrival=sv.get("arrival", "poisson"),
+                      burstiness=sv.get("burstiness", 1.0), seed=sv.get("seed", 0),
+                      scheduler=sv.get("scheduler", "continuous"),
+                      max_batch=sv.get("max_batch", 256), token_budget=sv.get("token_budget"),
+                      slo_ttft_s=sv.get("slo_ttft_s"), slo_tpot_s=sv.get("slo_tpot_s"),
+                      dtype=sv.get("dtype", "bf16"),
+                      arch=(design.get("arch") or {}).get(label) or None,
+                      fidelity="event" if fidelity == "event" else "fast", **where)
+        out.runs.append((text, r, None))
+    except (DSEError, KeyError, TypeError) as exc:
+        out.runs.append((text, None, str(exc)))
     return out
 
 

@@ -10,8 +10,8 @@ from typing import Any, Callable
 
 from dse.report.design import cards, design_label, hardware_rows, totals
 from dse.report.html import Markup, el, figure_json, render_page, script_json, write_page
-from dse.report.study_data import (FAILED, INFEASIBLE, PARETO, StudyData, open_study, read_study,
-                                   redact)
+from dse.report.study_data import (FAILED, INFEASIBLE, PARETO, SERVING_KEYS, StudyData,
+                                   open_study, read_study, redact)
 from dse.report.units import fmt
 
 #: Pareto designs re-simulated for the detail view, at most [E: 30 GPT-2 decode designs
@@ -24,6 +24,10 @@ MAX_DETAILS = 30
 #: one design's four figures take 36 kB for GPT-2 decode (173 ops), 134 kB for a LLaMA-2-7B
 #: prefill (771 ops)].
 DETAILS_BUDGET_BYTES = 3_500_000
+
+#: The detail figures of a design (one iteration's ops) [R dse/report/figures.py]; a serving
+#: study's designs show their serving run's instead [R dse/report/serving.py].
+DETAIL_FIGURES = ("by_kind", "by_component", "timeline", "roofline")
 
 #: Objective pairs (2-D) and triples (3-D) offered in the Pareto view, at most.
 MAX_PAIRS = 15
@@ -59,10 +63,14 @@ def details(data: StudyData, max_details: int = MAX_DETAILS,
             budget_bytes: int = DETAILS_BUDGET_BYTES) -> tuple[dict[str, Any], dict[str, Any]]:
     """Re-simulate up to ``max_details`` Pareto designs; return (details by trial number, the
     figures they reference). ``resim(trial_row) -> Resimulated`` (default: from the trial's
-    ``design`` user attr) lets the study runner supply its own rebuild of a trial's design."""
+    ``design`` user attr) lets the study runner supply its own rebuild of a trial's design.
+    A serving study's design shows its serving run (latency distributions, KV cache over
+    time) instead of one iteration's ops."""
     from dse.report.figures import design_figures
     from dse.report.resimulate import resimulate_trial
     from dse.report.roofline import roofs_for
+    from dse.report.serving import serving_figures, serving_totals
+    from simulators.serving import ServingResult
     spec = data.user_attrs.get("dse_spec")
     resim = resim or (lambda row: resimulate_trial(row, spec))
     out: dict[str, Any] = {}
@@ -89,12 +97,16 @@ def details(data: StudyData, max_details: int = MAX_DETAILS,
                 errors.append(f"{label}: {error}")
                 continue
             names = {}
-            for name, fig in design_figures(result, roofs_for(result, sim.template)).items():
+            serving = isinstance(result, ServingResult)
+            shown = (serving_figures(result) if serving
+                     else design_figures(result, roofs_for(result, sim.template)))
+            for name, fig in shown.items():
                 key = f"t{t.number}w{w}_{name}"
                 figures[key] = fig = figure_json(fig)
                 used += len(script_json(fig))
                 names[name] = key
-            entry["workloads"].append({"label": label, "figures": names, "totals": totals(result)})
+            entry["workloads"].append({"label": label, "figures": names, "totals": (
+                serving_totals(result) if serving else totals(result))})
         entry["error"] = "; ".join(errors) or None
         out[str(t.number)] = entry
     return out, figures
@@ -149,6 +161,10 @@ def study_page(data: StudyData, study: Any, max_details: int = MAX_DETAILS,
         body.append(el("p", "No trial has objective values yet.", class_="note"))
     else:
         pairs = _pairs(metrics, 2, MAX_PAIRS) if len(metrics) >= 2 else []
+        # a serving study: each objective against the serving metrics too
+        pairs += [(o, k) for o in data.objectives for k in SERVING_KEYS
+                  if k in data.metric_keys and k != o and (o, k) not in pairs
+                  and (k, o) not in pairs][:max(0, MAX_PAIRS - len(pairs))]
         body.append(el("p", "Filled red circles: Pareto designs (feasible, not dominated). Blue: "
                             "feasible but dominated. Yellow crosses: infeasible (violate a "
                             "constraint). Dashed lines: constraint thresholds. Hover a point for "
@@ -197,7 +213,8 @@ def study_page(data: StudyData, study: Any, max_details: int = MAX_DETAILS,
         body.append(el("div", el("div", el("h3", "Design"), el("dl", id="detail-design", class_="kv")),
                        el("div", el("h3", "Totals"), el("dl", id="detail-totals", class_="kv")),
                        class_="grid2"))
-        for name in ("by_kind", "by_component", "timeline", "roofline"):
+        for name in dict.fromkeys(n for e in det.values() for w in e["workloads"]
+                                  for n in w["figures"]) or DETAIL_FIGURES:
             body.append(el("div", id=f"fig-detail-{name}", class_="plot", data_detail=name))
     else:
         body.append(el("p", "No Pareto design yet.", class_="note"))

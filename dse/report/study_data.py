@@ -44,6 +44,10 @@ REASON_KEYS = ("infeasible_reason", "fail_reason", "infeasible", "error", "reaso
 #: Rows compared at once in the dominance test (memory: n x chunk x objectives booleans) [E].
 PARETO_CHUNK = 512
 
+#: A serving study's headline metrics [R dse/study/objectives.py SERVING_METRICS]: listed
+#: after the objectives, and each objective is also plotted against them.
+SERVING_KEYS = ("ttft_p99_s", "tpot_p99_s", "throughput_tok_s", "cost_per_mtok_usd")
+
 #: Trial statuses, as shown in the report.
 PARETO, DOMINATED, INFEASIBLE, FAILED = "Pareto", "dominated", "infeasible", "could not run"
 
@@ -115,9 +119,14 @@ class StudyData:
 
     @property
     def metric_keys(self) -> list[str]:
-        """Objectives first, then every other metric any plotted trial has, sorted."""
-        others = sorted({k for t in self.plotted for k in t.values} - set(self.objectives))
-        return list(self.objectives) + others
+        """Objectives first, then the constrained metrics (a single-objective study plots
+        its objective against them: a serving study's p99 TTFT and TPOT), then a serving
+        study's :data:`SERVING_KEYS`, then every other metric any plotted trial has, sorted."""
+        present = {k for t in self.plotted for k in t.values}
+        first = list(dict.fromkeys(list(self.objectives) + [
+            c.metric for c in self.constraints if c.metric in present]
+            + [k for k in SERVING_KEYS if k in present]))
+        return first + sorted(present - set(first))
 
     @property
     def param_keys(self) -> list[str]:

@@ -25,6 +25,15 @@ METRICS: dict[str, tuple[str, str]] = {
     "total_pes": ("total PEs", "PEs"),
     "cost_usd": ("cost per chip", "US$"),
     "tdp_w": ("TDP", "W"),
+    # a serving study's metrics [R dse/study/objectives.py SERVING_METRICS]
+    "ttft_p99_s": ("p99 TTFT", "s"), "ttft_p50_s": ("p50 TTFT", "s"),
+    "tpot_p99_s": ("p99 TPOT", "s"), "tpot_p50_s": ("p50 TPOT", "s"),
+    "e2e_p99_s": ("p99 end-to-end latency", "s"),
+    "throughput_tok_s": ("throughput", "tokens/s"),
+    "goodput_req_s": ("goodput", "requests/s"),
+    "cost_per_mtok_usd": ("cost per million tokens", "US$"),
+    "energy_per_token_j": ("energy per token", "J"),
+    "preemptions": ("preemptions", ""), "rejected": ("rejected requests", ""),
 }
 
 #: Key suffix -> unit, for metrics and parameters not listed above.
@@ -35,7 +44,7 @@ SUFFIX_UNITS: tuple[tuple[str, str], ...] = (
 
 #: Units that take SI prefixes on axes (others, like mm², are printed as they are).
 PREFIXABLE = {"s", "J", "W", "J·s", "B", "B/s", "Hz", "FLOP", "FLOP/s", "OP/s", "FLOP/B",
-              "items/s", "tokens/s", "samples/s", "steps/s"}
+              "items/s", "tokens/s", "samples/s", "steps/s", "requests/s"}
 
 _PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""),
              (1e-3, "m"), (1e-6, "µ"), (1e-9, "n"), (1e-12, "p"), (1e-15, "f"))

@@ -31,6 +31,7 @@ DESIGN_FIGURES = ("fig-by_kind", "fig-by_component", "fig-timeline", "fig-roofli
 STUDY_FIGURES = ("fig-pareto2d", "fig-pareto3d", "fig-parcoords", "fig-importances", "fig-history",
                  "fig-detail-by_kind", "fig-detail-by_component", "fig-detail-timeline",
                  "fig-detail-roofline")
+SERVING_FIGURES = ("fig-latency_cdf", "fig-occupancy", "fig-rate_sweep")
 #: Records alert() calls instead of showing them: an injected script would leave a trace here.
 RECORD_ALERTS = "window.__alerts = []; window.alert = function (m) { window.__alerts.push(String(m)); };"
 
@@ -39,17 +40,20 @@ RECORD_ALERTS = "window.__alerts = []; window.alert = function (m) { window.__al
 def reports(tmp_path_factory):
     import optuna
     from dse import api
-    from dse.report import write_design_report, write_study_report
+    from dse.report import write_design_report, write_serving_report, write_study_report
     from tests.browser.fixtures import make_study
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     d = tmp_path_factory.mktemp("reports")
     result = api.simulate("gpt2", "npu", phase="decode", batch=8, context=512)
     study = make_study(n_trials=40, seed=0)
     hostile = make_study(n_trials=6, seed=3, name=XSS, param_prefix=XSS_PARAM + ".")
+    from tests.test_serving_report import KW
+    sweep = api.serve_sweep("llama2-7b", [100, 400, 1600], **KW)
     return {"design": write_design_report(result, d / "design.html"),
             "study": write_study_report(study, d / "study.html", max_details=5),
             "hostile": write_study_report(hostile, d / "hostile.html", max_details=1),
-            "study_obj": study}
+            "study_obj": study,
+            "serving": write_serving_report(sweep.results[-1], d / "serving.html", sweep)}
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +97,14 @@ def test_design_report_renders_every_figure(browser, reports):
     status = check_page(page, reports["design"], DESIGN_FIGURES)
     assert status["figures"]["fig-timeline"]["points"] > 100  # one bar per op of GPT-2 decode
     shoot(page, "design", DESIGN_FIGURES)
+    page.close()
+
+
+def test_serving_report_renders_every_figure(browser, reports):
+    page = open_report(browser, reports["serving"])
+    status = check_page(page, reports["serving"], SERVING_FIGURES)
+    assert status["figures"]["fig-latency_cdf"]["points"] > 3 * 60   # every request's CDF
+    shoot(page, "serving", SERVING_FIGURES)
     page.close()
 
 
