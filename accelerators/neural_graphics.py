@@ -216,6 +216,10 @@ class NGPC(Template):
         return mark_epilogues(nf.pipeline(workload, spec, fused=self.hw.fuse_gpu_kernels,
                                           batch=items))
 
+    def plan_key(self, workload: Workload) -> tuple:
+        """:meth:`plan` reads ``fuse_gpu_kernels`` only."""
+        return (self.hw.fuse_gpu_kernels,)
+
     def check(self, workload: Workload) -> str | None:
         """Buildable (:meth:`physical`), the planned frame's footprint fits the GPU's memory,
         then: infeasible when a grid
@@ -227,7 +231,7 @@ class NGPC(Template):
             return phys.problem
         # a frame streams through as ray batches: what must fit is the planned pipeline's
         # live set, not the whole frame's activations at once
-        problem = capacity_problem(self.plan(workload), self.memory_capacity_bytes(),
+        problem = capacity_problem(self.planned(workload), self.memory_capacity_bytes(),
                                    self.element_bytes(workload), self.gpu.capacity_holder())
         if problem:
             return problem

@@ -194,22 +194,39 @@ class NeuPIMs(Template):
             load[g] += cost[kv_lens[i]]
         return [sorted(g) for g in groups]
 
-    def plan(self, workload: Workload) -> Workload:
-        """Assign requests to channels (with interleaving, first to two sub-batches, each then
-        balanced over all channels) and split attention into Q.K^T, softmax and P.V."""
-        attn = [op for op in workload.ops if op.kind == ir.ATTENTION]
-        if not attn or self.hw.attention_on == "npu":
-            return workload
-        lens = attention_kv_lens(attn[0])
+    def assignment(self, workload: Workload) -> tuple | None:
+        """``(sub-batches or None, channel of each request)`` :meth:`plan` gives the requests of
+        ``workload``'s attention ops, or None when attention stays on the NPU (or there is
+        none). With interleaving, the requests first go to two sub-batches, each then balanced
+        over all channels."""
+        attn = next((op for op in workload.ops if op.kind == ir.ATTENTION), None)
+        if attn is None or self.hw.attention_on == "npu":
+            return None
+        lens = attention_kv_lens(attn)
         groups = None
         if self.hw.sub_batch_interleaving and len(lens) >= 2:
-            groups = self.sub_batches(attn[0], lens)
+            groups = self.sub_batches(attn, lens)
             chans = [0] * len(lens)
             for g in groups:
-                self.assign_channels(attn[0], lens, g, chans)
+                self.assign_channels(attn, lens, g, chans)
         else:
-            chans = self.assign_channels(attn[0], lens)
-        channels = tuple(chans)
+            chans = self.assign_channels(attn, lens)
+        return (None if groups is None else tuple(map(tuple, groups))), tuple(chans)
+
+    def plan_key(self, workload: Workload) -> tuple | None:
+        """The plan is its :meth:`assignment`: designs that assign the requests alike (any
+        array, clock or PIM timing) share one planned graph."""
+        return self.assignment(workload)
+
+    def plan(self, workload: Workload) -> Workload:
+        """Assign requests to channels (:meth:`assignment`) and split attention into Q.K^T,
+        softmax and P.V (two copies of the step with interleaving)."""
+        assigned = self.assignment(workload)
+        if assigned is None:
+            return workload
+        groups, channels = assigned
+        attn = [op for op in workload.ops if op.kind == ir.ATTENTION]
+        lens = attention_kv_lens(attn[0])
         ops = {}
         for op in attn:
             if attention_kv_lens(op) != lens:
@@ -220,7 +237,7 @@ class NeuPIMs(Template):
                                             "per_item": per_item})
         w = rebuild(workload, ops)
         if groups is not None:
-            w = split_batch(w, groups)
+            w = split_batch(w, [list(g) for g in groups])
         return split_attention(w)
 
     # ----------------------------------------------------------------------------- cost
