@@ -215,7 +215,7 @@ class Wafer(Template):
                     f"expected more than the {RESERVED_ROUTING_PATHS} kept for host I/O")
         return None
 
-    @property
+    @cached_property
     def bytes_per_elem(self) -> int:
         return DTYPE_BYTES[self.hw.dtype]
 
@@ -225,8 +225,13 @@ class Wafer(Template):
 
     def region(self, phase: str) -> tuple[int, int]:
         """(width, height) of the region that runs ``phase`` (forward uses prefill's)."""
-        which = _PHASE_REGION.get(phase, "prefill")
-        return self.hw[f"{which}_region_width"], self.hw[f"{which}_region_height"]
+        return self._regions[_PHASE_REGION.get(phase, "prefill")]
+
+    @cached_property
+    def _regions(self) -> dict[str, tuple[int, int]]:
+        hw = self.hw
+        return {which: (hw[f"{which}_region_width"], hw[f"{which}_region_height"])
+                for which in ("prefill", "decode")}
 
     @cached_property
     def fabric(self) -> mesh.Fabric:
