@@ -18,7 +18,12 @@ from dse.errors import BadInput
 from accelerators.capacity import capacity_problem
 from accelerators.physical import Floorplan, Physical, assess
 from workloads.ir import DTYPE_BYTES, Op, Workload
-from workloads.memo import per_workload
+from workloads.memo import per_workload_bounded
+
+#: Planned graphs kept per workload and template (:meth:`Template.planned`), the most recently
+#: used: a search whose designs plan a workload many ways keeps only these [E: a population's
+#: worth; each is a copy of the graph].
+PLANS_PER_WORKLOAD = 64
 
 #: Energy components of a result, J. ``static`` is added by the simulator (static power x time).
 ENERGY_COMPONENTS = ("compute", "onchip_memory", "offchip_memory", "network", "static")
@@ -246,13 +251,14 @@ class Template(ABC):
 
     def planned(self, workload: Workload) -> Workload:
         """:meth:`plan` of ``workload``, shared by the designs with the same :meth:`plan_key`
-        (kept beside ``workload``, :func:`workloads.memo.per_workload`)."""
+        (kept beside ``workload``, the last :data:`PLANS_PER_WORKLOAD` of them)."""
         if type(self).plan is Template.plan:
             return workload
         key = self.plan_key(workload)
         if key is None:
             return self.plan(workload)
-        return per_workload(workload, ("plan", type(self), key), lambda: self.plan(workload))
+        return per_workload_bounded(workload, ("plan", type(self)), key,
+                                    lambda: self.plan(workload), PLANS_PER_WORKLOAD)
 
     def costs(self, workload: Workload) -> list[OpCost]:
         """Costs of every op of ``workload`` in ``workload.ops`` order (override to map a whole

@@ -8,12 +8,14 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from accelerators import dram_timing as dt
 from benchmarks.fast_path import mlp_chain
 from accelerators.npu_pim import NeuPIMs
+from dse.errors import InfeasibleDesign
 from accelerators.pim import PIM, attention_dims, capacity_problem, weight_gemv
 from accelerators.wafer import Wafer
 from accelerators.neural_graphics import NGPC
@@ -218,3 +220,73 @@ def test_pim_capacity_over_unique_shapes(decode, channels, banks, page, cap, kv_
             assert got is not None and f"{bank / 2**20:.1f} MiB" in got
         else:
             assert got is None
+
+
+# ----------------------------------------------------------------------------- the memo
+def test_memo_is_dropped_with_its_workload_and_bounded():
+    import gc
+
+    from workloads import memo
+    w = mlp_chain()
+    wid = id(w)
+    assert memo.per_workload(w, "k", lambda: 1) == 1
+    assert memo.per_workload(w, "k", lambda: 2) == 1           # computed once
+    assert memo.per_workload(w, "self", lambda: w) is w        # itself, without keeping it
+    for i in range(5):
+        memo.per_workload_bounded(w, "plans", i, lambda i=i: i, limit=3)
+    assert list(memo.per_workload(w, "plans", dict)) == [2, 3, 4]
+    assert memo.per_workload_bounded(w, "plans", 4, lambda: -1, limit=3) == 4
+    del w
+    gc.collect()
+    assert wid not in memo._MEMO
+
+
+# ----------------------------------------------------------------------------- npu_pim
+@SETTINGS
+@given(dataflow=st.sampled_from(["ws", "os", "is"]), double=st.booleans(),
+       rows=st.sampled_from([8, 32, 128]), cols=st.sampled_from([16, 128]),
+       spad=st.sampled_from([16, 64, 512]), where=st.sampled_from(["pim", "npu"]),
+       dtype=st.sampled_from(["bf16", "int8", "fp32"]))
+def test_npu_pim_cost_many_equals_its_cost(decode, dataflow, double, rows, cols, spad, where,
+                                           dtype):
+    """The vectorised hook gives exactly the scalar costs and the first error per design,
+    on the planned decode step's unique ops, with designs of other kinds in the same call."""
+    from simulators.fast import _structure
+    designs = [NeuPIMs(None, dataflow=dataflow, npu_weight_double_buffering=double, rows=rows,
+                       cols=cols, ifmap_sram_kb=spad, attention_on=where, dtype=dtype),
+               NeuPIMs(), NeuPIMs("npu-only"), NeuPIMs(None, dataflow="os", rows=16)]
+    ops = _structure(designs[0].planned(decode)).unique_ops + list(decode.ops[:3])
+    many = NeuPIMs.cost_many(designs, ops)
+    for i, d in enumerate(designs):
+        first = None
+        for j, op in enumerate(ops):
+            try:
+                c = d.cost(op)
+            except InfeasibleDesign as exc:
+                first = first or exc
+                assert np.isnan(many.latency_s[j, i])
+                continue
+            assert many.latency_s[j, i] == c.latency_s and many.energy_j[j, i] == c.total_energy_j
+        assert str(many.errors[i]) == str(first)
+    fast = evaluate_many(decode, designs)
+    loop = evaluate_many(decode, designs, vectorised=False)
+    assert np.array_equal(fast.latency_s, loop.latency_s, equal_nan=True)
+    assert np.array_equal(fast.energy_j, loop.energy_j, equal_nan=True)
+    assert fast.infeasible == loop.infeasible
+
+
+@SETTINGS
+@given(lens=st.lists(st.sampled_from([16, 33, 64, 200, 512, 700]), min_size=1, max_size=40),
+       channels=st.sampled_from([1, 2, 3, 8, 32]))
+def test_npu_pim_greedy_channels_as_a_linear_scan(decode, lens, channels):
+    """The heap in assign_channels picks what a scan for the least-loaded, lowest-index
+    channel picks."""
+    d = NeuPIMs(None, channels=channels)
+    op = next(o for o in decode.ops if o.kind == ir.ATTENTION)
+    cost = {s: d.request_cycles(op, s) for s in set(lens)}
+    load, want = [0.0] * channels, [0] * len(lens)
+    for i in sorted(range(len(lens)), key=lambda i: (-cost[lens[i]], i)):
+        ch = min(range(channels), key=lambda j: (load[j], j))
+        load[ch] += cost[lens[i]]
+        want[i] = ch
+    assert d.assign_channels(op, lens) == want

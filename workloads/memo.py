@@ -9,6 +9,7 @@ beside it. Entries are dropped when their workload is collected.
 from __future__ import annotations
 
 import weakref
+from collections import OrderedDict
 from typing import Any, Callable, Hashable
 
 #: Per workload id: (a weak reference to it, {key: value}).
@@ -35,4 +36,22 @@ def per_workload(workload: Any, key: Hashable, build: Callable[[], Any]) -> Any:
         value = build()
         values[key] = _SELF if value is workload else value
         return value
+    return workload if value is _SELF else value
+
+
+def per_workload_bounded(workload: Any, key: Hashable, subkey: Hashable,
+                         build: Callable[[], Any], limit: int) -> Any:
+    """As :func:`per_workload` for ``(key, subkey)``, keeping at most ``limit`` subkeys per
+    ``key`` (the least recently used go first): for values of which a search may make many,
+    such as one planned graph per distinct plan of a template."""
+    table = per_workload(workload, key, OrderedDict)
+    try:
+        value = table[subkey]
+    except KeyError:
+        value = build()
+        table[subkey] = _SELF if value is workload else value
+        if len(table) > limit:
+            table.popitem(last=False)
+        return value
+    table.move_to_end(subkey)
     return workload if value is _SELF else value
