@@ -157,6 +157,11 @@ def mark_epilogues(workload: Workload) -> Workload:
     return w
 
 
+#: The ``gpu`` designs of the presets in use, shared by every NGPC design (a template's cost
+#: depends on its parameters alone).
+_GPUS: dict[str, Template] = {}
+
+
 class NGPC(Template):
     """NGPC-style neural-field processor cluster beside a GPU (see the module docstring)."""
 
@@ -191,10 +196,14 @@ class NGPC(Template):
     # ------------------------------------------------------------------------------ the GPU
     @property
     def gpu(self) -> Template:
-        """The ``gpu`` template preset that runs the remaining kernels (built on first use)."""
+        """The ``gpu`` template preset that runs the remaining kernels (built on first use, one
+        per preset for every design: it has no parameter of its own)."""
         if self._gpu_template is None:
-            from accelerators.registry import make_accelerator
-            self._gpu_template = make_accelerator(f"gpu:{self.hw.gpu}")
+            preset = self.hw.gpu
+            if preset not in _GPUS:
+                from accelerators.registry import make_accelerator
+                _GPUS[preset] = make_accelerator(f"gpu:{preset}")
+            self._gpu_template = _GPUS[preset]
         return self._gpu_template
 
     @property
