@@ -481,12 +481,12 @@ class Wafer(Template):
     def _sram_bytes(self) -> float:
         return self.hw.sram_per_core_kb * 1024.0
 
-    @property
+    @cached_property
     def tile_area_mm2(self) -> float:
         """Area of one core with its SRAM and router, mm^2."""
         return self.hw.core_logic_area_mm2 + tech.sram_area_mm2(self._sram_bytes, self.hw.node_nm)
 
-    @property
+    @cached_property
     def core_pitch_mm(self) -> float:
         """Distance between neighbouring cores (one hop), mm."""
         return math.sqrt(self.tile_area_mm2)
@@ -510,7 +510,11 @@ class Wafer(Template):
         return self.static_power_w() + self._busy_power_w()
 
     def _busy_power_w(self) -> float:
-        """Dynamic power of the larger region at full rate, W."""
+        """Dynamic power of the larger region at full rate, W (computed once per design)."""
+        return self._busy_w
+
+    @cached_property
+    def _busy_w(self) -> float:
         hw, f, b = self.hw, self.fabric, self.bytes_per_elem
         busy = max(hw.prefill_region_width * hw.prefill_region_height,
                    hw.decode_region_width * hw.decode_region_height)
