@@ -5,8 +5,10 @@ no contention: an op starts when its last producer ends, whatever unit or channe
 the latency is the critical path of the op graph. On designs where nothing contends (a chain
 of ops, or independent ops on distinct units and channels) it equals the SimPy result.
 
-Speed comes from three things: ops with identical shapes and attributes (the same layer
-repeated N times) are costed once per design; a template may cost each unique op on all its
+Speed comes from four things: designs whose plan reads the same parameters share one planned
+graph and its index structure (``Template.planned``); ops with identical shapes and attributes
+(the same layer repeated N times; with a template's ``op_contexts``, in the same context) are
+costed once per design; a template may cost each unique op on all its
 designs at once (a ``cost_many`` classmethod, e.g. the npu's numpy version in
 :mod:`accelerators.npu_vector`, see :func:`evaluate_many`); and the critical path is one numpy
 pass over the graph in topological order with a vector of all designs at each node.
