@@ -12,12 +12,18 @@ import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Hashable, Mapping
 
 from dse.errors import BadInput
 from accelerators.capacity import capacity_problem
 from accelerators.physical import Floorplan, Physical, assess
 from workloads.ir import DTYPE_BYTES, Op, Workload
+from workloads.memo import per_workload_bounded
+
+#: Planned graphs kept per workload and template (:meth:`Template.planned`), the most recently
+#: used: a search whose designs plan a workload many ways keeps only these [E: a population's
+#: worth; each is a copy of the graph].
+PLANS_PER_WORKLOAD = 64
 
 #: Energy components of a result, J. ``static`` is added by the simulator (static power x time).
 ENERGY_COMPONENTS = ("compute", "onchip_memory", "offchip_memory", "network", "static")
@@ -237,10 +243,40 @@ class Template(ABC):
         """
         return workload
 
+    def plan_key(self, workload: Workload) -> Hashable | None:
+        """What of this design :meth:`plan` reads for ``workload``: designs of one template
+        with equal keys get the same planned graph, made once (:meth:`planned`). None (the
+        default of a template that overrides :meth:`plan`): every design plans anew."""
+        return () if type(self).plan is Template.plan else None
+
+    def planned(self, workload: Workload) -> Workload:
+        """:meth:`plan` of ``workload``, shared by the designs with the same :meth:`plan_key`
+        (kept beside ``workload``, the last :data:`PLANS_PER_WORKLOAD` of them)."""
+        if type(self).plan is Template.plan:
+            return workload
+        key = self.plan_key(workload)
+        if key is None:
+            return self.plan(workload)
+        return per_workload_bounded(workload, ("plan", type(self)), key,
+                                    lambda: self.plan(workload), PLANS_PER_WORKLOAD)
+
     def costs(self, workload: Workload) -> list[OpCost]:
         """Costs of every op of ``workload`` in ``workload.ops`` order (override to map a whole
         workload at once, e.g. to partition across channels)."""
         return [self.cost(op) for op in workload.ops]
+
+    @classmethod
+    def op_contexts(cls, workload: Workload) -> list[Hashable] | None:
+        """For a template that overrides :meth:`costs`: per op of ``workload.ops``, what its
+        cost reads of the workload beyond the op itself (the same for every design), so
+        that ``costs(workload)[i] == cost_in(ops[i], op_contexts(workload)[i])`` and ops with
+        equal signatures and contexts cost the same. None: :meth:`costs` cannot be split so
+        (the fast path then asks it for the whole graph)."""
+        return None
+
+    def cost_in(self, op: Op, context: Hashable) -> OpCost:
+        """The cost of ``op`` in the ``context`` :meth:`op_contexts` gave it."""
+        return self.cost(op)
 
     @abstractmethod
     def resources(self) -> Resources:

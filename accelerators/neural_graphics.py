@@ -157,6 +157,11 @@ def mark_epilogues(workload: Workload) -> Workload:
     return w
 
 
+#: The ``gpu`` designs of the presets in use, shared by every NGPC design (a template's cost
+#: depends on its parameters alone).
+_GPUS: dict[str, Template] = {}
+
+
 class NGPC(Template):
     """NGPC-style neural-field processor cluster beside a GPU (see the module docstring)."""
 
@@ -191,10 +196,14 @@ class NGPC(Template):
     # ------------------------------------------------------------------------------ the GPU
     @property
     def gpu(self) -> Template:
-        """The ``gpu`` template preset that runs the remaining kernels (built on first use)."""
+        """The ``gpu`` template preset that runs the remaining kernels (built on first use, one
+        per preset for every design: it has no parameter of its own)."""
         if self._gpu_template is None:
-            from accelerators.registry import make_accelerator
-            self._gpu_template = make_accelerator(f"gpu:{self.hw.gpu}")
+            preset = self.hw.gpu
+            if preset not in _GPUS:
+                from accelerators.registry import make_accelerator
+                _GPUS[preset] = make_accelerator(f"gpu:{preset}")
+            self._gpu_template = _GPUS[preset]
         return self._gpu_template
 
     @property
@@ -216,6 +225,10 @@ class NGPC(Template):
         return mark_epilogues(nf.pipeline(workload, spec, fused=self.hw.fuse_gpu_kernels,
                                           batch=items))
 
+    def plan_key(self, workload: Workload) -> tuple:
+        """:meth:`plan` reads ``fuse_gpu_kernels`` only."""
+        return (self.hw.fuse_gpu_kernels,)
+
     def check(self, workload: Workload) -> str | None:
         """Buildable (:meth:`physical`), the planned frame's footprint fits the GPU's memory,
         then: infeasible when a grid
@@ -227,7 +240,7 @@ class NGPC(Template):
             return phys.problem
         # a frame streams through as ray batches: what must fit is the planned pipeline's
         # live set, not the whole frame's activations at once
-        problem = capacity_problem(self.plan(workload), self.memory_capacity_bytes(),
+        problem = capacity_problem(self.planned(workload), self.memory_capacity_bytes(),
                                    self.element_bytes(workload), self.gpu.capacity_holder())
         if problem:
             return problem

@@ -37,9 +37,12 @@ Requests with different context lengths come from :func:`workloads.requests.batc
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
+
+import numpy as np
 
 from accelerators import dram_timing as dt
 from accelerators import technology as tech
@@ -51,7 +54,7 @@ from accelerators.physical import Floorplan
 from accelerators.pim import (PART, attend_gemv, attention_dims, bank_params, bank_problem,
                               capacity_problem, geometry, logits_gemv, pim_memory,
                               split_attention, timing_of, timing_params)
-from dse.errors import InfeasibleDesign
+from dse.errors import DSEError, InfeasibleDesign
 from workloads import ir
 from workloads.ir import DTYPE_BYTES, Op, Workload
 from workloads.requests import KV_LENS, attention_kv_lens, rebuild, split_batch
@@ -170,10 +173,17 @@ class NeuPIMs(Template):
                 out[i] = j % c
             return out
         cost = {s: self.request_cycles(op, s) for s in {kv_lens[i] for i in items}}
-        load = [0.0] * c
+        # the least-loaded channel, lowest index first: used channels in a heap of
+        # (load, channel), unused ones (load 0) taken in index order
+        used: list[tuple[float, int]] = []
+        fresh = 0
         for i in sorted(items, key=lambda i: (-cost[kv_lens[i]], i)):
-            ch = min(range(c), key=lambda j: (load[j], j))
-            load[ch] += cost[kv_lens[i]]
+            if fresh < c and (not used or (0.0, fresh) < used[0]):
+                load, ch = 0.0, fresh
+                fresh += 1
+            else:
+                load, ch = heapq.heappop(used)
+            heapq.heappush(used, (load + cost[kv_lens[i]], ch))
             out[i] = ch
         return out
 
@@ -194,22 +204,39 @@ class NeuPIMs(Template):
             load[g] += cost[kv_lens[i]]
         return [sorted(g) for g in groups]
 
-    def plan(self, workload: Workload) -> Workload:
-        """Assign requests to channels (with interleaving, first to two sub-batches, each then
-        balanced over all channels) and split attention into Q.K^T, softmax and P.V."""
-        attn = [op for op in workload.ops if op.kind == ir.ATTENTION]
-        if not attn or self.hw.attention_on == "npu":
-            return workload
-        lens = attention_kv_lens(attn[0])
+    def assignment(self, workload: Workload) -> tuple | None:
+        """``(sub-batches or None, channel of each request)`` :meth:`plan` gives the requests of
+        ``workload``'s attention ops, or None when attention stays on the NPU (or there is
+        none). With interleaving, the requests first go to two sub-batches, each then balanced
+        over all channels."""
+        attn = next((op for op in workload.ops if op.kind == ir.ATTENTION), None)
+        if attn is None or self.hw.attention_on == "npu":
+            return None
+        lens = attention_kv_lens(attn)
         groups = None
         if self.hw.sub_batch_interleaving and len(lens) >= 2:
-            groups = self.sub_batches(attn[0], lens)
+            groups = self.sub_batches(attn, lens)
             chans = [0] * len(lens)
             for g in groups:
-                self.assign_channels(attn[0], lens, g, chans)
+                self.assign_channels(attn, lens, g, chans)
         else:
-            chans = self.assign_channels(attn[0], lens)
-        channels = tuple(chans)
+            chans = self.assign_channels(attn, lens)
+        return (None if groups is None else tuple(map(tuple, groups))), tuple(chans)
+
+    def plan_key(self, workload: Workload) -> tuple | None:
+        """The plan is its :meth:`assignment`: designs that assign the requests alike (any
+        array, clock or PIM timing) share one planned graph."""
+        return self.assignment(workload)
+
+    def plan(self, workload: Workload) -> Workload:
+        """Assign requests to channels (:meth:`assignment`) and split attention into Q.K^T,
+        softmax and P.V (two copies of the step with interleaving)."""
+        assigned = self.assignment(workload)
+        if assigned is None:
+            return workload
+        groups, channels = assigned
+        attn = [op for op in workload.ops if op.kind == ir.ATTENTION]
+        lens = attention_kv_lens(attn[0])
         ops = {}
         for op in attn:
             if attention_kv_lens(op) != lens:
@@ -220,7 +247,7 @@ class NeuPIMs(Template):
                                             "per_item": per_item})
         w = rebuild(workload, ops)
         if groups is not None:
-            w = split_batch(w, groups)
+            w = split_batch(w, [list(g) for g in groups])
         return split_attention(w)
 
     # ----------------------------------------------------------------------------- cost
@@ -238,6 +265,46 @@ class NeuPIMs(Template):
             if cycles is not None:
                 c = with_compute(c, cycles / self.hw.clock_hz, self.bandwidth_Bps)
         return c
+
+    @classmethod
+    def cost_many(cls, designs: Sequence["NeuPIMs"], ops: Sequence[Op]) -> "ManyCosts":
+        """:meth:`cost` of each of ``ops`` on each of ``designs`` (the fast path's hook, see
+        :func:`simulators.fast.evaluate_many`): the ops that only the NPU runs as it is (no
+        attention, no composite; matmuls only on designs without double-buffered WS arrays)
+        through the npu's vectorised cost (:func:`accelerators.npu_vector.cost_many`, equal
+        to its scalar cost), every other (op, design) through :meth:`cost`."""
+        designs = list(designs)
+        n, m = len(designs), len(ops)
+        lat = np.full((m, n), np.nan)
+        energy = np.full((m, n), np.nan)
+        cell_errors: list[list[BaseException | None]] = [[None] * n for _ in range(m)]
+        on_npu = [j for j, op in enumerate(ops)
+                  if op.kind not in ir.COMPOSITE_KINDS and op.kind != ir.ATTENTION]
+        cells: list[tuple[int, int]] = []
+        if on_npu and n and all(type(d) is cls for d in designs):
+            many = NPU.cost_many([d.npu for d in designs], [ops[j] for j in on_npu])
+            lat[on_npu], energy[on_npu] = many.latency_s, many.energy_j
+            for r, j in enumerate(on_npu):
+                cell_errors[j] = many.op_errors(r)
+            double = [i for i, d in enumerate(designs)
+                      if d.hw.npu_weight_double_buffering and d.hw.dataflow == "ws"]
+            cells += [(j, i) for j in on_npu if ops[j].kind == ir.MATMUL for i in double]
+            vectorised = set(on_npu)
+        else:
+            vectorised = set()
+        cells += [(j, i) for j in range(m) if j not in vectorised for i in range(n)]
+        for j, i in cells:
+            try:
+                c = designs[i].cost(ops[j])
+            except DSEError as exc:   # as the fast path's own loop: the design is infeasible
+                cell_errors[j][i] = exc
+                lat[j, i] = energy[j, i] = np.nan
+                continue
+            cell_errors[j][i] = None
+            lat[j, i], energy[j, i] = c.latency_s, c.total_energy_j
+        errors = [next((row[i] for row in cell_errors if row[i] is not None), None)
+                  for i in range(n)]
+        return ManyCosts(lat, energy, errors)
 
     def channel_cycles(self, op: Op, part: str) -> tuple[list[float], dt.Stream]:
         """PIM cycles of each channel for ``op``'s ``part`` and the device-total stream
@@ -308,6 +375,17 @@ class NeuPIMs(Template):
                        leakage_w=npu.leakage_w + tech.leakage_w(self.pim_logic_area_mm2(), 0,
                                                                  hw.pim_node_nm),
                        extra_mm2={"pim_logic": self.pim_logic_area_mm2()})
+
+
+@dataclass
+class ManyCosts:
+    """Costs of M ops on N designs (:meth:`NeuPIMs.cost_many`): ``latency_s`` and
+    ``energy_j`` ``(M, N)`` (NaN where the design cannot run the op), ``errors`` the exception
+    each design raises first going through the ops in order, or None."""
+
+    latency_s: np.ndarray
+    energy_j: np.ndarray
+    errors: list[BaseException | None]
 
 
 def double_buffered_cycles(op: Op, hw) -> int | None:

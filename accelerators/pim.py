@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import networkx as nx
@@ -42,6 +42,7 @@ from accelerators.npu import VECTOR_LANE_AREA_PER_MAC, VECTOR_OPS_PER_ELEMENT
 from dse.errors import BadInput
 from workloads import ir
 from workloads.ir import DTYPE_BYTES, Op, Workload
+from workloads.memo import per_workload
 from workloads.requests import attention_kv_lens
 
 #: Attention-op attribute set by :func:`split_attention`: "logits" (Q.K^T) or "attend" (P.V).
@@ -317,6 +318,10 @@ class PIM(Template):
     def plan(self, workload: Workload) -> Workload:
         return split_attention(workload)
 
+    def plan_key(self, workload: Workload) -> tuple:
+        """The split reads no parameter: every design shares one planned graph."""
+        return ()
+
     def cost(self, op: Op) -> OpCost:
         if op.kind in ir.COMPOSITE_KINDS:
             return cost_composite(op, self.cost)
@@ -484,33 +489,29 @@ def capacity_problem(workload: Workload, g: dt.PimGeometry, channel_capacity_gib
     and the busiest bank under the PIM partition (pages rounded up, uneven splits included):
     weights of every weight matmul, and the KV cache either over all channels
     (``kv_channels`` None) or, per request, within ``kv_channels`` channel(s); ``packed_kv``
-    as in :func:`logits_gemv`.
+    as in :func:`logits_gemv`. Works on :func:`_capacity_summary` (ops of equal shapes
+    counted once, times their number).
     """
     capacity = g.channels * channel_capacity_gib * GIB
     bank_cap = channel_capacity_gib * GIB / g.banks
-    scale = lambda op: element_bytes / op.bytes_per_element if op.bytes_per_element else 1.0
     weights = workload.params * element_bytes * weight_fraction
+    summary = _capacity_summary(workload)
     kv = 0.0
     bank = 0.0
-    for op in workload.ops:
-        if op.kind in (ir.MATMUL, ir.CONV) and op.attrs.get("weight_operand",
-                                                             op.kind == ir.CONV):
-            gemv, repeats = weight_gemv(op)
-            bank += repeats * dt.bank_footprint_bytes(g, dt.Gemv(gemv.rows, gemv.cols))
-        elif op.kind == ir.ATTENTION:
-            kv += op.kv_bytes_read * scale(op)     # the cache, the new token included
-            part = op.attrs.get(PART)
-            _, kv_heads, _, d, dv = attention_dims(op)
-            for kv_len, count in Counter(attention_kv_lens(op)).items():
-                fp = 0
-                if part != "attend":
-                    fp += dt.bank_footprint_bytes(
-                        g, dt.Gemv(kv_len, kv_heads * d, segment=d, packed=packed_kv),
-                        kv_channels)
-                if part != "logits":
-                    fp += kv_heads * dt.bank_footprint_bytes(
-                        g, dt.Gemv(dv, kv_len, packed=packed_kv), kv_channels)
-                bank += fp * (count if kv_channels is None else count * kv_channels / g.channels)
+    for (rows, cols, repeats), n in summary.weights.items():
+        bank += n * repeats * dt.bank_footprint_bytes(g, dt.Gemv(rows, cols))
+    for (kv_read, op_bytes), n in summary.kv_reads.items():
+        kv += n * kv_read * (element_bytes / op_bytes if op_bytes else 1.0)
+    for (part, kv_heads, d, dv, lens), n in summary.attention.items():
+        for kv_len, count in lens:
+            fp = 0
+            if part != "attend":
+                fp += dt.bank_footprint_bytes(
+                    g, dt.Gemv(kv_len, kv_heads * d, segment=d, packed=packed_kv), kv_channels)
+            if part != "logits":
+                fp += kv_heads * dt.bank_footprint_bytes(
+                    g, dt.Gemv(dv, kv_len, packed=packed_kv), kv_channels)
+            bank += n * fp * (count if kv_channels is None else count * kv_channels / g.channels)
     need = weights + kv
     if need > capacity:
         return (f"model needs {need / GIB:.2f} GiB (weights {weights / GIB:.2f} + KV cache "
@@ -521,3 +522,35 @@ def capacity_problem(workload: Workload, g: dt.PimGeometry, channel_capacity_gib
                 f"over {g.channels} channels x {g.banks} banks but a bank holds "
                 f"{bank_cap / 2**20:.1f} MiB")
     return None
+
+
+@dataclass(frozen=True)
+class CapacitySummary:
+    """What :func:`capacity_problem` reads of a workload, equal shapes merged (each mapped to
+    how many ops have it): weight GEMVs as ``(rows, cols, repeats)``; attention ops' KV reads
+    as ``(kv_bytes_read, bytes_per_element)``; their footprints as ``(part, kv_heads,
+    head_dim, value_dim, ((kv_len, requests), ...))``."""
+
+    weights: dict[tuple[int, int, int], int]
+    kv_reads: dict[tuple[int, int], int]
+    attention: dict[tuple, int]
+
+
+def _capacity_summary(workload: Workload) -> CapacitySummary:
+    """The :class:`CapacitySummary` of ``workload`` (computed once per workload)."""
+    def build() -> CapacitySummary:
+        weights: Counter = Counter()
+        kv_reads: Counter = Counter()
+        attention: Counter = Counter()
+        for op in workload.ops:
+            if op.kind in (ir.MATMUL, ir.CONV) and op.attrs.get("weight_operand",
+                                                                 op.kind == ir.CONV):
+                gemv, repeats = weight_gemv(op)
+                weights[(gemv.rows, gemv.cols, repeats)] += 1
+            elif op.kind == ir.ATTENTION:
+                kv_reads[(op.kv_bytes_read, op.bytes_per_element)] += 1
+                _, kv_heads, _, d, dv = attention_dims(op)
+                lens = tuple(Counter(attention_kv_lens(op)).items())
+                attention[(op.attrs.get(PART), kv_heads, d, dv, lens)] += 1
+        return CapacitySummary(dict(weights), dict(kv_reads), dict(attention))
+    return per_workload(workload, "pim-capacity", build)

@@ -48,6 +48,7 @@ from accelerators.physical import Floorplan
 from dse.errors import InfeasibleDesign
 from workloads import ir
 from workloads.ir import DTYPE_BYTES, Op
+from workloads.memo import per_workload
 
 #: Bytes per 32-bit datapath word [P WaferLLM sec. 2: WSE-2 fetches two 32-bit operands and
 #: writes one back per cycle, and a link carries one 32-bit message per cycle].
@@ -214,7 +215,7 @@ class Wafer(Template):
                     f"expected more than the {RESERVED_ROUTING_PATHS} kept for host I/O")
         return None
 
-    @property
+    @cached_property
     def bytes_per_elem(self) -> int:
         return DTYPE_BYTES[self.hw.dtype]
 
@@ -224,8 +225,13 @@ class Wafer(Template):
 
     def region(self, phase: str) -> tuple[int, int]:
         """(width, height) of the region that runs ``phase`` (forward uses prefill's)."""
-        which = _PHASE_REGION.get(phase, "prefill")
-        return self.hw[f"{which}_region_width"], self.hw[f"{which}_region_height"]
+        return self._regions[_PHASE_REGION.get(phase, "prefill")]
+
+    @cached_property
+    def _regions(self) -> dict[str, tuple[int, int]]:
+        hw = self.hw
+        return {which: (hw[f"{which}_region_width"], hw[f"{which}_region_height"])
+                for which in ("prefill", "decode")}
 
     @cached_property
     def fabric(self) -> mesh.Fabric:
@@ -248,9 +254,30 @@ class Wafer(Template):
         return self.op_cost(op, "decode" if one_token else "prefill")
 
     def costs(self, workload: ir.Workload) -> list[OpCost]:
-        io_ops = self._io_bytes(workload)
-        return [self.op_cost(op, workload.phase, io_ops.get(op.name, 0.0))
-                for op in workload.ops]
+        return [self.cost_in(op, c) for op, c in zip(workload.ops, self.op_contexts(workload))]
+
+    @classmethod
+    def op_contexts(cls, workload: ir.Workload) -> list[tuple[str, bool]]:
+        """Per op: the workload's phase and whether the op is a sink (its output leaves the
+        wafer in LLM phases), all :meth:`costs` reads beyond the op (computed once per
+        workload)."""
+        def build() -> list[tuple[str, bool]]:
+            g = workload.graph
+            return [(workload.phase, g.out_degree(op.name) == 0) for op in workload.ops]
+        return per_workload(workload, "wafer-op-contexts", build)
+
+    def cost_in(self, op: Op, context: tuple[str, bool]) -> OpCost:
+        """Cost of ``op`` in its phase with its off-wafer bytes: in LLM phases, token ids in
+        (embeddings) and a sink's output (the logits) out; none in ``forward`` phase."""
+        phase, sink = context
+        nbytes = 0.0
+        if phase in ("prefill", "decode"):
+            if op.kind == ir.EMBEDDING:
+                nbytes += op.activation_bytes_read  # the token ids
+            if sink:
+                nbytes += op.activation_bytes_written / max(op.bytes_per_element, 1) \
+                    * self.bytes_per_elem
+        return self.op_cost(op, phase, nbytes)
 
     def op_cost(self, op: Op, phase: str, io_bytes: float = 0.0) -> OpCost:
         """Cost of ``op`` in ``phase`` on that phase's region, plus ``io_bytes`` off-wafer."""
@@ -265,7 +292,21 @@ class Wafer(Template):
         return self._finish(plan, io_bytes)
 
     def plan_op(self, op: Op, phase: str) -> _Plan:
-        """The op mapped onto its phase's region (decode ops: the slower orientation)."""
+        """The op mapped onto its phase's region (decode ops: the slower orientation);
+        memoised per op object, so :meth:`check` and :meth:`costs` map each op once."""
+        key = (id(op), phase)
+        hit = self._plan_memo.get(key)
+        if hit is not None and hit[0] is op:   # the op is held, so its id is not reused
+            return hit[1]
+        plan = self._plan_op(op, phase)
+        self._plan_memo[key] = (op, plan)
+        return plan
+
+    @cached_property
+    def _plan_memo(self) -> dict[tuple[int, str], tuple[Op, _Plan]]:
+        return {}
+
+    def _plan_op(self, op: Op, phase: str) -> _Plan:
         width, height = self.region(phase)
         if phase == "decode" or phase == "forward" and _rows(op) == 1 and op.kind == ir.MATMUL:
             a = self._decode_plan(op, width, height)
@@ -403,19 +444,26 @@ class Wafer(Template):
                                    elem_hops=elems * mean_hops),
                      act_elems_per_core=math.ceil(elems / (w * h)))
 
+    @cached_property
+    def _energy_per_unit(self) -> tuple[float, float, float, float]:
+        """J per MAC, per element op, per SRAM byte and per NoC byte-hop of this design."""
+        hw = self.hw
+        return (tech.mac_energy_j(hw.dtype, hw.node_nm),
+                tech.vector_op_energy_j(hw.dtype, hw.node_nm),
+                tech.sram_energy_j_per_byte(self._sram_bytes, hw.node_nm),
+                tech.noc_energy_j_per_byte(self.core_pitch_mm, hw.node_nm))
+
     def _finish(self, plan: _Plan, io_bytes: float) -> OpCost:
         hw, b, c = self.hw, self.bytes_per_elem, plan.cost
-        node, dtype = hw.node_nm, hw.dtype
         wafer_s = c.cycles / hw.clock_hz
         io_s = io_bytes / hw.io_bandwidth_Bps
         sram_bytes = SRAM_ELEMS_PER_MAC * b * (c.macs + plan.vector_elems)
         noc_bytes = c.elem_hops * b
+        mac_j, vector_j, sram_j, noc_j = self._energy_per_unit
         energy = {
-            "compute": c.macs * tech.mac_energy_j(dtype, node)
-            + plan.vector_elems * tech.vector_op_energy_j(dtype, node),
-            "onchip_memory": sram_bytes * tech.sram_energy_j_per_byte(self._sram_bytes, node),
-            "network": noc_bytes * tech.noc_energy_j_per_byte(self.core_pitch_mm, node)
-            + io_bytes * IO_PJ_PER_BYTE * 1e-12,
+            "compute": c.macs * mac_j + plan.vector_elems * vector_j,
+            "onchip_memory": sram_bytes * sram_j,
+            "network": noc_bytes * noc_j + io_bytes * IO_PJ_PER_BYTE * 1e-12,
         }
         comm = c.cycles - c.compute_cycles
         bound = "io" if io_s > wafer_s else ("network" if comm > c.compute_cycles else "compute")
@@ -423,23 +471,6 @@ class Wafer(Template):
                       clock_hz=hw.clock_hz, traffic={"io": io_bytes} if io_bytes else {},
                       bytes_by_level={"sram": sram_bytes, "noc": noc_bytes, "io": io_bytes},
                       energy_j=energy, bound=bound)
-
-    def _io_bytes(self, workload: ir.Workload) -> dict[str, float]:
-        """Off-wafer bytes per op: in LLM phases, token ids in (embeddings) and the outputs of
-        the graph's sinks (the logits) out; none in ``forward`` phase."""
-        if workload.phase not in ("prefill", "decode"):
-            return {}
-        g, b = workload.graph, self.bytes_per_elem
-        out: dict[str, float] = {}
-        for op in workload.ops:
-            nbytes = 0.0
-            if op.kind == ir.EMBEDDING:
-                nbytes += op.activation_bytes_read  # the token ids
-            if g.out_degree(op.name) == 0:
-                nbytes += op.activation_bytes_written / max(op.bytes_per_element, 1) * b
-            if nbytes:
-                out[op.name] = nbytes
-        return out
 
     # --- resources, area, power -------------------------------------------------------------
 
@@ -450,12 +481,12 @@ class Wafer(Template):
     def _sram_bytes(self) -> float:
         return self.hw.sram_per_core_kb * 1024.0
 
-    @property
+    @cached_property
     def tile_area_mm2(self) -> float:
         """Area of one core with its SRAM and router, mm^2."""
         return self.hw.core_logic_area_mm2 + tech.sram_area_mm2(self._sram_bytes, self.hw.node_nm)
 
-    @property
+    @cached_property
     def core_pitch_mm(self) -> float:
         """Distance between neighbouring cores (one hop), mm."""
         return math.sqrt(self.tile_area_mm2)
@@ -479,7 +510,11 @@ class Wafer(Template):
         return self.static_power_w() + self._busy_power_w()
 
     def _busy_power_w(self) -> float:
-        """Dynamic power of the larger region at full rate, W."""
+        """Dynamic power of the larger region at full rate, W (computed once per design)."""
+        return self._busy_w
+
+    @cached_property
+    def _busy_w(self) -> float:
         hw, f, b = self.hw, self.fabric, self.bytes_per_elem
         busy = max(hw.prefill_region_width * hw.prefill_region_height,
                    hw.decode_region_width * hw.decode_region_height)
@@ -495,26 +530,27 @@ class Wafer(Template):
     def memory_per_core(self, workload: ir.Workload) -> dict[str, float]:
         """Bytes per core the workload needs on its phase's region: weights (tiles rounded up),
         KV cache (balanced by the shift-based cache), the largest activation working set, and
-        the reserve. O(ops)."""
+        the reserve. O(unique ops): ops with equal signatures are mapped once, their sums
+        multiplied by their count (integer element counts, so the sums are exact)."""
         width, height = self.region(workload.phase)
         cores, b = width * height, self.bytes_per_elem
         weight_elems, tiled = 0.0, 0.0
         kv_elems, act_elems = 0.0, 0.0
-        for op in workload.ops:
+        for op, count in _op_counts(workload):
             a = op.attrs
             if op.kind == ir.MATMUL and a.get("weight_operand"):
                 k, n, batch = a.get("k", 1), a.get("n", 1), a.get("batch", 1)
-                weight_elems += math.ceil(k / height) * math.ceil(n / width) * batch
-                tiled += float(k) * n * batch
+                weight_elems += math.ceil(k / height) * math.ceil(n / width) * batch * count
+                tiled += float(k) * n * batch * count
             elif op.kind == ir.CONV and op.weight_bytes:
                 k, n, groups = a.get("gemm_k", 1), a.get("gemm_n", 1), a.get("groups", 1)
-                weight_elems += math.ceil(k / height) * math.ceil(n / width) * groups
-                tiled += float(k) * n * groups
+                weight_elems += math.ceil(k / height) * math.ceil(n / width) * groups * count
+                tiled += float(k) * n * groups * count
             if op.kind == ir.ATTENTION:
                 kvh = a.get("kv_heads", a.get("heads", 1))
                 dims = a.get("head_dim", 1) + a.get("value_dim", a.get("head_dim", 1))
                 kv_elems += a.get("batch", 1) * math.ceil(a.get("kv_len", 1) / height) \
-                    * math.ceil(kvh * dims / width)
+                    * math.ceil(kvh * dims / width) * count
             plan = self.plan_op(op, workload.phase)
             act_elems = max(act_elems, plan.act_elems_per_core)
         params = workload.params or sum(op.weight_bytes for op in workload.ops) / max(
@@ -560,6 +596,23 @@ class Wafer(Template):
 
 
 # --- helpers -----------------------------------------------------------------------------------
+
+def _op_counts(workload: ir.Workload) -> list[tuple[Op, int]]:
+    """The workload's ops with equal signatures (:func:`workloads.ir.op_signature`) merged:
+    ``(first such op, how many)`` in order of first appearance (computed once per workload)."""
+    def build() -> list[tuple[Op, int]]:
+        first: dict[str, int] = {}
+        out: list[list] = []
+        for op in workload.ops:
+            sig = ir.op_signature(op)
+            if sig in first:
+                out[first[sig]][1] += 1
+            else:
+                first[sig] = len(out)
+                out.append([op, 1])
+        return [(op, n) for op, n in out]
+    return per_workload(workload, "op-counts", build)
+
 
 def _local(f: mesh.Fabric, per_core: float, macs: float = 0.0) -> mesh.MeshCost:
     """Local work on every core: ``per_core`` MACs or element ops; ``macs`` over the region."""

@@ -5,8 +5,10 @@ no contention: an op starts when its last producer ends, whatever unit or channe
 the latency is the critical path of the op graph. On designs where nothing contends (a chain
 of ops, or independent ops on distinct units and channels) it equals the SimPy result.
 
-Speed comes from three things: ops with identical shapes and attributes (the same layer
-repeated N times) are costed once per design; a template may cost each unique op on all its
+Speed comes from four things: designs whose plan reads the same parameters share one planned
+graph and its index structure (``Template.planned``); ops with identical shapes and attributes
+(the same layer repeated N times; with a template's ``op_contexts``, in the same context) are
+costed once per design; a template may cost each unique op on all its
 designs at once (a ``cost_many`` classmethod, e.g. the npu's numpy version in
 :mod:`accelerators.npu_vector`, see :func:`evaluate_many`); and the critical path is one numpy
 pass over the graph in topological order with a vector of all designs at each node.
@@ -14,8 +16,6 @@ pass over the graph in topological order with a vector of all designs at each no
 
 from __future__ import annotations
 
-import json
-import weakref
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -25,7 +25,8 @@ from accelerators.base import Template
 from dse.errors import DSEError
 from simulators.engine import throughput_of
 from workloads.gna import dense_equivalent
-from workloads.ir import Op, Workload
+from workloads.ir import Op, Workload, op_signature
+from workloads.memo import per_workload
 
 
 @dataclass
@@ -57,25 +58,21 @@ def _at(values: np.ndarray | None, i: int) -> float:
     return float(values[i]) if values is not None else float("nan")
 
 
-def op_signature(op: Op) -> str:
-    """Ops with the same signature cost the same on any design."""
-    return json.dumps([op.kind, op.target, op.input_shapes, op.output_shapes, op.dtype,
-                       op.flops, op.weight_bytes, op.activation_bytes_read,
-                       op.activation_bytes_written, op.kv_bytes_read, op.kv_bytes_written,
-                       op.attrs], sort_keys=True, default=str)
-
-
 class _Structure:
     """The planned graph in index form: unique-op index per node and predecessor lists.
 
-    With ``dedupe`` False every op is its own unique op (for templates that cost a whole
-    workload at once, where an op's cost may depend on more than its signature)."""
+    ``contexts`` (a template's :meth:`Template.op_contexts`, per op) join the signature in
+    telling ops apart; ``unique_contexts`` are those of the unique ops. With ``dedupe`` False
+    every op is its own unique op (for templates that cost a whole workload at once without
+    contexts, where an op's cost may depend on more than its signature)."""
 
-    def __init__(self, workload: Workload, dedupe: bool = True):
+    def __init__(self, workload: Workload, dedupe: bool = True,
+                 contexts: list | None = None):
         ops = workload.ops
         hint = workload.__dict__.get("structure_hint")
-        if hint is not None and dedupe:   # a re-shaped workload (workloads/reshape.py)
-            which, self.preds = hint
+        self.unique_contexts: list | None = None
+        if hint is not None and dedupe and contexts is None:   # a re-shaped workload
+            which, self.preds = hint                            # (workloads/reshape.py)
             first: dict[int, int] = {}
             self.unique_ops = []
             for i, u in enumerate(which):
@@ -85,32 +82,34 @@ class _Structure:
             self.unique_of = np.array([first[u] for u in which], dtype=np.int64)
             return
         index = {op.name: i for i, op in enumerate(ops)}
-        sig_of: dict[str, int] = {}
+        sig_of: dict[Any, int] = {}
         self.unique_ops: list[Op] = []
         self.unique_of = np.empty(len(ops), dtype=np.int64)
+        if contexts is not None:
+            self.unique_contexts = []
         for i, op in enumerate(ops):
-            s = op_signature(op) if dedupe else str(i)
+            s: Any = op_signature(op) if dedupe else str(i)
+            if contexts is not None:
+                s = (s, contexts[i])
             if s not in sig_of:
                 sig_of[s] = len(self.unique_ops)
                 self.unique_ops.append(op)
+                if contexts is not None:
+                    self.unique_contexts.append(contexts[i])
             self.unique_of[i] = sig_of[s]
-        self.preds = [[index[p] for p in workload.graph.predecessors(op.name)] for op in ops]
+        pred_of = workload.graph._pred   # networkx's own dict: its views cost 3x
+        self.preds = [[index[p] for p in pred_of[op.name]] for op in ops]
 
 
-#: Structures of the workloads seen, by ``(id, dedupe)``, each dropped when its workload is
-#: collected (workloads are not changed once built: ``Workload.ops`` is cached the same way).
-_STRUCTURES: dict[tuple[int, bool], tuple[weakref.ref, _Structure]] = {}
-
-
-def _structure(workload: Workload, dedupe: bool = True) -> _Structure:
-    """The cached :class:`_Structure` of ``workload``."""
-    key = (id(workload), dedupe)
-    hit = _STRUCTURES.get(key)
-    if hit is not None and hit[0]() is workload:
-        return hit[1]
-    st = _Structure(workload, dedupe)
-    _STRUCTURES[key] = (weakref.ref(workload, lambda _, k=key: _STRUCTURES.pop(k, None)), st)
-    return st
+def _structure(workload: Workload, dedupe: bool = True, cls: type | None = None) -> _Structure:
+    """The :class:`_Structure` of ``workload`` (for ``cls``'s op contexts when it has them),
+    made once per workload (:func:`workloads.memo.per_workload`)."""
+    contexts_of = getattr(cls, "op_contexts", None) if cls is not None else None
+    if contexts_of is not None and contexts_of(workload) is not None:
+        return per_workload(workload, ("fast-structure", cls),
+                            lambda: _Structure(workload, True, contexts_of(workload)))
+    return per_workload(workload, ("fast-structure", dedupe),
+                        lambda: _Structure(workload, dedupe))
 
 
 def costs_whole_workload(cls: type) -> bool:
@@ -152,8 +151,8 @@ def _unit_costs(cls: type, members: list[Template], st: _Structure, planned: Wor
     the first exception each member raises (None where it runs every op), and the members'
     area and static power when the template's ``cost_many`` gives them (else None)."""
     ops = st.unique_ops
-    whole = costs_whole_workload(cls)
-    hook = _cost_many_hook(cls) if vectorised and not whole else None
+    whole = costs_whole_workload(cls) and st.unique_contexts is None
+    hook = (_cost_many_hook(cls) if vectorised and not costs_whole_workload(cls) else None)
     if hook is not None and len(members) * len(ops) >= VECTOR_MIN_CALLS:
         many = hook(members, ops)
         return (many.latency_s, many.energy_j, list(many.errors),
@@ -163,7 +162,12 @@ def _unit_costs(cls: type, members: list[Template], st: _Structure, planned: Wor
     errors: list[BaseException | None] = [None] * len(members)
     for i, design in enumerate(members):
         try:
-            costs = design.costs(planned) if whole else [design.cost(op) for op in ops]
+            if whole:
+                costs = design.costs(planned)
+            elif st.unique_contexts is not None:
+                costs = [design.cost_in(op, c) for op, c in zip(ops, st.unique_contexts)]
+            else:
+                costs = [design.cost(op) for op in ops]
         except DSEError as exc:
             errors[i] = exc
             continue
@@ -191,28 +195,29 @@ def evaluate_many(workload: Workload, designs: Sequence[Template],
     energy = np.full(n, np.nan)
     area = np.full(n, np.nan)
     reasons: list[str | None] = [None] * n
-    structures: dict[tuple[int, bool], _Structure] = {}
-    planned_of: dict[tuple[int, bool], Workload] = {}  # keeps planned graphs alive: ids unique
+    structures: dict[tuple, _Structure] = {}
+    planned_of: dict[tuple, Workload] = {}  # keeps planned graphs alive: ids unique
     batches: dict[tuple[tuple[int, bool], type], list[int]] = {}
     for d, design in enumerate(designs):
         try:
             reason = design.check(workload)
             if reason:
                 raise DSEError(reason)
-            planned = design.plan(workload if design.SPARSE_ATTENTION
-                                  else dense_equivalent(workload))
-            dedupe = not costs_whole_workload(type(design))
-            key = (id(planned), dedupe)
+            planned = design.planned(workload if design.SPARSE_ATTENTION
+                                     else dense_equivalent(workload))
+            cls = type(design)
+            dedupe = not costs_whole_workload(cls) or cls.op_contexts(planned) is not None
+            key = (id(planned), dedupe, cls if costs_whole_workload(cls) else None)
             if key not in structures:
-                structures[key] = _structure(planned, dedupe)
+                structures[key] = _structure(planned, dedupe, cls)
                 planned_of[key] = planned
         except DSEError as exc:
             reasons[d] = getattr(exc, "reason", str(exc))
             continue
         batches.setdefault((key, type(design)), []).append(d)
-    groups: dict[tuple[int, bool], list[int]] = {}
-    unit_lat: dict[tuple[int, bool], list[np.ndarray]] = {}
-    unit_energy: dict[tuple[int, bool], list[np.ndarray]] = {}
+    groups: dict[tuple, list[int]] = {}
+    unit_lat: dict[tuple, list[np.ndarray]] = {}
+    unit_energy: dict[tuple, list[np.ndarray]] = {}
     for (key, cls), members in sorted(batches.items(), key=lambda kv: kv[1][0]):
         st = structures[key]
         op_lat, op_energy, errors, areas, statics = _unit_costs(

@@ -622,7 +622,13 @@ def op_tiles(attrs: Mapping[str, Any], block_q: int, block_kv: int) -> TileCount
 def dense_equivalent(workload):
     """``workload`` with every ``sparse_attention`` op replaced by the dense attention it
     stands for (same shapes and bytes, FLOPs ``dense_flops``): what a design without a
-    block-sparse attention kernel runs. The workload itself when it has none."""
+    block-sparse attention kernel runs. The workload itself when it has none. Made once per
+    workload (:func:`workloads.memo.per_workload`)."""
+    from workloads.memo import per_workload
+    return per_workload(workload, "dense-equivalent", lambda: _dense_equivalent(workload))
+
+
+def _dense_equivalent(workload):
     from dataclasses import replace as _replace
 
     from workloads import ir

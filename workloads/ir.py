@@ -9,6 +9,8 @@ counted in full (the work a causal kernel really does is in ``attrs["causal_flop
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Iterator
@@ -242,3 +244,11 @@ class Workload:
             "kv_update": self.kv_update,
             "free_ops": dict(self.free_ops),
         }
+
+
+def op_signature(op: Op) -> str:
+    """Ops with the same signature cost the same on any design (everything but the name)."""
+    return json.dumps([op.kind, op.target, op.input_shapes, op.output_shapes, op.dtype,
+                       op.flops, op.weight_bytes, op.activation_bytes_read,
+                       op.activation_bytes_written, op.kv_bytes_read, op.kv_bytes_written,
+                       op.attrs], sort_keys=True, default=str)
