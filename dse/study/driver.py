@@ -339,5 +339,6 @@ def summary_dict(summary: RunSummary) -> dict[str, Any]:
             "failed_orphans": summary.failed_orphans, "pareto": summary.pareto_rows,
             "trials_csv": str(summary.trials_csv), "pareto_csv": str(summary.pareto_csv),
             "report": str(summary.report) if summary.report else None,
-            "report_error": summary.report_error, "screening": summary.screening.as_dict() if summary.screening else None}
+            "report_error": summary.report_error,
+            "screening": summary.screening.as_dict() if summary.screening else None}
 
