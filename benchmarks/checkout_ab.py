@@ -1,9 +1,11 @@
 """The same measurement in two checkouts, alternated A B A B, medians per checkout: how much a
 change slowed the NPU's fast path and event simulation (``benchmarks/run.py`` section 1's rows)
-and the co-search (section 2's CPU time per trial).
+and the co-search (section 2's CPU time per trial); with ``--what reshape``, re-shaping a new
+architecture of a captured family (``benchmarks/population.py`` section 1's new architectures).
 
     git worktree add /tmp/before REV
     python benchmarks/checkout_ab.py /tmp/before . --rounds 5
+    python benchmarks/checkout_ab.py /tmp/before . --rounds 3 --what reshape
 
 Each run is a fresh interpreter in that checkout (its own ``PYTHONPATH`` and capture cache).
 """
@@ -48,6 +50,35 @@ print(json.dumps(out))
 """
 
 
+#: Runs inside a checkout: per family, re-shaping each of population.py's new architectures
+#: (templates made first), median and mean of 50 calls each (ms), the collector left on.
+_RESHAPE_CHILD = r"""
+import json, statistics, sys, time, warnings
+sys.path.insert(0, '.')
+warnings.simplefilter('ignore')
+from benchmarks.population import FAMILIES, NEW_ARCHS
+from workloads import build, reshape
+out = {}
+for model, phase, sizes in FAMILIES:
+    med, mean = [], []
+    for arch in NEW_ARCHS[model]:
+        if model == 'gpt2':
+            arch = {k: v for k, v in arch.items() if k != 'n_kv_head'}
+        args = build.resolve(model, phase, 1, sizes.get('seq'), sizes.get('context'), 'bf16', arch)
+        reshape.template_for(args)
+        times = []
+        for _ in range(50):
+            t = time.perf_counter(); w = reshape.reshaped(args, make=False)
+            times.append(time.perf_counter() - t)
+        med.append(statistics.median(times) * 1e3)
+        mean.append(statistics.mean(times) * 1e3)
+    ops = len(w)
+    out[f"{model} {phase} ({ops} ops): re-shape ms, median"] = statistics.median(med)
+    out[f"{model} {phase} ({ops} ops): re-shape ms, mean"] = statistics.median(mean)
+print(json.dumps(out))
+"""
+
+
 def _run(tree: Path, argv: list[str]) -> dict | None:
     env = dict(os.environ, PYTHONPATH=str(tree), PYTHONWARNINGS="ignore",
                DSE_CACHE_DIR=f"/tmp/dse-ab-cache-{abs(hash(str(tree)))}")
@@ -65,11 +96,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("after", type=Path)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--study-trials", type=int, default=300)
+    ap.add_argument("--what", choices=["fast", "reshape"], default="fast",
+                    help="fast: fast path, simulation and study (default); reshape: re-shaping")
     args = ap.parse_args(argv)
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
     got: dict[str, list[dict]] = {k: [] for k in trees}
     for _ in range(args.rounds):
         for k, tree in trees.items():
+            if args.what == "reshape":
+                row = _run(tree, ["-c", _RESHAPE_CHILD])
+                if row:
+                    got[k].append(row)
+                continue
             row = _run(tree, ["-c", _CHILD])
             study = _run(tree, ["benchmarks/study_throughput.py", "--trials",
                                 str(args.study_trials), "--workers", "1"])

@@ -11,7 +11,9 @@ Sections:
      run in their own virtual environments, created by their scripts);
   5. co-search speed (benchmarks/population.py): capture vs re-shape per new architecture, a new
      GEMM through api.simulate vs SCALE-Sim, population evaluation rates, and a 10,000-trial
-     GPT-2 x NPU co-search with nsga2-vectorized against today's path.
+     GPT-2 x NPU co-search with nsga2-vectorized against today's path, and screening honesty
+     (the shipped studies at fidelity multi: screened Pareto designs confirmed or dropped by
+     the event simulation; ~5 min).
 
 Each row runs in a fresh subprocess, so its peak RSS (MB) is its own; captures are warmed
 first (the on-disk cache), so rows time simulation, not torch.export.

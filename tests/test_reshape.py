@@ -111,3 +111,37 @@ def test_sizes_the_model_or_torch_refuses_are_left_to_the_capture():
                          {"d_model": 2**20, "max_seq": 2**20, "n_head": 1, "n_layer": 1})
     assert reshape.reshaped(too_long) is None and reshape.reshaped(huge) is None
 
+
+
+def test_renamed_copies_are_ops_equal_to_dataclasses_replace():
+    import dataclasses
+    from workloads import ir
+    protos = [ir.Op("a", ir.MATMUL, "linear", ((2, 3), (4, 3)), ((2, 4),), "bf16", 2, 48, 24,
+                    12, 16, 0, 0, {"m": 2, "n": 4, "k": 3}),
+              ir.Op("b", ir.ATTENTION, "sdpa", ((1, 2),), ((1, 2),), "fp8", 1, 7, 0, 3, 5, 11, 13)]
+    names, which = ["x", "y", "z"], [1, 0, 1]
+    got = ir.renamed_copies(protos, names, which)
+    for op, n, u in zip(got, names, which):
+        want = dataclasses.replace(protos[u], name=n)
+        assert type(op) is ir.Op and op == want and hash(op) == hash(want)
+        assert all(getattr(op, f.name) == getattr(want, f.name) for f in dataclasses.fields(op))
+        assert op.attrs is protos[u].attrs   # shared, as replace shares it
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            op.name = "changed"
+
+
+def test_a_reshaped_graph_is_a_plain_networkx_digraph():
+    import networkx as nx
+    args = build.resolve("gpt2", "decode", 2, None, 9, "bf16",
+                         {"n_layer": 3, "n_head": 2, "d_model": 8, "d_ff": 16, "vocab_size": 11,
+                          "max_seq": 64})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        w = reshape.reshaped(args)
+    g = w.graph
+    copy = nx.DiGraph(g)   # rebuilt through networkx's own API
+    assert list(copy.nodes) == list(g.nodes) and list(copy.edges(data=True)) == \
+        list(g.edges(data=True))
+    assert all(g.pred[v][u] is g.succ[u][v] for u, v in g.edges)   # one data dict an edge
+    assert len({id(d) for _, _, d in g.edges(data=True)}) == g.number_of_edges()
+    assert list(nx.topological_sort(g)) and [op.name for op in w.ops] == list(g.nodes)

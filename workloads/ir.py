@@ -10,8 +10,7 @@ counted in full (the work a causal kernel really does is in ``attrs["causal_flop
 from __future__ import annotations
 
 import json
-
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any, Iterator
 
@@ -127,6 +126,59 @@ class Op:
 
     def with_attrs(self, **attrs: Any) -> "Op":
         return replace(self, attrs={**self.attrs, **attrs})
+
+
+#: :class:`Op`'s fields in declaration order; :func:`renamed_copies` sets each by name, so a
+#: field added to ``Op`` must be added there too (checked on import).
+_OP_FIELDS = ("name", "kind", "target", "input_shapes", "output_shapes", "dtype",
+              "bytes_per_element", "flops", "weight_bytes", "activation_bytes_read",
+              "activation_bytes_written", "kv_bytes_read", "kv_bytes_written", "attrs")
+if tuple(f.name for f in fields(Op)) != _OP_FIELDS or Op.__slots__ != _OP_FIELDS:
+    raise ImportError("workloads.ir: Op's fields changed; update _OP_FIELDS and renamed_copies")
+
+
+class _OpSlots:
+    """:class:`Op`'s slot layout without its frozen ``__setattr__``. :func:`renamed_copies`
+    fills one with plain attribute stores and then makes it an ``Op`` by ``__class__``
+    assignment, which CPython allows only between classes of the same slot layout (it raises
+    ``TypeError`` otherwise, never builds a broken object)."""
+
+    __slots__ = _OP_FIELDS
+
+
+def renamed_copies(protos: list[Op], names: list[str], which: list[int]) -> list[Op]:
+    """``[dataclasses.replace(protos[u], name=n) for n, u in zip(names, which)]``: each copy
+    equal to its prototype but for the name and sharing its ``attrs`` dict, as ``replace``
+    does. About 6x faster than the frozen dataclass's ``__init__`` (14
+    ``object.__setattr__`` calls an op), which dominated building a 30-layer model's ~800 ops
+    (:mod:`workloads.reshape`); nothing is validated, as ``Op.__init__`` validates nothing
+    either."""
+    rows = [(p.kind, p.target, p.input_shapes, p.output_shapes, p.dtype, p.bytes_per_element,
+             p.flops, p.weight_bytes, p.activation_bytes_read, p.activation_bytes_written,
+             p.kv_bytes_read, p.kv_bytes_written, p.attrs) for p in protos]
+    new, slots, op_cls = object.__new__, _OpSlots, Op
+    out: list[Op] = []
+    append = out.append
+    for name, u in zip(names, which):
+        kind, target, ins, outs, dtype, elem, flops, w, ar, aw, kr, kw, attrs = rows[u]
+        o = new(slots)
+        o.name = name
+        o.kind = kind
+        o.target = target
+        o.input_shapes = ins
+        o.output_shapes = outs
+        o.dtype = dtype
+        o.bytes_per_element = elem
+        o.flops = flops
+        o.weight_bytes = w
+        o.activation_bytes_read = ar
+        o.activation_bytes_written = aw
+        o.kv_bytes_read = kr
+        o.kv_bytes_written = kw
+        o.attrs = attrs
+        o.__class__ = op_cls
+        append(o)
+    return out
 
 
 @dataclass

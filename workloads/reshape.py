@@ -28,6 +28,7 @@ refused the same way; a convolution's stride, padding and groups are part of its
 
 from __future__ import annotations
 
+import gc
 import math
 import re
 from dataclasses import dataclass
@@ -156,34 +157,58 @@ class Template:
         self.params, self.free, self.unknown = params, free, unknown
         self._structures: dict[int, tuple] = {}
         self._preds: dict[int, list[list[int]]] = {}
+        self._edge_plans: dict[int, tuple] = {}
+        self._compiled: tuple | None = None
 
     # ------------------------------------------------------------------ building a workload
-    def unique_ops(self, variables: dict[str, int], dtype: str) -> tuple[list[ir.Op], list, list]:
-        """The prefix, block and suffix ops at ``variables`` (each op once, unnamed), with the
-        bytes each of their inputs carries."""
+    def _compile(self) -> tuple:
+        """The template's tensors numbered once: the distinct size expressions, the distinct
+        shapes (tuples of expression numbers), the distinct tensors (shape, role, itemsize,
+        stored expression) and each op's input and output tensor numbers; a build evaluates
+        each expression and makes each tensor once, however many ops share it."""
+        if self._compiled is not None:
+            return self._compiled
+        exprs: dict[Expr, int] = {}
+        shapes: dict[tuple[int, ...], int] = {}
+        tensors: dict[tuple, int] = {}
+
+        def shape_no(shape: tuple[Expr, ...]) -> int:
+            key = tuple(exprs.setdefault(d, len(exprs)) for d in shape)
+            return shapes.setdefault(key, len(shapes))
+
+        ops = []
+        for t in self.prefix + self.block + self.suffix:
+            ins = [tensors.setdefault(
+                (shape_no(i.shape), i.role, i.itemsize,
+                 None if i.stored is None else exprs.setdefault(i.stored, len(exprs))),
+                len(tensors)) for i in t.inputs]
+            outs = [tensors.setdefault((shape_no(x), ACT, size, None), len(tensors))
+                    for x, size in t.outputs]
+            ops.append((t, ins, outs))
+        self._compiled = (list(exprs), list(shapes), list(tensors), ops)
+        return self._compiled
+
+    def unique_ops(self, variables: dict[str, int], dtype: str) -> list[tuple[ir.Op, list[int]]]:
+        """The prefix, block and suffix ops at ``variables``, in that order (each op once,
+        unnamed), with the bytes each of their inputs carries."""
         vals = [variables[n] for n in self.names]
         elem = ir.DTYPE_BYTES[dtype]
+        exprs, shapes, tensors, ops = self._compile()
+        ev = [_ev(x, vals) for x in exprs]
+        dims = [tuple([ev[d] for d in s]) for s in shapes]
+        numel = [math.prod(d) for d in dims]
+        largest = max(numel, default=0)
+        if largest >= MAX_ELEMENTS:   # torch may refuse it: the capture says
+            raise Refused(f"a tensor of {largest} elements")
+        made = [_Tensor(None, role, dims[s], numel[s], size, None if st is None else ev[st])
+                for s, role, size, st in tensors]
         out = []
-        largest = 0
-        for part in (self.prefix, self.block, self.suffix):
-            built = []
-            for t in part:
-                ins = []
-                for i in t.inputs:
-                    shape = tuple(_ev(d, vals) for d in i.shape)
-                    ins.append(_Tensor(None, i.role, shape, math.prod(shape), i.itemsize,
-                                       None if i.stored is None else _ev(i.stored, vals)))
-                outs = []
-                for shape_x, size in t.outputs:
-                    shape = tuple(_ev(d, vals) for d in shape_x)
-                    outs.append(_Tensor(None, ACT, shape, math.prod(shape), size))
-                largest = max([largest] + [x.numel for x in ins] + [x.numel for x in outs])
-                if largest >= MAX_ELEMENTS:   # torch may refuse it: the capture says
-                    raise Refused(f"a tensor of {largest} elements")
-                op, _ = _make_op(t.node, "", t.aten, t.kind, ins, outs, dtype, elem)
-                built.append((op, [x.nbytes for x in ins]))
-            out.append(built)
-        return out[0], out[1], out[2]
+        for t, ins, outs in ops:
+            xs = [made[i] for i in ins]
+            op, _ = _make_op(t.node, "", t.aten, t.kind, xs, [made[o] for o in outs], dtype,
+                             elem)
+            out.append((op, [x.nbytes for x in xs]))
+        return out
 
     def structure(self, depth: int) -> tuple[list[str], list[int], list[tuple[int, int, int]]]:
         """Op names, which unique op (prefix, block, suffix ops numbered in that order) each node
@@ -227,31 +252,62 @@ class Template:
         self._preds[depth] = preds
         return names, which, edges
 
+    def _edge_plan(self, depth: int) -> tuple:
+        """The graph's edges at ``depth`` as one entry per (producer, consumer) pair, in the
+        order the edge list first names it: producer number and name, consumer number and
+        name, and a key — (unique consumer op, its input slots the producer feeds) — whose
+        bytes are the same in every layer, so a build sums them once a key."""
+        hit = self._edge_plans.get(depth)
+        if hit is not None:
+            return hit
+        names, which, edges = self.structure(depth)
+        slots: dict[tuple[int, int], list[int]] = {}
+        for src, dst, slot in edges:
+            slots.setdefault((src, dst), []).append(slot)
+        keys: dict[tuple, int] = {}
+        key_of = [keys.setdefault((which[dst], tuple(s)), len(keys))
+                  for (src, dst), s in slots.items()]
+        pairs = list(slots)
+        hit = ([s for s, _ in pairs], [names[s] for s, _ in pairs],
+               [d for _, d in pairs], [names[d] for _, d in pairs], list(keys), key_of)
+        self._edge_plans[depth] = hit
+        return hit
+
     def build(self, variables: dict[str, int], depth: int, *, model: str, phase: str,
               dtype: str, batch: int, seq: int, context: int,
               arch: dict[str, Any]) -> ir.Workload:
         """The workload a capture at these sizes and depth would give."""
-        prefix, block, suffix = self.unique_ops(variables, dtype)
-        unique = prefix + block + suffix
-        names, which, edge_list = self.structure(depth)
-        fields = [(op.kind, op.target, op.input_shapes, op.output_shapes, op.dtype,
-                   op.bytes_per_element, op.flops, op.weight_bytes, op.activation_bytes_read,
-                   op.activation_bytes_written, op.kv_bytes_read, op.kv_bytes_written, op.attrs)
-                  for op, _ in unique]
-        ops = [ir.Op(n, *fields[u]) for n, u in zip(names, which)]
-        nodes = {n: {"op": op, "index": k} for k, (n, op) in enumerate(zip(names, ops))}
-        succ: dict[str, dict] = {n: {} for n in names}
-        pred: dict[str, dict] = {n: {} for n in names}
-        for src, dst, slot in edge_list:   # bytes add up where one tensor feeds two inputs
-            u, v = names[src], names[dst]
-            b = unique[which[dst]][1][slot]
-            data = succ[u].get(v)
-            if data is None:
-                succ[u][v] = pred[v][u] = {"bytes": b}
-            else:
-                data["bytes"] += b
+        # ~5 container objects an op and no reference cycle among them: the cyclic collector,
+        # which would otherwise run a few times a build and promote the half-built graph to
+        # older generations (whose full passes walk all of torch's objects: with it on, the
+        # mean 30-layer build took 2-6x its median), is paused.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._build(variables, depth, model=model, phase=phase, dtype=dtype,
+                               batch=batch, seq=seq, context=context, arch=arch)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _build(self, variables: dict[str, int], depth: int, *, model: str, phase: str,
+               dtype: str, batch: int, seq: int, context: int,
+               arch: dict[str, Any]) -> ir.Workload:
+        unique = self.unique_ops(variables, dtype)
+        names, which, _ = self.structure(depth)
+        src, src_names, dst, dst_names, keys, key_of = self._edge_plan(depth)
+        ops = ir.renamed_copies([op for op, _ in unique], names, which)
+        nodes = dict(zip(names, [{"op": op, "index": k} for k, op in enumerate(ops)]))
+        # bytes add up where one tensor feeds two inputs of an op
+        key_bytes = [sum([unique[u][1][s] for s in slots]) for u, slots in keys]
+        succ: list[dict] = [{} for _ in names]
+        pred: list[dict] = [{} for _ in names]
+        for u, v_name, v, u_name, k in zip(src, dst_names, dst, src_names, key_of):
+            succ[u][v_name] = pred[v][u_name] = {"bytes": key_bytes[k]}   # one dict an edge
         graph = nx.DiGraph()   # filled as networkx's own readers expect: node, successor and
-        graph._node, graph._adj, graph._pred = nodes, succ, pred   # predecessor dicts
+        graph._node = nodes    # predecessor dicts
+        graph._adj = dict(zip(names, succ))
+        graph._pred = dict(zip(names, pred))
         vals = [variables[n] for n in self.names]
         const, layered = self.params
         params = sum(_ev(x, vals) for x in const) + depth * sum(_ev(x, vals) for x in layered)

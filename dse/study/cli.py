@@ -56,6 +56,9 @@ def _print_summary(study, summary) -> None:
                   if summary.failed_orphans else ""))
     if summary.stopped:
         _out.print(f"[yellow]{summary.stopped}[/]")
+    if summary.screening is not None:
+        from dse.study.screening import screening_text
+        _out.print(screening_text(summary.screening))
     if summary.pareto_rows:
         t = Table(title=f"Pareto front ({len(summary.pareto_rows)} feasible trials)")
         t.add_column("trial", justify="right")

@@ -32,6 +32,7 @@ from dse.study.loader import (ResolvedStudy, check_storage_url, grid_points,
                               load_quality_function)
 from dse.study.outputs import outcome_counts, state_counts, write_outputs
 from dse.study.progress import StudyProgress
+from dse.study.screening import Screening, screened_front, screening_summary
 from dse.study.space import Shown
 from dse.study.storage import (CountLock, RunLock, fail_orphans, is_sqlite, open_storage,
                                sqlite_path, sqlite_url)
@@ -67,6 +68,9 @@ class RunSummary:
     pareto_rows: list[dict[str, Any]] = field(default_factory=list)
     outcomes: dict[str, int] = field(default_factory=dict)
     stopped: str | None = None
+    #: ``fidelity: multi``: the screened front against its confirmation; None at other
+    #: fidelities.
+    screening: Screening | None = None
 
     @property
     def trials_per_s(self) -> float:
@@ -203,13 +207,16 @@ def run_study(study: ResolvedStudy, trials: int | None = None, workers: int = 1,
     pareto_rows = [{"number": n, **{o.metric: by_number[n].values[i]
                                     for i, o in enumerate(study.objectives)}} for n in front]
     outcomes = outcome_counts(all_trials)
+    screening = (screening_summary(all_trials, study) if study.spec.fidelity == "multi"
+                 else None)
     return RunSummary(study_name=study.name, out_dir=out_dir, storage_url=url, target=target,
                       states=state_counts(all_trials),
                       session_trials=len(all_trials) - n_existing, session_s=session_s,
                       pareto=front, trials_csv=trials_csv, pareto_csv=pareto_csv, report=report,
                       report_error=report_error, resumed_from=n_existing,
                       failed_orphans=orphans, pareto_rows=pareto_rows, outcomes=outcomes,
-                      stopped=_why_stopped(outcomes, target, failed_before, deadline))
+                      stopped=_why_stopped(outcomes, target, failed_before, deadline),
+                      screening=screening)
 
 
 def _why_stopped(outcomes: dict[str, int], target: int, failed_before: int,
@@ -243,16 +250,10 @@ def confirm_pareto(s: optuna.Study, study: ResolvedStudy, on_trial=None,
     On PostgreSQL (``url``) each trial is created under the count lock with its first
     heartbeat, and beats while it runs, as a worker's (see storage.py)."""
     from dse.study.evaluate import Evaluator
-    from dse.study.progress import is_feasible
-    from dse.study.pareto import ParetoFront
     from dse.study.workers import Heartbeat, record
     from simulators.result import SIMULATOR_VERSION
     trials = s.get_trials(deepcopy=False)
     confirmed = {t.user_attrs.get("confirms") for t in trials}
-    front = ParetoFront([o.sign for o in study.objectives])
-    for t in trials:
-        if is_feasible(t) and t.user_attrs.get("fidelity") == "fast":
-            front.add(t.number, t.values)
     by_number = {t.number: t for t in trials}
     evaluator = Evaluator(study, fidelity="event")
     postgres = url is not None and not is_sqlite(url)
@@ -262,7 +263,7 @@ def confirm_pareto(s: optuna.Study, study: ResolvedStudy, on_trial=None,
         heartbeat.start()
     new = []
     try:
-        for number in front.keys():
+        for number in screened_front(trials, study):
             if number in confirmed:
                 continue
             with (lock.held() if lock is not None else contextlib.nullcontext(),
@@ -338,5 +339,6 @@ def summary_dict(summary: RunSummary) -> dict[str, Any]:
             "failed_orphans": summary.failed_orphans, "pareto": summary.pareto_rows,
             "trials_csv": str(summary.trials_csv), "pareto_csv": str(summary.pareto_csv),
             "report": str(summary.report) if summary.report else None,
-            "report_error": summary.report_error}
+            "report_error": summary.report_error,
+            "screening": summary.screening.as_dict() if summary.screening else None}
 
