@@ -41,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from multi_gpu_measure import TINY, build_stack  # noqa: E402
+from multi_gpu_measure import TINY, build_stack, elapsed_s  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dse.calibrate.gpu_bench import capture_graph  # noqa: E402
@@ -54,36 +54,23 @@ POINTS = [(1, 512, 128), (8, 1024, 128), (16, 2048, 64), (32, 512, 128), (32, 10
 TINY_POINTS = [(1, 16, 4), (2, 8, 3)]
 
 
-def _events_time(torch, fn, cuda: bool) -> float:
-    if not cuda:
-        t = time.perf_counter()
-        fn()
-        return time.perf_counter() - t
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / 1e3
-
-
 def measure_point(torch, F, fwd, shape, batch, input_len, output_len, reps, cuda) -> dict:
     """TTFT and every decode step's time of one generation (see the module doc)."""
     device = "cuda" if cuda else "cpu"
     prompt = torch.randint(0, shape["vocab"], (batch, input_len), device=device)
     for _ in range(2):
         fwd(prompt, 0)
-    ttft = [_events_time(torch, lambda: fwd(prompt, 0), cuda) for _ in range(reps)]
+    ttft = [elapsed_s(torch, lambda: fwd(prompt, 0), cuda) for _ in range(reps)]
     token = torch.randint(0, shape["vocab"], (batch, 1), device=device)
     steps = []
     for step in range(output_len - 1):      # the first output token comes from the prefill
         pos = input_len + step
         if cuda:
             g = capture_graph(torch, lambda p=pos: fwd(token, p))
-            steps.append(_events_time(torch, g.replay, True))
+            steps.append(elapsed_s(torch, g.replay, True))
             del g
         else:
-            steps.append(_events_time(torch, lambda p=pos: fwd(token, p), False))
+            steps.append(elapsed_s(torch, lambda p=pos: fwd(token, p), False))
     return {"batch": batch, "input_len": input_len, "output_len": output_len,
             "ttft_s": statistics.median(ttft), "ttft_runs_s": ttft,
             "tpot_mean_s": statistics.fmean(steps), "tpot_first_s": steps[0],

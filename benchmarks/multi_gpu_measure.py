@@ -59,6 +59,20 @@ def _log(msg: str) -> None:
 
 
 # ------------------------------------------------------------------------------ measuring
+def elapsed_s(torch, fn, cuda: bool) -> float:
+    """Time of one call of ``fn``: CUDA events around it on a GPU, the wall clock on the CPU, s."""
+    if not cuda:
+        t = time.perf_counter()
+        fn()
+        return time.perf_counter() - t
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3
+
+
 class Timer:
     """Median wall time of a callable on this device, the slowest rank's."""
 
@@ -66,26 +80,11 @@ class Timer:
         self.torch, self.dist, self.device = torch, dist, device
         self.cuda = device.type == "cuda"
 
-    def __call__(self, fn, warmup: int, iters: int, group_ranks=None) -> float:
-        torch = self.torch
+    def __call__(self, fn, warmup: int, iters: int) -> float:
         for _ in range(warmup):
             fn()
         self._sync()
-        times = []
-        for _ in range(iters):
-            if self.cuda:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
-                    enable_timing=True)
-                start.record()
-                fn()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end) / 1e3)
-            else:
-                t = time.perf_counter()
-                fn()
-                times.append(time.perf_counter() - t)
-        return statistics.median(times)
+        return statistics.median(elapsed_s(self.torch, fn, self.cuda) for _ in range(iters))
 
     def back_to_back(self, fn, warmup: int, iters: int) -> float:
         """Mean time per call of ``iters`` calls issued back to back (nccl-tests' way: the
@@ -94,19 +93,7 @@ class Timer:
             fn()
         self._sync()
         self.dist.barrier()
-        if self.cuda:
-            start, end = self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(
-                enable_timing=True)
-            start.record()
-            for _ in range(iters):
-                fn()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end) / 1e3 / iters
-        t = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        return (time.perf_counter() - t) / iters
+        return elapsed_s(self.torch, lambda: [fn() for _ in range(iters)], self.cuda) / iters
 
     def _sync(self):
         if self.cuda:
@@ -375,7 +362,7 @@ def compare(path: str, system: str) -> dict:
         kw.update({"seq": m["seq"]} if m["phase"] == "prefill" else {"context": m["context"]})
         r = api.simulate("llama2-70b", system=system, devices=m["tp"],
                          parallel={"tp": m["tp"]}, **kw)
-        key = (m["phase"], m["batch"], m.get("seq", m.get("context")))
+        key = (m["phase"], m["batch"], length)
         # The system engine predicts device time (runtime ``kernels``): a decode step's is its
         # CUDA-graph replay; an eager decode step of a few ms is bound by the host's dispatch
         # (listed, kind "eager decode", outside the medians). Prefill is device-bound.
