@@ -119,10 +119,8 @@ def compare(path: str) -> dict:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from dse import api
     data = json.loads(Path(path).read_text())
-    device = data["device"].lower()
-    gpu = next((f"gpu:{n}" for n in ("h100", "h200", "a100", "b200") if n in device), None)
-    if gpu is None:
-        raise SystemExit(f"no gpu preset for the measured device {data['device']!r}")
+    from gna_flex_attention import gpu_of
+    gpu = gpu_of(data["device"])
     shape = data["shape"]
     arch = {"n_layer": data["layers"], "d_model": shape["d"], "n_head": shape["heads"],
             "n_kv_head": shape["kv_heads"], "d_ff": shape["ff"], "vocab_size": shape["vocab"]}

@@ -21,9 +21,9 @@ Two steps, on two machines:
 
       python benchmarks/gna_flex_attention.py compare tests/data/gna_flex_h100.json
 
-  costs every measured case on ``gpu:h200`` (128 x 128 tiles, ``partial_tiles`` masking as
-  flex_attention does) and prints predicted against measured speed-up over the dense flex
-  kernel (and over SDPA), the token permute, and the median absolute error.
+  costs every measured case on the measured GPU's preset (128 x 128 tiles, ``partial_tiles``
+  masking as flex_attention does) and prints predicted against measured speed-up over the
+  dense flex kernel (and over SDPA), the token permute, and the median absolute error.
 """
 
 from __future__ import annotations
@@ -228,13 +228,14 @@ def predict(row: dict, block: int = BLOCK, hw: dict | None = None,
 
 
 def gpu_of(device: str) -> str:
-    """The ``gpu`` preset of a measured device name (``NVIDIA H100 80GB HBM3`` -> gpu:h100)."""
-    for name in ("h100", "h200", "b200", "a100"):
-        if name in device.lower():
-            return f"gpu:{name}"
-    if device.startswith("cpu"):   # a dry run: any preset exercises the comparison
+    """The ``gpu`` preset of a measured device name (:data:`accelerators.gpu.DEVICE_PRESETS`);
+    a dry run's CPU rows are costed on ``gpu:h200``."""
+    from accelerators.gpu import DEVICE_PRESETS
+    if device.startswith("cpu"):
         return "gpu:h200"
-    raise SystemExit(f"no gpu preset for the measured device {device!r}")
+    if device not in DEVICE_PRESETS:
+        raise SystemExit(f"no gpu preset for the measured device {device!r}")
+    return f"gpu:{DEVICE_PRESETS[device]}"
 
 
 def compare(path: Path) -> dict[str, Any]:
