@@ -104,10 +104,10 @@ class _Structure:
 def _structure(workload: Workload, dedupe: bool = True, cls: type | None = None) -> _Structure:
     """The :class:`_Structure` of ``workload`` (for ``cls``'s op contexts when it has them),
     made once per workload (:func:`workloads.memo.per_workload`)."""
-    contexts_of = getattr(cls, "op_contexts", None) if cls is not None else None
-    if contexts_of is not None and contexts_of(workload) is not None:
+    contexts = cls.op_contexts(workload) if cls is not None else None
+    if contexts is not None:
         return per_workload(workload, ("fast-structure", cls),
-                            lambda: _Structure(workload, True, contexts_of(workload)))
+                            lambda: _Structure(workload, True, contexts))
     return per_workload(workload, ("fast-structure", dedupe),
                         lambda: _Structure(workload, dedupe))
 
@@ -151,8 +151,9 @@ def _unit_costs(cls: type, members: list[Template], st: _Structure, planned: Wor
     the first exception each member raises (None where it runs every op), and the members'
     area and static power when the template's ``cost_many`` gives them (else None)."""
     ops = st.unique_ops
-    whole = costs_whole_workload(cls) and st.unique_contexts is None
-    hook = (_cost_many_hook(cls) if vectorised and not costs_whole_workload(cls) else None)
+    maps_whole = costs_whole_workload(cls)
+    whole = maps_whole and st.unique_contexts is None
+    hook = _cost_many_hook(cls) if vectorised and not maps_whole else None
     if hook is not None and len(members) * len(ops) >= VECTOR_MIN_CALLS:
         many = hook(members, ops)
         return (many.latency_s, many.energy_j, list(many.errors),
@@ -206,8 +207,9 @@ def evaluate_many(workload: Workload, designs: Sequence[Template],
             planned = design.planned(workload if design.SPARSE_ATTENTION
                                      else dense_equivalent(workload))
             cls = type(design)
-            dedupe = not costs_whole_workload(cls) or cls.op_contexts(planned) is not None
-            key = (id(planned), dedupe, cls if costs_whole_workload(cls) else None)
+            whole = costs_whole_workload(cls)
+            dedupe = not whole or cls.op_contexts(planned) is not None
+            key = (id(planned), dedupe, cls if whole else None)
             if key not in structures:
                 structures[key] = _structure(planned, dedupe, cls)
                 planned_of[key] = planned
