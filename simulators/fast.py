@@ -198,7 +198,7 @@ def evaluate_many(workload: Workload, designs: Sequence[Template],
     reasons: list[str | None] = [None] * n
     structures: dict[tuple, _Structure] = {}
     planned_of: dict[tuple, Workload] = {}  # keeps planned graphs alive: ids unique
-    batches: dict[tuple[tuple[int, bool], type], list[int]] = {}
+    batches: dict[tuple[tuple, type], list[int]] = {}
     for d, design in enumerate(designs):
         try:
             reason = design.check(workload)
@@ -216,7 +216,7 @@ def evaluate_many(workload: Workload, designs: Sequence[Template],
         except DSEError as exc:
             reasons[d] = getattr(exc, "reason", str(exc))
             continue
-        batches.setdefault((key, type(design)), []).append(d)
+        batches.setdefault((key, cls), []).append(d)
     groups: dict[tuple, list[int]] = {}
     unit_lat: dict[tuple, list[np.ndarray]] = {}
     unit_energy: dict[tuple, list[np.ndarray]] = {}
