@@ -36,6 +36,7 @@ on the wafer, as a GPU's are in HBM.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
@@ -593,19 +594,12 @@ class Wafer(Template):
 # --- helpers -----------------------------------------------------------------------------------
 
 def _op_counts(workload: ir.Workload) -> list[tuple[Op, int]]:
-    """The workload's ops with equal signatures (:func:`workloads.ir.op_signature`) merged:
-    ``(first such op, how many)`` in order of first appearance (computed once per workload)."""
+    """The workload's ops with equal signatures merged (:func:`workloads.ir.op_groups`):
+    ``(first such op, how many)`` in order of first appearance."""
     def build() -> list[tuple[Op, int]]:
-        first: dict[str, int] = {}
-        out: list[list] = []
-        for op in workload.ops:
-            sig = ir.op_signature(op)
-            if sig in first:
-                out[first[sig]][1] += 1
-            else:
-                first[sig] = len(out)
-                out.append([op, 1])
-        return [(op, n) for op, n in out]
+        unique, of = ir.op_groups(workload)
+        counts = Counter(of)
+        return [(op, counts[g]) for g, op in enumerate(unique)]
     return per_workload(workload, "op-counts", build)
 
 

@@ -25,7 +25,7 @@ from accelerators.base import Template
 from dse.errors import DSEError
 from simulators.engine import throughput_of
 from workloads.gna import dense_equivalent
-from workloads.ir import Op, Workload, op_signature
+from workloads.ir import Op, Workload, op_groups, op_signature
 from workloads.memo import per_workload
 
 
@@ -71,32 +71,29 @@ class _Structure:
         ops = workload.ops
         hint = workload.__dict__.get("structure_hint")
         self.unique_contexts: list | None = None
-        if hint is not None and dedupe and contexts is None:   # a re-shaped workload
-            which, self.preds = hint                            # (workloads/reshape.py)
-            first: dict[int, int] = {}
+        if dedupe and contexts is None:
+            self.unique_ops, of = op_groups(workload)
+            self.unique_of = np.array(of, dtype=np.int64)
+            if hint is not None:   # a re-shaped workload's producers (workloads/reshape.py)
+                self.preds = hint[1]
+                return
+        else:
+            sig_of: dict[Any, int] = {}
             self.unique_ops = []
-            for i, u in enumerate(which):
-                if u not in first:
-                    first[u] = len(first)
-                    self.unique_ops.append(ops[i])
-            self.unique_of = np.array([first[u] for u in which], dtype=np.int64)
-            return
-        index = {op.name: i for i, op in enumerate(ops)}
-        sig_of: dict[Any, int] = {}
-        self.unique_ops: list[Op] = []
-        self.unique_of = np.empty(len(ops), dtype=np.int64)
-        if contexts is not None:
-            self.unique_contexts = []
-        for i, op in enumerate(ops):
-            s: Any = op_signature(op) if dedupe else str(i)
+            self.unique_of = np.empty(len(ops), dtype=np.int64)
             if contexts is not None:
-                s = (s, contexts[i])
-            if s not in sig_of:
-                sig_of[s] = len(self.unique_ops)
-                self.unique_ops.append(op)
+                self.unique_contexts = []
+            for i, op in enumerate(ops):
+                s: Any = op_signature(op) if dedupe else str(i)
                 if contexts is not None:
-                    self.unique_contexts.append(contexts[i])
-            self.unique_of[i] = sig_of[s]
+                    s = (s, contexts[i])
+                if s not in sig_of:
+                    sig_of[s] = len(self.unique_ops)
+                    self.unique_ops.append(op)
+                    if contexts is not None:
+                        self.unique_contexts.append(contexts[i])
+                self.unique_of[i] = sig_of[s]
+        index = {op.name: i for i, op in enumerate(ops)}
         pred_of = workload.graph._pred   # networkx's own dict: its views cost 3x
         self.preds = [[index[p] for p in pred_of[op.name]] for op in ops]
 
