@@ -36,6 +36,7 @@ on the wafer, as a GPU's are in HBM.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
@@ -500,29 +501,24 @@ class Wafer(Template):
                               hw.node_nm)
         return Floorplan(node_nm=hw.node_nm, compute_mm2=self.cores * hw.core_logic_area_mm2,
                          sram_mm2=self.cores * tech.sram_area_mm2(self._sram_bytes, hw.node_nm),
-                         peak_dynamic_w=self._busy_power_w(), leakage_w=leak, memory=None,
+                         peak_dynamic_w=self._busy_power_w, leakage_w=leak, memory=None,
                          host_interface="none", wafer_scale=True, control_overhead=0.0)
 
     def peak_power_w(self) -> float:
         """Static power of the whole mesh plus every core of the larger region computing at full
         rate (each MAC touching SRAM) with its four links busy, W. Cores outside the regions
         idle (clock-gated), paying leakage only."""
-        return self.static_power_w() + self._busy_power_w()
-
-    def _busy_power_w(self) -> float:
-        """Dynamic power of the larger region at full rate, W (computed once per design)."""
-        return self._busy_w
+        return self.static_power_w() + self._busy_power_w
 
     @cached_property
-    def _busy_w(self) -> float:
+    def _busy_power_w(self) -> float:
+        """Dynamic power of the larger region at full rate, W (computed once per design)."""
         hw, f, b = self.hw, self.fabric, self.bytes_per_elem
         busy = max(hw.prefill_region_width * hw.prefill_region_height,
                    hw.decode_region_width * hw.decode_region_height)
-        per_cycle_j = (f.macs_per_cycle * (tech.mac_energy_j(hw.dtype, hw.node_nm)
-                                           + SRAM_ELEMS_PER_MAC * b * tech.sram_energy_j_per_byte(
-                                               self._sram_bytes, hw.node_nm))
-                       + 4 * hw.link_bytes_per_cycle * tech.noc_energy_j_per_byte(
-                           self.core_pitch_mm, hw.node_nm))
+        mac_j, _, sram_j, noc_j = self._energy_per_unit
+        per_cycle_j = (f.macs_per_cycle * (mac_j + SRAM_ELEMS_PER_MAC * b * sram_j)
+                       + 4 * hw.link_bytes_per_cycle * noc_j)
         return busy * hw.clock_hz * per_cycle_j
 
     # --- feasibility ------------------------------------------------------------------------
@@ -598,19 +594,12 @@ class Wafer(Template):
 # --- helpers -----------------------------------------------------------------------------------
 
 def _op_counts(workload: ir.Workload) -> list[tuple[Op, int]]:
-    """The workload's ops with equal signatures (:func:`workloads.ir.op_signature`) merged:
-    ``(first such op, how many)`` in order of first appearance (computed once per workload)."""
+    """The workload's ops with equal signatures merged (:func:`workloads.ir.op_groups`):
+    ``(first such op, how many)`` in order of first appearance."""
     def build() -> list[tuple[Op, int]]:
-        first: dict[str, int] = {}
-        out: list[list] = []
-        for op in workload.ops:
-            sig = ir.op_signature(op)
-            if sig in first:
-                out[first[sig]][1] += 1
-            else:
-                first[sig] = len(out)
-                out.append([op, 1])
-        return [(op, n) for op, n in out]
+        unique, of = ir.op_groups(workload)
+        counts = Counter(of)
+        return [(op, counts[g]) for g, op in enumerate(unique)]
     return per_workload(workload, "op-counts", build)
 
 

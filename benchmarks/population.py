@@ -56,6 +56,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.run import _median_s  # noqa: E402  (after the path insert)
+
 FAMILIES = [("gpt2", "decode", dict(context=512)), ("gpt2", "prefill", dict(seq=512)),
             ("llama2-7b", "decode", dict(context=512)), ("llama2-7b", "prefill", dict(seq=512))]
 #: New architectures per family: (n_layer, d_model, n_head[, n_kv_head], d_ff) changes.
@@ -126,12 +128,8 @@ def section_reshape() -> None:
             t = time.perf_counter()
             real = build._capture_zoo(args)
             cap.append(time.perf_counter() - t)
-            times = []
-            for _ in range(20):
-                t = time.perf_counter()
-                mine = reshape.reshaped(args, make=False)
-                times.append(time.perf_counter() - t)
-            shp.append(statistics.median(times))
+            shp.append(_median_s(lambda: reshape.reshaped(args, make=False), 20))
+            mine = reshape.reshaped(args, make=False)
             equal &= reshape.same_workload(mine, real) is None
             ops = len(real)
         c, r = statistics.median(cap), statistics.median(shp)

@@ -25,7 +25,7 @@ from accelerators.base import Template
 from dse.errors import DSEError
 from simulators.engine import throughput_of
 from workloads.gna import dense_equivalent
-from workloads.ir import Op, Workload, op_signature
+from workloads.ir import Op, Workload, op_groups, op_signature
 from workloads.memo import per_workload
 
 
@@ -71,32 +71,29 @@ class _Structure:
         ops = workload.ops
         hint = workload.__dict__.get("structure_hint")
         self.unique_contexts: list | None = None
-        if hint is not None and dedupe and contexts is None:   # a re-shaped workload
-            which, self.preds = hint                            # (workloads/reshape.py)
-            first: dict[int, int] = {}
+        if dedupe and contexts is None:
+            self.unique_ops, of = op_groups(workload)
+            self.unique_of = np.array(of, dtype=np.int64)
+            if hint is not None:   # a re-shaped workload's producers (workloads/reshape.py)
+                self.preds = hint[1]
+                return
+        else:
+            sig_of: dict[Any, int] = {}
             self.unique_ops = []
-            for i, u in enumerate(which):
-                if u not in first:
-                    first[u] = len(first)
-                    self.unique_ops.append(ops[i])
-            self.unique_of = np.array([first[u] for u in which], dtype=np.int64)
-            return
-        index = {op.name: i for i, op in enumerate(ops)}
-        sig_of: dict[Any, int] = {}
-        self.unique_ops: list[Op] = []
-        self.unique_of = np.empty(len(ops), dtype=np.int64)
-        if contexts is not None:
-            self.unique_contexts = []
-        for i, op in enumerate(ops):
-            s: Any = op_signature(op) if dedupe else str(i)
+            self.unique_of = np.empty(len(ops), dtype=np.int64)
             if contexts is not None:
-                s = (s, contexts[i])
-            if s not in sig_of:
-                sig_of[s] = len(self.unique_ops)
-                self.unique_ops.append(op)
+                self.unique_contexts = []
+            for i, op in enumerate(ops):
+                s: Any = op_signature(op) if dedupe else str(i)
                 if contexts is not None:
-                    self.unique_contexts.append(contexts[i])
-            self.unique_of[i] = sig_of[s]
+                    s = (s, contexts[i])
+                if s not in sig_of:
+                    sig_of[s] = len(self.unique_ops)
+                    self.unique_ops.append(op)
+                    if contexts is not None:
+                        self.unique_contexts.append(contexts[i])
+                self.unique_of[i] = sig_of[s]
+        index = {op.name: i for i, op in enumerate(ops)}
         pred_of = workload.graph._pred   # networkx's own dict: its views cost 3x
         self.preds = [[index[p] for p in pred_of[op.name]] for op in ops]
 
@@ -104,10 +101,10 @@ class _Structure:
 def _structure(workload: Workload, dedupe: bool = True, cls: type | None = None) -> _Structure:
     """The :class:`_Structure` of ``workload`` (for ``cls``'s op contexts when it has them),
     made once per workload (:func:`workloads.memo.per_workload`)."""
-    contexts_of = getattr(cls, "op_contexts", None) if cls is not None else None
-    if contexts_of is not None and contexts_of(workload) is not None:
+    contexts = cls.op_contexts(workload) if cls is not None else None
+    if contexts is not None:
         return per_workload(workload, ("fast-structure", cls),
-                            lambda: _Structure(workload, True, contexts_of(workload)))
+                            lambda: _Structure(workload, True, contexts))
     return per_workload(workload, ("fast-structure", dedupe),
                         lambda: _Structure(workload, dedupe))
 
@@ -151,8 +148,9 @@ def _unit_costs(cls: type, members: list[Template], st: _Structure, planned: Wor
     the first exception each member raises (None where it runs every op), and the members'
     area and static power when the template's ``cost_many`` gives them (else None)."""
     ops = st.unique_ops
-    whole = costs_whole_workload(cls) and st.unique_contexts is None
-    hook = (_cost_many_hook(cls) if vectorised and not costs_whole_workload(cls) else None)
+    maps_whole = costs_whole_workload(cls)
+    whole = maps_whole and st.unique_contexts is None
+    hook = _cost_many_hook(cls) if vectorised and not maps_whole else None
     if hook is not None and len(members) * len(ops) >= VECTOR_MIN_CALLS:
         many = hook(members, ops)
         return (many.latency_s, many.energy_j, list(many.errors),
@@ -197,7 +195,7 @@ def evaluate_many(workload: Workload, designs: Sequence[Template],
     reasons: list[str | None] = [None] * n
     structures: dict[tuple, _Structure] = {}
     planned_of: dict[tuple, Workload] = {}  # keeps planned graphs alive: ids unique
-    batches: dict[tuple[tuple[int, bool], type], list[int]] = {}
+    batches: dict[tuple[tuple, type], list[int]] = {}
     for d, design in enumerate(designs):
         try:
             reason = design.check(workload)
@@ -206,15 +204,16 @@ def evaluate_many(workload: Workload, designs: Sequence[Template],
             planned = design.planned(workload if design.SPARSE_ATTENTION
                                      else dense_equivalent(workload))
             cls = type(design)
-            dedupe = not costs_whole_workload(cls) or cls.op_contexts(planned) is not None
-            key = (id(planned), dedupe, cls if costs_whole_workload(cls) else None)
+            whole = costs_whole_workload(cls)
+            dedupe = not whole or cls.op_contexts(planned) is not None
+            key = (id(planned), dedupe, cls if whole else None)
             if key not in structures:
                 structures[key] = _structure(planned, dedupe, cls)
                 planned_of[key] = planned
         except DSEError as exc:
             reasons[d] = getattr(exc, "reason", str(exc))
             continue
-        batches.setdefault((key, type(design)), []).append(d)
+        batches.setdefault((key, cls), []).append(d)
     groups: dict[tuple, list[int]] = {}
     unit_lat: dict[tuple, list[np.ndarray]] = {}
     unit_energy: dict[tuple, list[np.ndarray]] = {}

@@ -152,14 +152,14 @@ def build_workload(model: str, phase: str | None = None, batch: int | None = Non
     semantics are applied to the cached capture, :mod:`workloads.kv_update`)."""
     check_kv_update(kv_update)
     args = resolve(model, phase, batch, seq, context, dtype, arch)
-    if not use_cache:   # a real capture, uncached
-        return with_kv_update(_capture_zoo(args), kv_update)
-    if os.environ.get("DSE_RESHAPE") == "0":   # capture every architecture (benchmarks)
-        return with_kv_update(cached(args, lambda: _capture_zoo(args)), kv_update)
-    # A transformer family captured once is rebuilt at other sizes without torch.export
-    # (workloads/reshape.py): quicker than the disk cache once its template exists.
-    w = cached(args, lambda: reshape.reshaped(args) or _capture_zoo(args),
-               quick=lambda: reshape.reshaped(args, make=False))
+    if not use_cache or os.environ.get("DSE_RESHAPE") == "0":
+        # a real capture (uncached), or every architecture captured (benchmarks)
+        w = cached(args, lambda: _capture_zoo(args), use_cache)
+    else:
+        # A transformer family captured once is rebuilt at other sizes without torch.export
+        # (workloads/reshape.py): quicker than the disk cache once its template exists.
+        w = cached(args, lambda: reshape.reshaped(args) or _capture_zoo(args),
+                   quick=lambda: reshape.reshaped(args, make=False))
     return with_kv_update(w, kv_update)
 
 

@@ -496,8 +496,11 @@ def template_for(args: dict[str, Any], make: bool = True) -> Template | None:
     verified on first use, then kept for the process), or None when the family is not covered,
     was refused, or (without ``make``) has none yet."""
     fam = _family(args)
-    if fam is None:
-        return None
+    return None if fam is None else _template(args, fam, make)
+
+
+def _template(args: dict[str, Any], fam: tuple, make: bool) -> Template | None:
+    """:func:`template_for` of ``args`` whose :func:`_family` is ``fam``."""
     rule, variables, key = fam
     hit = _TEMPLATES.get(key)
     if hit is None and make:
@@ -537,10 +540,11 @@ def refusal(args: dict[str, Any]) -> str | None:
 def reshaped(args: dict[str, Any], make: bool = True) -> ir.Workload | None:
     """The workload of resolved zoo arguments (:func:`workloads.build.resolve`) built from its
     family's template (made first if ``make``), or None where a capture is needed."""
-    t = template_for(args, make)
+    fam = _family(args)
+    t = None if fam is None else _template(args, fam, make)
     if t is None:
         return None
-    rule, variables, _ = _family(args)
+    rule, variables, _ = fam
     spec = get_model(args["model"])
     depth = args["arch"][rule.depth] if rule.depth else 0
     try:

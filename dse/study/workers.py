@@ -78,6 +78,13 @@ class WorkerStats:
     trials: int = 0
     by_state: dict[str, int] = field(default_factory=dict)
 
+    def add(self, t: FrozenTrial, on_trial: Callable[[FrozenTrial], None] | None) -> None:
+        """Count the finished trial ``t`` and pass it to ``on_trial`` (when given)."""
+        self.trials += 1
+        self.by_state[t.state.name] = self.by_state.get(t.state.name, 0) + 1
+        if on_trial is not None:
+            on_trial(t)
+
 
 class Heartbeat(threading.Thread):
     """Records a heartbeat for the trial in flight every ``HEARTBEAT_INTERVAL_S``."""
@@ -223,10 +230,7 @@ def _run(job: WorkerJob, on_trial: Callable[[FrozenTrial], None] | None,
             trial = None
             if heartbeat is not None:
                 heartbeat.trial_id = None
-            stats.trials += 1
-            stats.by_state[frozen.state.name] = stats.by_state.get(frozen.state.name, 0) + 1
-            if on_trial is not None:
-                on_trial(frozen)
+            stats.add(frozen, on_trial)
             if heartbeat is not None and stats.trials % STALE_CHECK_EVERY == 0:
                 fail_orphans(study, storage, job.storage_url, alone=False, count_lock=lock)
     except KeyboardInterrupt:
@@ -251,18 +255,13 @@ def _run_population(job: WorkerJob, on_trial, resolved: ResolvedStudy, study: op
         counts = storage.count_by_state(study_id)
         return sum(counts.values()) - counts.get(TrialState.FAIL, 0)
 
-    def seen(t: FrozenTrial) -> None:
-        stats.trials += 1
-        stats.by_state[t.state.name] = stats.by_state.get(t.state.name, 0) + 1
-        if on_trial is not None:
-            on_trial(t)
-
     with lock.held():
         n = sum(storage.count_by_state(study_id).values())
     population.run(resolved, study, evaluator, derive_seed(job.seed, n, job.index), job.target,
                    count, lambda params, ev: finished_trial(resolved, params, ev,
                                                             SIMULATOR_VERSION),
-                   lambda trials: storage.add_finished_trials(study_id, trials), seen)
+                   lambda trials: storage.add_finished_trials(study_id, trials),
+                   lambda t: stats.add(t, on_trial))
 
 
 def _fail(study: optuna.Study, trial: optuna.Trial, reason: str) -> FrozenTrial:
