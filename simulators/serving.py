@@ -210,13 +210,12 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
     s = State(trace.input_len, trace.output_len, kv)
     first = np.full(n, np.nan)
     finish = np.full(n, np.nan)
-    rejected = np.zeros(n, dtype=bool)
     now, nxt = 0.0, 0
     energy_dyn = 0.0
     occ_t, occ_v, occ_b, occ_w = [], [], [], []
     log: dict[str, list] = {"start_s": [], "latency_s": [], "prefill_tokens": [], "decodes": []}
-    in_system_area, iterations, max_running, busy = 0.0, 0, 0, 0.0
-    finished = 0
+    in_system_area, iterations, max_running = 0.0, 0, 0
+    finished, n_rejected = 0, 0
 
     def sample() -> None:
         occ_t.append(now)
@@ -226,18 +225,18 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
         # the next boundary)
         occ_w.append(len(s.waiting) + int(np.searchsorted(arrival, now, "right")) - nxt)
 
-    while finished + int(rejected.sum()) < n:
+    while finished + n_rejected < n:
         while nxt < n and arrival[nxt] <= now:
             if kv.blocks_for(trace.input_len[nxt] + trace.output_len[nxt]) > fits:
-                rejected[nxt] = True                  # longer than the whole cache holds
+                n_rejected += 1                       # longer than the whole cache holds
             else:
                 s.waiting.append(nxt)
             nxt += 1
         batch = scheduler.step(s)
         if batch is None:
             if s.running == 0 and s.waiting:           # the head can never fit: reject it
-                r = s.waiting.popleft()
-                rejected[r] = True
+                s.waiting.popleft()
+                n_rejected += 1
                 continue
             if nxt < n:
                 now = max(now, float(arrival[nxt]))
@@ -253,10 +252,9 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
         if log_iterations:
             log["start_s"].append(now)
             log["latency_s"].append(latency)
-            log["prefill_tokens"].append(sum(chunks[i][1] for i in range(len(chunks))))
+            log["prefill_tokens"].append(sum(c for _, c in chunks))
             log["decodes"].append(d)
         now += latency
-        busy += latency
         energy_dyn += e
         iterations += 1
         finished += _advance(s, batch, now, first, finish)
@@ -287,7 +285,7 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
         if occ_t else np.zeros(0, dtype=int)
     return ServingResult(
         model=cost.base.model, trace=trace.name, scheduler=scheduler.describe(), requests=n,
-        completed=int(done.sum()), rejected=int(rejected.sum()), span_s=span,
+        completed=int(done.sum()), rejected=n_rejected, span_s=span,
         ttft_s=_percentiles(lat["ttft"]), tpot_s=_percentiles(lat["tpot"]),
         e2e_s=_percentiles(lat["e2e"]),
         throughput_tok_s=tokens / span if span > 0 else 0.0,
