@@ -283,6 +283,7 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
     dollars = cost_usd * span / (lifetime_years * _YEAR_S) + energy / 3.6e6 * usd_per_kwh
     idx = np.linspace(0, len(occ_t) - 1, min(len(occ_t), TIMELINE_POINTS)).astype(int) \
         if occ_t else np.zeros(0, dtype=int)
+    timeline = [occ_t[i] for i in idx]
     return ServingResult(
         model=cost.base.model, trace=trace.name, scheduler=scheduler.describe(), requests=n,
         completed=int(done.sum()), rejected=n_rejected, span_s=span,
@@ -298,7 +299,7 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
         kv_cache={"capacity_tokens": kv_tokens, "block_size": block_size,
                   "blocks": kv.blocks, "memory_utilization": memory_utilization,
                   "bytes_per_token": cost.kv_bytes_per_token,
-                  "timeline_s": [occ_t[i] for i in idx], "occupancy": [occ_v[i] for i in idx],
+                  "timeline_s": timeline, "occupancy": [occ_v[i] for i in idx],
                   "peak_occupancy": max(occ_v, default=0.0)},
         preemptions=int(s.preemptions.sum()), iterations=iterations, max_running=max_running,
         mean_in_system=in_system_area / span if span > 0 else 0.0,
@@ -309,7 +310,7 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
                      "finish_s": finish.tolist(), "generated": s.generated.tolist(),
                      "preemptions": s.preemptions.tolist()},
         iteration_log=log if log_iterations else {},
-        queue={"timeline_s": [occ_t[i] for i in idx], "running": [occ_b[i] for i in idx],
+        queue={"timeline_s": list(timeline), "running": [occ_b[i] for i in idx],
                "waiting": [occ_w[i] for i in idx]})
 
 
