@@ -129,22 +129,17 @@ class State:
         self.preemptions[r] += 1
         self.waiting.appendleft(r)
 
-    def decode_blocks_needed(self) -> int:
-        """Blocks the next decode step of every decoding request takes (those whose KV fills
-        its last block)."""
-        d = self.decoding
-        return int(np.count_nonzero(self.kv_tokens[d] % self.kv.block_size == 0)) if len(d) else 0
-
     def make_room_for_decodes(self) -> None:
-        """Preempt (last admitted first) until the decodes' new blocks are free, then take
-        them."""
-        while len(self.decoding) and self.decode_blocks_needed() > self.kv.free:
-            self.preempt_last()
-        d = self.decoding
-        if len(d):
+        """Preempt (last admitted first) until the blocks the next decode step takes (one for
+        each decoding request whose KV fills its last block) are free, then take them."""
+        while len(self.decoding):
+            d = self.decoding
             grow = d[self.kv_tokens[d] % self.kv.block_size == 0]
-            self.blocks[grow] += 1
-            self.kv.free -= len(grow)
+            if len(grow) <= self.kv.free:
+                self.blocks[grow] += 1
+                self.kv.free -= len(grow)
+                return
+            self.preempt_last()
 
 
 class Scheduler:
