@@ -90,12 +90,11 @@ def without(w: ir.Workload, names: set[str]) -> ir.Workload:
     keep = [op for op in w.ops if op.name not in names]
     if len(keep) == len(w.ops):
         return w
-    gone = names
 
     def sources(n: str) -> list[tuple[str, float]]:
         out = []
         for p in graph.predecessors(n):
-            if p in gone:
+            if p in names:
                 out.extend(sources(p))
             else:
                 out.append((p, graph.edges[p, n].get("bytes", 0)))
@@ -103,12 +102,12 @@ def without(w: ir.Workload, names: set[str]) -> ir.Workload:
 
     edges = []
     for u, v, d in graph.edges(data=True):
-        if u in gone or v in gone:
+        if u in names or v in names:
             continue
         edges.append((u, v, d.get("bytes", 0)))
-    for n in gone:
+    for n in names:
         for s in graph.successors(n):
-            if s not in gone:
+            if s not in names:
                 edges.extend((p, s, nbytes) for p, nbytes in sources(n))
     return _rebuild(w, keep, edges, w.params)
 
