@@ -115,17 +115,28 @@ def simulate(model: str | Workload | torch.nn.Module | None = None,
     w = model if isinstance(model, Workload) else workload(
         model, phase=phase, batch=batch, seq=seq, context=context, dtype=dtype, arch=arch,
         hf_config=hf_config, inputs=inputs, kv_input=kv_input, kv_update=kv_update)
-    if system is None and parallel is None and devices is None and not sys:
-        design = accelerator if isinstance(accelerator, Template) else make_accelerator(
-            accelerator or "npu", hw)
+    design, sysm, lay = _design_or_system(accelerator, hw, system, devices, parallel, sys)
+    if design is not None:
         return _simulate(w, design)
-    from accelerators.system import System as _System
     from simulators.system_engine import simulate_system
+    return simulate_system(w, sysm, lay)
+
+
+def _design_or_system(accelerator: str | Template | None, hw: dict[str, Any] | None,
+                      system: "str | System | None", devices: int | None,
+                      parallel: "dict[str, Any] | Layout | None", sys: dict[str, Any] | None
+                      ) -> tuple:
+    """``(design, None, None)`` when no system is asked for (as :func:`simulate` takes
+    them), else ``(None, system, layout)``."""
+    if system is None and parallel is None and devices is None and not sys:
+        return (accelerator if isinstance(accelerator, Template) else make_accelerator(
+            accelerator or "npu", hw)), None, None
+    from accelerators.system import System as _System
     from workloads.parallel import layout_from
     lay = layout_from(parallel)
     sysm = system if isinstance(system, _System) else make_system_for(
         system, devices or lay.devices, accelerator, hw, sys)
-    return simulate_system(w, sysm, lay)
+    return None, sysm, lay
 
 
 def make_system_for(system: str | None, devices: int, accelerator: str | Template | None = None,
@@ -237,16 +248,9 @@ def _target(accelerator: str | Template | None, hw: dict[str, Any] | None,
             fidelity: str) -> "Target":
     """Where generation or serving iterations run: a design, or a system with a layout."""
     from simulators.iteration_cost import Target
-    from simulators.serving import ServingResult
-    if system is None and parallel is None and devices is None and not sys:
-        design = accelerator if isinstance(accelerator, Template) else make_accelerator(
-            accelerator or "npu", hw)
+    design, sysm, lay = _design_or_system(accelerator, hw, system, devices, parallel, sys)
+    if design is not None:
         return Target(design=design, fidelity=fidelity)
-    from accelerators.system import System as _System
-    from workloads.parallel import layout_from
-    lay = layout_from(parallel)
-    sysm = system if isinstance(system, _System) else make_system_for(
-        system, devices or lay.devices, accelerator, hw, sys)
     return Target(system=sysm, layout=lay, fidelity="event")
 
 

@@ -57,12 +57,8 @@ class Generation:
     simulated_steps: list[int] = field(default_factory=list)
     target: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self, steps: bool = True) -> dict[str, Any]:
-        d = asdict(self)
-        if not steps:
-            for k in ("step_latency_s", "step_energy_j"):
-                d.pop(k)
-        return d
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 def check_lengths(input_len: Any, output_len: Any, batch: Any) -> None:

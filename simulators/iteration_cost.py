@@ -156,6 +156,8 @@ class IterationCostModel:
             key = repr(sorted((k, v) for k, v in op.attrs.items()))
             groups.setdefault(key, [op, 0])[1] += 1
         self.attention = [(op, n) for op, n in groups.values()]
+        # each group's attention for one decode of one KV token, scaled per iteration
+        self._decode_one = [decode_attention(op, (1,)) for op, _ in self.attention]
         heads = logit_ops(share)
         self.lm_head = [op for op in share.ops if op.name in heads]
         self._lm_cost: dict[int, tuple[float, float]] = {}
@@ -213,10 +215,10 @@ class IterationCostModel:
                 sum(c.total_energy_j for c in costs) * self.target.devices)
         lat += hit[0]
         energy += hit[1]
-        for op, n in self.attention:
+        mean = max(1, round(decode_kv_tokens / decodes)) if decodes else 0
+        for (op, n), one in zip(self.attention, self._decode_one):
             if decodes:
-                mean = max(1, round(decode_kv_tokens / decodes))
-                c = dev.cost(_decode_op(op, decodes, decode_kv_tokens, mean))
+                c = dev.cost(_decode_op(one, decodes, decode_kv_tokens, mean))
                 lat += n * c.latency_s
                 energy += n * c.total_energy_j * self.target.devices
             if chunks:
@@ -226,10 +228,10 @@ class IterationCostModel:
         return lat, energy
 
 
-def _decode_op(op: ir.Op, decodes: int, kv_tokens: int, mean: int) -> ir.Op:
+def _decode_op(one: ir.Op, decodes: int, kv_tokens: int, mean: int) -> ir.Op:
     """:func:`decode_attention` for ``decodes`` requests of ``kv_tokens`` KV tokens in all,
-    without the per-request tuple (every template but npu_pim reads the mean)."""
-    one = decode_attention(op, (1,))
+    without the per-request tuple (every template but npu_pim reads the mean), from ``one``:
+    the op's :func:`decode_attention` for one request of one KV token."""
     a = one.attrs
     (_, h, _, d), (_, kvh, _, _), (_, _, _, dv) = one.input_shapes
     return replace(one, flops=one.flops * kv_tokens, kv_bytes_read=one.kv_bytes_read * kv_tokens,

@@ -28,6 +28,7 @@ sequences).
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,7 +70,6 @@ class State:
     decoding (an id array, admission order)."""
 
     def __init__(self, input_len: np.ndarray, output_len: np.ndarray, kv: KVCache):
-        from collections import deque
         n = len(input_len)
         self.input_len, self.output_len, self.kv = input_len, output_len, kv
         self.generated = np.zeros(n, dtype=np.int64)
@@ -77,7 +77,7 @@ class State:
         self.blocks = np.zeros(n, dtype=np.int64)
         self.prefill_left = np.zeros(n, dtype=np.int64)
         self.preemptions = np.zeros(n, dtype=np.int64)
-        self.waiting: Any = deque()
+        self.waiting: deque[int] = deque()
         self.prefilling: list[int] = []
         self.decoding = np.zeros(0, dtype=np.int64)
 
@@ -113,38 +113,33 @@ class State:
             return False
         r = int(self.decoding[-1])
         self.decoding = self.decoding[:-1]
-        self.kv.free += int(self.blocks[r])
-        self.blocks[r] = 0
-        self.kv_tokens[r] = 0
-        self.preemptions[r] += 1
-        self.waiting.appendleft(r)
+        self._requeue(r)
         return True
 
     def preempt_prefilling(self) -> None:
         """Preempt the most recently admitted request still prefilling (recompute)."""
-        r = self.prefilling.pop()
+        self._requeue(self.prefilling.pop())
+
+    def _requeue(self, r: int) -> None:
+        """Free the blocks of ``r`` (no longer running), drop its KV, count the preemption
+        and queue it first."""
         self.kv.free += int(self.blocks[r])
         self.blocks[r] = 0
         self.kv_tokens[r] = 0
         self.preemptions[r] += 1
         self.waiting.appendleft(r)
 
-    def decode_blocks_needed(self) -> int:
-        """Blocks the next decode step of every decoding request takes (those whose KV fills
-        its last block)."""
-        d = self.decoding
-        return int(np.count_nonzero(self.kv_tokens[d] % self.kv.block_size == 0)) if len(d) else 0
-
     def make_room_for_decodes(self) -> None:
-        """Preempt (last admitted first) until the decodes' new blocks are free, then take
-        them."""
-        while len(self.decoding) and self.decode_blocks_needed() > self.kv.free:
-            self.preempt_last()
-        d = self.decoding
-        if len(d):
+        """Preempt (last admitted first) until the blocks the next decode step takes (one for
+        each decoding request whose KV fills its last block) are free, then take them."""
+        while len(self.decoding):
+            d = self.decoding
             grow = d[self.kv_tokens[d] % self.kv.block_size == 0]
-            self.blocks[grow] += 1
-            self.kv.free -= len(grow)
+            if len(grow) <= self.kv.free:
+                self.blocks[grow] += 1
+                self.kv.free -= len(grow)
+                return
+            self.preempt_last()
 
 
 class Scheduler:

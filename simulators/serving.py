@@ -210,13 +210,12 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
     s = State(trace.input_len, trace.output_len, kv)
     first = np.full(n, np.nan)
     finish = np.full(n, np.nan)
-    rejected = np.zeros(n, dtype=bool)
     now, nxt = 0.0, 0
     energy_dyn = 0.0
     occ_t, occ_v, occ_b, occ_w = [], [], [], []
     log: dict[str, list] = {"start_s": [], "latency_s": [], "prefill_tokens": [], "decodes": []}
-    in_system_area, iterations, max_running, busy = 0.0, 0, 0, 0.0
-    finished = 0
+    in_system_area, iterations, max_running = 0.0, 0, 0
+    finished, n_rejected = 0, 0
 
     def sample() -> None:
         occ_t.append(now)
@@ -226,18 +225,18 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
         # the next boundary)
         occ_w.append(len(s.waiting) + int(np.searchsorted(arrival, now, "right")) - nxt)
 
-    while finished + int(rejected.sum()) < n:
+    while finished + n_rejected < n:
         while nxt < n and arrival[nxt] <= now:
             if kv.blocks_for(trace.input_len[nxt] + trace.output_len[nxt]) > fits:
-                rejected[nxt] = True                  # longer than the whole cache holds
+                n_rejected += 1                       # longer than the whole cache holds
             else:
                 s.waiting.append(nxt)
             nxt += 1
         batch = scheduler.step(s)
         if batch is None:
             if s.running == 0 and s.waiting:           # the head can never fit: reject it
-                r = s.waiting.popleft()
-                rejected[r] = True
+                s.waiting.popleft()
+                n_rejected += 1
                 continue
             if nxt < n:
                 now = max(now, float(arrival[nxt]))
@@ -253,10 +252,9 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
         if log_iterations:
             log["start_s"].append(now)
             log["latency_s"].append(latency)
-            log["prefill_tokens"].append(sum(chunks[i][1] for i in range(len(chunks))))
+            log["prefill_tokens"].append(sum(c for _, c in chunks))
             log["decodes"].append(d)
         now += latency
-        busy += latency
         energy_dyn += e
         iterations += 1
         finished += _advance(s, batch, now, first, finish)
@@ -285,9 +283,10 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
     dollars = cost_usd * span / (lifetime_years * _YEAR_S) + energy / 3.6e6 * usd_per_kwh
     idx = np.linspace(0, len(occ_t) - 1, min(len(occ_t), TIMELINE_POINTS)).astype(int) \
         if occ_t else np.zeros(0, dtype=int)
+    timeline = [occ_t[i] for i in idx]
     return ServingResult(
         model=cost.base.model, trace=trace.name, scheduler=scheduler.describe(), requests=n,
-        completed=int(done.sum()), rejected=int(rejected.sum()), span_s=span,
+        completed=int(done.sum()), rejected=n_rejected, span_s=span,
         ttft_s=_percentiles(lat["ttft"]), tpot_s=_percentiles(lat["tpot"]),
         e2e_s=_percentiles(lat["e2e"]),
         throughput_tok_s=tokens / span if span > 0 else 0.0,
@@ -300,7 +299,7 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
         kv_cache={"capacity_tokens": kv_tokens, "block_size": block_size,
                   "blocks": kv.blocks, "memory_utilization": memory_utilization,
                   "bytes_per_token": cost.kv_bytes_per_token,
-                  "timeline_s": [occ_t[i] for i in idx], "occupancy": [occ_v[i] for i in idx],
+                  "timeline_s": timeline, "occupancy": [occ_v[i] for i in idx],
                   "peak_occupancy": max(occ_v, default=0.0)},
         preemptions=int(s.preemptions.sum()), iterations=iterations, max_running=max_running,
         mean_in_system=in_system_area / span if span > 0 else 0.0,
@@ -311,7 +310,7 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
                      "finish_s": finish.tolist(), "generated": s.generated.tolist(),
                      "preemptions": s.preemptions.tolist()},
         iteration_log=log if log_iterations else {},
-        queue={"timeline_s": [occ_t[i] for i in idx], "running": [occ_b[i] for i in idx],
+        queue={"timeline_s": list(timeline), "running": [occ_b[i] for i in idx],
                "waiting": [occ_w[i] for i in idx]})
 
 

@@ -90,12 +90,11 @@ def without(w: ir.Workload, names: set[str]) -> ir.Workload:
     keep = [op for op in w.ops if op.name not in names]
     if len(keep) == len(w.ops):
         return w
-    gone = names
 
     def sources(n: str) -> list[tuple[str, float]]:
         out = []
         for p in graph.predecessors(n):
-            if p in gone:
+            if p in names:
                 out.extend(sources(p))
             else:
                 out.append((p, graph.edges[p, n].get("bytes", 0)))
@@ -103,12 +102,12 @@ def without(w: ir.Workload, names: set[str]) -> ir.Workload:
 
     edges = []
     for u, v, d in graph.edges(data=True):
-        if u in gone or v in gone:
+        if u in names or v in names:
             continue
         edges.append((u, v, d.get("bytes", 0)))
-    for n in gone:
+    for n in names:
         for s in graph.successors(n):
-            if s not in gone:
+            if s not in names:
                 edges.extend((p, s, nbytes) for p, nbytes in sources(n))
     return _rebuild(w, keep, edges, w.params)
 
@@ -131,12 +130,9 @@ def decode_attention(op: ir.Op, kv_lens: Sequence[int]) -> ir.Op:
     kv_lens = tuple(int(x) for x in kv_lens)
     a = op.attrs
     b = op.bytes_per_element
-    heads, kv_heads = int(a["heads"]), int(a.get("kv_heads", a["heads"]))
-    d, dv = int(a["head_dim"]), int(a.get("value_dim", a["head_dim"]))
+    heads, kv_heads, d, dv, per_q, per_out = _dims(op)
     total = sum(kv_lens)
     n = len(kv_lens)
-    per_q = op.activation_bytes_read // max(int(a.get("batch", 1)) * int(a["q_len"]), 1)
-    per_out = op.activation_bytes_written // max(int(a.get("batch", 1)) * int(a["q_len"]), 1)
     flops = 2 * heads * (d + dv) * total
     mean = max(1, round(total / n))
     return replace(op, flops=flops, kv_bytes_read=total * kv_heads * (d + dv) * b,
@@ -144,6 +140,17 @@ def decode_attention(op: ir.Op, kv_lens: Sequence[int]) -> ir.Op:
                    **_shapes(n, heads, kv_heads, 1, mean, d, dv),
                    attrs={**a, "batch": n, "q_len": 1, KV_LENS: kv_lens, "kv_len": mean,
                           "causal": False, "causal_flops": flops})
+
+
+def _dims(op: ir.Op) -> tuple[int, int, int, int, int, int]:
+    """Attention op ``op``'s query heads, KV heads, key and value head dims, and its
+    activation bytes read and written per query token."""
+    a = op.attrs
+    heads, kv_heads = int(a["heads"]), int(a.get("kv_heads", a["heads"]))
+    d, dv = int(a["head_dim"]), int(a.get("value_dim", a["head_dim"]))
+    queries = max(int(a.get("batch", 1)) * int(a["q_len"]), 1)
+    return (heads, kv_heads, d, dv, op.activation_bytes_read // queries,
+            op.activation_bytes_written // queries)
 
 
 def _shapes(n: int, heads: int, kv_heads: int, q: int, kv: int, d: int, dv: int) -> dict:
@@ -160,15 +167,12 @@ def prefill_attention(op: ir.Op, chunks: Sequence[tuple[int, int]]) -> ir.Op:
     chunks = [(int(p), int(c)) for p, c in chunks]
     a = op.attrs
     b = op.bytes_per_element
-    heads, kv_heads = int(a["heads"]), int(a.get("kv_heads", a["heads"]))
-    d, dv = int(a["head_dim"]), int(a.get("value_dim", a["head_dim"]))
+    heads, kv_heads, d, dv, per_q, per_out = _dims(op)
     n = len(chunks)
     q = sum(c for _, c in chunks)
     keys = sum(p + c for p, c in chunks)
     pairs = sum(c * p + c * (c + 1) / 2 for p, c in chunks)
     full = sum(c * (p + c) for p, c in chunks)
-    per_q = op.activation_bytes_read // max(int(a.get("batch", 1)) * int(a["q_len"]), 1)
-    per_out = op.activation_bytes_written // max(int(a.get("batch", 1)) * int(a["q_len"]), 1)
     q_len, kv_len = max(1, round(q / n)), max(1, round(keys / n))
     return replace(op, flops=2 * heads * (d + dv) * full,
                    kv_bytes_read=keys * kv_heads * (d + dv) * b,

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from dse.errors import BadInput
-from workloads.requests import distribution
+from workloads.requests import DISTRIBUTIONS, distribution
 
 ARRIVALS = ("poisson", "gamma")
 #: Most requests a trace may hold [E: 10 million requests take ~250 MB of arrays].
@@ -91,10 +91,8 @@ def synthetic_trace(lengths: str, rate: float, requests: int | None = None,
     t -= t[0]                       # the first request arrives at 0
     ins, outs = dist.sample(n, rng)
     if duration_s is not None:
-        keep = t < duration_s
-        t, ins, outs = t[keep], ins[keep], outs[keep]
-        if not len(t):
-            t, ins, outs = np.zeros(1), ins[:1], outs[:1]
+        keep = _arrived_before(t, duration_s)
+        t, ins, outs = t[:keep], ins[:keep], outs[:keep]
     return Trace(f"{dist.name}@{rate:g}/s {arrival}", t, ins.astype(np.int64),
                  outs.astype(np.int64))
 
@@ -158,7 +156,6 @@ def trace_from(trace: str, rate: float | None = None, requests: int | None = Non
     """A named synthetic trace (``sharegpt`` / ``alpaca``) or a CSV file's; a CSV trace keeps
     its own timestamps (``rate`` rescales them when given) and ``requests`` / ``duration_s``
     cut it."""
-    from workloads.requests import DISTRIBUTIONS
     if not isinstance(trace, (str, Path)) or not str(trace):
         raise BadInput("trace", trace, "expected sharegpt, alpaca or a CSV file")
     if str(trace) in DISTRIBUTIONS:
@@ -178,6 +175,12 @@ def trace_from(trace: str, rate: float | None = None, requests: int | None = Non
         t, i, o = t[:requests], i[:requests], o[:requests]
     if duration_s is not None:
         _positive("duration_s", duration_s, high=1e9)
-        keep = max(1, int(np.searchsorted(t, duration_s)))
+        keep = _arrived_before(t, duration_s)
         t, i, o = t[:keep], i[:keep], o[:keep]
     return Trace(tr.name, t, i, o)
+
+
+def _arrived_before(t: np.ndarray, duration_s: float) -> int:
+    """How many of the sorted arrival times ``t`` (s) fall before ``duration_s``, at least
+    one."""
+    return max(1, int(np.searchsorted(t, duration_s)))

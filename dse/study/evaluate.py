@@ -75,10 +75,11 @@ class Evaluator:
         return ev
 
     def evaluate_batch(self, points: list[Point]) -> list[Evaluation]:
-        """:meth:`evaluate` of every point; at fidelity ``fast`` (one device, no system) the
-        designs that share a workload architecture are scored first in one
-        :func:`~simulators.fast.evaluate_many` call (vectorised across designs where the
-        template is, e.g. the npu): the same metrics as one by one."""
+        """:meth:`evaluate` of every point; at fidelity ``fast`` (one device, no system, not
+        serving: the serving loop scores those) the designs that share a workload
+        architecture are scored first in one :func:`~simulators.fast.evaluate_many` call
+        (vectorised across designs where the template is, e.g. the npu): the same metrics as
+        one by one."""
         study = self.study
         # The batch holds a graph per architecture: the cyclic collector would walk them all at
         # every pass (3x the time of re-shaping one); nothing here makes reference cycles.
@@ -87,7 +88,7 @@ class Evaluator:
         self._batching = True
         try:
             if (self.fidelity == "fast" and not study.spec.heterogeneous
-                    and study.spec.system is None):
+                    and study.spec.system is None and study.spec.serving is None):
                 self._prefetch([p for p in points if p.key() not in self._cache])
             return [self.evaluate(p) for p in points]
         finally:
