@@ -186,6 +186,47 @@ class OpCost:
         return sum(self.energy_j.values())
 
 
+@dataclass(frozen=True)
+class MemoryLevel:
+    """One level of a design's memory, for floors (:mod:`simulators.floors`): its peak
+    bandwidth (all its ports together), B/s; the bytes it holds; the cheapest energy of one
+    byte read from it, J/B; and ``resident``: the workload's weights and KV cache live here
+    when a step starts (the outermost level that holds them)."""
+
+    name: str
+    bandwidth_Bps: float
+    capacity_bytes: float
+    energy_j_per_byte: float
+    resident: bool = False
+
+
+@dataclass(frozen=True)
+class Peaks:
+    """The ceilings of one design for work in one dtype, what floors divide work by
+    (:meth:`Template.peaks`).
+
+    ``flops_per_s``: per simulator unit (:class:`Resources`), the most FLOP/s its datapaths
+    reach on ops of that dtype (0: it computes none). ``levels``: its memory, outermost first
+    (:class:`MemoryLevel`). ``energy_per_flop_j``: the cheapest dynamic energy one FLOP of the
+    dtype can cost on this design (its cheapest datapath's MAC over 2, from
+    :mod:`accelerators.technology`), J. Links and shared channels are the simulator's own
+    (:meth:`Template.resources`)."""
+
+    flops_per_s: Mapping[str, float]
+    levels: tuple[MemoryLevel, ...]
+    energy_per_flop_j: float
+
+    @property
+    def resident(self) -> MemoryLevel | None:
+        """The level the weights and KV cache start in."""
+        return next((lv for lv in self.levels if lv.resident), None)
+
+    def inside(self, level: MemoryLevel) -> float:
+        """Bytes the levels inside ``level`` hold (what may stay on chip between steps)."""
+        i = self.levels.index(level)
+        return sum(lv.capacity_bytes for lv in self.levels[i + 1:])
+
+
 class Template(ABC):
     """Base of every accelerator template. Subclasses set ``name``, ``description``,
     ``PARAMS`` and optionally ``PRESETS``, and implement the four questions."""
@@ -347,6 +388,12 @@ class Template(ABC):
             return "the design"
         return (f"its memory ({mem.devices} {mem.standard.name} {mem.standard.device}"
                 f"{'s' if mem.devices != 1 else ''} x {mem.capacity_gb_per_device:.3g} GB)")
+
+    def peaks(self, dtype: str) -> Peaks | None:
+        """This design's peaks for work in ``dtype`` (:class:`Peaks`: FLOP/s per unit, memory
+        levels, cheapest energy per FLOP), which :mod:`simulators.floors` divides work by;
+        None: the template declares none (only its channels and physical model are checked)."""
+        return None
 
     def describe(self) -> dict[str, Any]:
         out = {"template": self.name, "preset": self.preset, "hw": dict(self.hw)}

@@ -23,7 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 from accelerators import systolic, technology as tech
-from accelerators.base import OpCost, Param, Resources, Template
+from accelerators.base import MemoryLevel, OpCost, Param, Peaks, Resources, Template
 from accelerators.composite import cost_composite
 from accelerators.memory_standards import STANDARD_NAMES, MemorySystem, memory_system
 from accelerators.physical import HOST_INTERFACES, Floorplan, control_mm2
@@ -518,6 +518,22 @@ class NPU(Template):
     def resources(self) -> Resources:
         return Resources(units={"array": 1, "vector": 1},
                          channels={"dram": self._bw})
+
+    def peaks(self, dtype: str) -> Peaks:
+        """The arrays' MACs (2 FLOPs each) and the vector lanes (an FMA each) per cycle, on
+        the design's own datapath whatever the workload's dtype; DRAM at its peak pin
+        bandwidth (where weights and KV start) inside which the scratchpads hold data; the
+        cheapest FLOP is a vector op or half a MAC (:mod:`accelerators.technology`)."""
+        hw, node = self.hw, self.hw.node_nm
+        sram = sum(self._sram_bytes.values())
+        return Peaks(
+            flops_per_s={"array": 2.0 * hw.rows * hw.cols * hw.arrays * hw.clock_hz,
+                         "vector": 2.0 * hw.vector_lanes * hw.clock_hz},
+            levels=(MemoryLevel("dram", self._bw, self.memory.capacity_bytes,
+                                self.memory.energy_j_per_byte, resident=True),
+                    MemoryLevel("sram", math.inf, sram, min(self._sram_j.values()))),
+            energy_per_flop_j=min(tech.mac_energy_j(hw.dtype, node) / 2,
+                                  tech.vector_op_energy_j(hw.dtype, node)))
 
     def floorplan(self) -> Floorplan:
         """Systolic PEs (:func:`technology.pe_area_mm2`) and vector lanes, the three

@@ -277,6 +277,8 @@ class NeuPIMs(Template):
         n, m = len(designs), len(ops)
         lat = np.full((m, n), np.nan)
         energy = np.full((m, n), np.nan)
+        dram = np.zeros((m, n))
+        holds = {u: np.zeros((m, n), dtype=bool) for u in ("array", "vector", "pim")}
         cell_errors: list[list[BaseException | None]] = [[None] * n for _ in range(m)]
         on_npu = [j for j, op in enumerate(ops)
                   if op.kind not in ir.COMPOSITE_KINDS and op.kind != ir.ATTENTION]
@@ -284,6 +286,9 @@ class NeuPIMs(Template):
         if on_npu and n and all(type(d) is cls for d in designs):
             many = NPU.cost_many([d.npu for d in designs], [ops[j] for j in on_npu])
             lat[on_npu], energy[on_npu] = many.latency_s, many.energy_j
+            dram[on_npu] = many.traffic["dram"]
+            for u, mask in many.holds.items():
+                holds.setdefault(u, np.zeros((m, n), dtype=bool))[on_npu] = mask
             for r, j in enumerate(on_npu):
                 cell_errors[j] = many.op_errors(r)
             double = [i for i, d in enumerate(designs)
@@ -302,9 +307,14 @@ class NeuPIMs(Template):
                 continue
             cell_errors[j][i] = None
             lat[j, i], energy[j, i] = c.latency_s, c.total_energy_j
+            dram[j, i] = c.traffic.get("dram", 0.0)
+            for u in holds:
+                holds[u][j, i] = False
+            for u in (c.unit, *c.also_holds):
+                holds.setdefault(u, np.zeros((m, n), dtype=bool))[j, i] = True
         errors = [next((row[i] for row in cell_errors if row[i] is not None), None)
                   for i in range(n)]
-        return ManyCosts(lat, energy, errors)
+        return ManyCosts(lat, energy, errors, {"dram": dram}, holds)
 
     def channel_cycles(self, op: Op, part: str) -> tuple[list[float], dt.Stream]:
         """PIM cycles of each channel for ``op``'s ``part`` and the device-total stream
@@ -386,6 +396,10 @@ class ManyCosts:
     latency_s: np.ndarray
     energy_j: np.ndarray
     errors: list[BaseException | None]
+    #: Bytes per shared channel and the units held, per (op, design), as
+    #: :class:`accelerators.npu_vector.ManyCosts` gives them.
+    traffic: dict[str, np.ndarray] | None = None
+    holds: dict[str, np.ndarray] | None = None
 
 
 def double_buffered_cycles(op: Op, hw) -> int | None:

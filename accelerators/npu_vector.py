@@ -125,6 +125,11 @@ class ManyCosts:
     _errors: _Errors
     area_mm2: np.ndarray
     static_power_w: np.ndarray
+    #: Bytes each (op, design) puts on each shared channel (``OpCost.traffic``), ``(M, N)``.
+    traffic: dict[str, np.ndarray] | None = None
+    #: Per unit, where each (op, design) holds it (``OpCost.unit`` and ``also_holds``),
+    #: ``(M, N)`` booleans.
+    holds: dict[str, np.ndarray] | None = None
 
     @property
     def errors(self) -> list[BaseException | None]:
@@ -222,7 +227,7 @@ def _col(values, dtype=None) -> np.ndarray:
 
 def _gemm_block(a: DesignArrays, ops: list[Op], shapes: list[dict[int, tuple]], err: _Errors,
                 rows_idx: np.ndarray, lat: np.ndarray, energy: np.ndarray,
-                problem: np.ndarray) -> None:
+                problem: np.ndarray, dram: np.ndarray) -> None:
     """NPU._gemm_cost for GEMM-shaped ops (no zero dimension) on all designs."""
     nb = len(a.b_values)
     first = [s[a.b_values[0]] for s in shapes]
@@ -315,6 +320,7 @@ def _gemm_block(a: DesignArrays, ops: list[Op], shapes: list[dict[int, tuple]], 
     latency, en = _finish(a, cycles, compulsory + refetch, fill, drain, macs * a.mac_j,
                           sram_j, reg_bytes, stall=stall)
     lat[rows_idx], energy[rows_idx] = latency, en
+    dram[rows_idx] = compulsory + refetch
     err.set(rows_idx, np.broadcast_to(problem != 0, latency.shape), problem)
     if no_tile.any():
         for j in np.nonzero(no_tile.any(axis=1))[0]:
@@ -327,7 +333,7 @@ def _gemm_block(a: DesignArrays, ops: list[Op], shapes: list[dict[int, tuple]], 
 # ----------------------------------------------------------------------------- attention
 def _attention_block(a: DesignArrays, ops: list[Op], dims: list[tuple], err: _Errors,
                      rows_idx: np.ndarray, lat: np.ndarray, energy: np.ndarray,
-                     problem: np.ndarray) -> None:
+                     problem: np.ndarray, dram: np.ndarray) -> None:
     """NPU._attention_cost for attention ops on all designs."""
     nb = len(a.b_values)
     batch, heads, kv_heads, sq, skv, d, dv = (_col([x[i] for x in dims], np.int64)
@@ -384,6 +390,7 @@ def _attention_block(a: DesignArrays, ops: list[Op], dims: list[tuple], err: _Er
                           macs * a.mac_j + vector_ops * a.vec_j, sram_j,
                           macs * (3 * b + 2 * ACC_BYTES) + vector_ops * 3 * b)
     lat[rows_idx], energy[rows_idx] = latency, en
+    dram[rows_idx] = compulsory + refetch
     err.set(rows_idx, np.broadcast_to(problem != 0, latency.shape), problem)
     if zero.any():
         code = err.add(ZeroDivisionError("float floor division by zero"))
@@ -392,7 +399,7 @@ def _attention_block(a: DesignArrays, ops: list[Op], dims: list[tuple], err: _Er
 
 # ----------------------------------------------------------------------------- vector unit
 def _vector_block(a: DesignArrays, tabs: np.ndarray, rows_idx: np.ndarray, lat: np.ndarray,
-                  energy: np.ndarray) -> None:
+                  energy: np.ndarray, dram_out: np.ndarray) -> None:
     """NPU._vector_cost; ``tabs[field, op, b]`` holds :func:`accelerators.npu.vector_parts`
     per element size."""
     lane_ops, read, written, dram, read_x, reg_bytes = (a.per_b(t) for t in tabs)
@@ -402,6 +409,7 @@ def _vector_block(a: DesignArrays, tabs: np.ndarray, rows_idx: np.ndarray, lat: 
     latency, en = _finish(a, cycles, dram, np.minimum(read, chunk), np.minimum(written, chunk),
                           lane_ops * a.vec_j, sram_j, reg_bytes)
     lat[rows_idx], energy[rows_idx] = latency, en
+    dram_out[rows_idx] = dram
 
 
 # ----------------------------------------------------------------------------- entry points
@@ -429,17 +437,31 @@ def cost_many(designs: Sequence[NPU], ops: Sequence[Op]) -> ManyCosts:
     lat = np.full((n_ops, n), np.nan)
     energy = np.full((n_ops, n), np.nan)
     err = _Errors(n_ops, n)
+    side = _Side(n_ops, n)
     if all(type(d) is NPU for d in designs):
         a = DesignArrays(designs)
         if n:
-            _cost_exact(a, ops, lat, energy, err)
+            _cost_exact(a, ops, lat, energy, err, side)
         area, static = fixed_costs(a)
     else:
         for i, d in enumerate(designs):
-            _scalar_into(d, i, ops, range(n_ops), lat, energy, err)
+            _scalar_into(d, i, ops, range(n_ops), lat, energy, err, side)
         area = np.array([d.area_mm2() for d in designs], dtype=np.float64)
         static = np.array([d.static_power_w() for d in designs], dtype=np.float64)
-    return ManyCosts(lat, energy, err, area, static)
+    return ManyCosts(lat, energy, err, area, static, {"dram": side.dram}, side.holds)
+
+
+class _Side:
+    """What the fast path's resource floors read besides latency and energy: DRAM bytes and
+    the units held, per (op, design)."""
+
+    def __init__(self, n_ops: int, n: int):
+        self.dram = np.zeros((n_ops, n))
+        self.holds = {u: np.zeros((n_ops, n), dtype=bool) for u in ("array", "vector")}
+
+    def hold(self, rows, units: tuple[str, ...], col=slice(None)) -> None:
+        for u in units:
+            self.holds.setdefault(u, np.zeros_like(self.holds["array"]))[rows, col] = True
 
 
 def fixed_costs(a: DesignArrays) -> tuple[np.ndarray, np.ndarray]:
@@ -456,7 +478,7 @@ def cost_op(designs: Sequence[NPU], op: Op) -> OpCosts:
 
 
 def _scalar_into(design: NPU, i: int, ops: Sequence[Op], which, lat: np.ndarray,
-                 energy: np.ndarray, err: _Errors) -> None:
+                 energy: np.ndarray, err: _Errors, side: _Side) -> None:
     """Cost ``ops[j]`` for ``j`` in ``which`` on design ``i`` with its scalar ``cost()``."""
     for j in which:
         try:
@@ -465,10 +487,12 @@ def _scalar_into(design: NPU, i: int, ops: Sequence[Op], which, lat: np.ndarray,
             err.codes[j, i] = err.add(exc)
             continue
         lat[j, i], energy[j, i] = c.latency_s, c.total_energy_j
+        side.dram[j, i] = c.traffic.get("dram", 0.0)
+        side.hold(j, (c.unit, *c.also_holds), i)
 
 
 def _cost_exact(a: DesignArrays, ops: Sequence[Op], lat: np.ndarray, energy: np.ndarray,
-                err: _Errors) -> None:
+                err: _Errors, side: _Side) -> None:
     """:func:`cost_many` for designs of class NPU exactly."""
     designs = a.designs
     gemm: list[tuple[int, Op, dict]] = []
@@ -517,17 +541,23 @@ def _cost_exact(a: DesignArrays, ops: Sequence[Op], lat: np.ndarray, energy: np.
         except Exception as exc:   # op-level: every design raises it
             err.codes[j] = err.add(exc)
     if gemm:
-        _gemm_block(a, [g[1] for g in gemm], [g[2] for g in gemm], err,
-                    np.array([g[0] for g in gemm]), lat, energy, problem)
+        rows = np.array([g[0] for g in gemm])
+        _gemm_block(a, [g[1] for g in gemm], [g[2] for g in gemm], err, rows, lat, energy,
+                    problem, side.dram)
+        side.hold(rows, ("array",))
     if attn:
-        _attention_block(a, [x[1] for x in attn], [x[2] for x in attn], err,
-                         np.array([x[0] for x in attn]), lat, energy, problem)
+        rows = np.array([x[0] for x in attn])
+        _attention_block(a, [x[1] for x in attn], [x[2] for x in attn], err, rows, lat,
+                         energy, problem, side.dram)
+        side.hold(rows, ("array", "vector"))
     if vec:
         tabs = np.array([[[p[f] for p in parts] for _, parts in vec] for f in range(6)],
                         dtype=np.float64)
-        _vector_block(a, tabs, np.array([v[0] for v in vec]), lat, energy)
+        rows = np.array([v[0] for v in vec])
+        _vector_block(a, tabs, rows, lat, energy, side.dram)
+        side.hold(rows, ("vector",))
     for i, d in enumerate(designs):
-        _scalar_into(d, i, ops, scalar, lat, energy, err)
+        _scalar_into(d, i, ops, scalar, lat, energy, err, side)
     bad = err.codes != 0
     lat[bad] = np.nan
     energy[bad] = np.nan

@@ -145,8 +145,10 @@ def _cost_many_hook(cls: type) -> Any:
 def _unit_costs(cls: type, members: list[Template], st: _Structure, planned: Workload,
                 vectorised: bool):
     """Latency and dynamic energy of the unique ops of ``st`` (rows) on ``members`` (columns),
-    the first exception each member raises (None where it runs every op), and the members'
-    area and static power when the template's ``cost_many`` gives them (else None)."""
+    the first exception each member raises (None where it runs every op), the members'
+    area and static power when the template's ``cost_many`` gives them (else None), and
+    the bytes each op puts on each shared channel and the units it holds (dicts of arrays
+    like the latency; None where a ``cost_many`` does not give them)."""
     ops = st.unique_ops
     maps_whole = costs_whole_workload(cls)
     whole = maps_whole and st.unique_contexts is None
@@ -154,9 +156,12 @@ def _unit_costs(cls: type, members: list[Template], st: _Structure, planned: Wor
     if hook is not None and len(members) * len(ops) >= VECTOR_MIN_CALLS:
         many = hook(members, ops)
         return (many.latency_s, many.energy_j, list(many.errors),
-                getattr(many, "area_mm2", None), getattr(many, "static_power_w", None))
+                getattr(many, "area_mm2", None), getattr(many, "static_power_w", None),
+                getattr(many, "traffic", None), getattr(many, "holds", None))
     lat = np.full((len(ops), len(members)), np.nan)
     energy = np.full((len(ops), len(members)), np.nan)
+    traffic: dict[str, np.ndarray] = {}
+    holds: dict[str, np.ndarray] = {}
     errors: list[BaseException | None] = [None] * len(members)
     for i, design in enumerate(members):
         try:
@@ -171,7 +176,35 @@ def _unit_costs(cls: type, members: list[Template], st: _Structure, planned: Wor
             continue
         lat[:, i] = [c.latency_s for c in costs]
         energy[:, i] = [c.total_energy_j for c in costs]
-    return lat, energy, errors, None, None
+        for j, c in enumerate(costs):
+            for ch, b in c.traffic.items():
+                traffic.setdefault(ch, np.zeros(lat.shape))[j, i] = b
+            for u in (c.unit, *c.also_holds):
+                holds.setdefault(u, np.zeros(lat.shape, dtype=bool))[j, i] = True
+    return lat, energy, errors, None, None, traffic, holds
+
+
+def _resource_floor(op_lat: np.ndarray, traffic: dict[str, np.ndarray] | None,
+                    holds: dict[str, np.ndarray] | None,
+                    designs: list[Template]) -> np.ndarray:
+    """Per design (columns of ``op_lat``, every op of the graph in rows), the longest of what
+    its shared resources impose whatever the overlap: each unit's busy time (the latencies
+    of the ops holding it over its slots) and each channel's bytes over its bandwidth. The
+    event simulation can never beat it (contention only adds), so neither may the fast
+    path (:mod:`simulators.floors`)."""
+    out = np.zeros(op_lat.shape[1])
+    if not designs or traffic is None or holds is None:
+        return out
+    res = [d.resources() for d in designs]
+    for u, mask in holds.items():
+        slots = np.array([max(r.units.get(u, 1), 1) for r in res], dtype=float)
+        out = np.maximum(out, np.where(mask, op_lat, 0.0).sum(axis=0) / slots)
+    for ch, b in traffic.items():
+        bw = np.array([r.channels.get(ch, 0.0) for r in res], dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.where(bw > 0, b.sum(axis=0) / bw, 0.0)
+        out = np.maximum(out, t)
+    return out
 
 
 def evaluate_many(workload: Workload, designs: Sequence[Template],
@@ -217,9 +250,10 @@ def evaluate_many(workload: Workload, designs: Sequence[Template],
     groups: dict[tuple, list[int]] = {}
     unit_lat: dict[tuple, list[np.ndarray]] = {}
     unit_energy: dict[tuple, list[np.ndarray]] = {}
+    unit_side: dict[tuple, list[tuple]] = {}
     for (key, cls), members in sorted(batches.items(), key=lambda kv: kv[1][0]):
         st = structures[key]
-        op_lat, op_energy, errors, areas, statics = _unit_costs(
+        op_lat, op_energy, errors, areas, statics, traffic, holds = _unit_costs(
             cls, [designs[d] for d in members], st, planned_of[key], vectorised)
         ok = []
         for i, (d, exc) in enumerate(zip(members, errors)):
@@ -235,6 +269,9 @@ def evaluate_many(workload: Workload, designs: Sequence[Template],
         groups.setdefault(key, []).extend(idx)
         unit_lat.setdefault(key, []).append(op_lat[:, ok])
         unit_energy.setdefault(key, []).append(op_energy[:, ok])
+        unit_side.setdefault(key, []).append((
+            None if traffic is None else {c: v[:, ok] for c, v in traffic.items()},
+            None if holds is None else {u: v[:, ok] for u, v in holds.items()}))
         if areas is not None and statics is not None:
             area[idx] = np.asarray(areas)[ok]
             energy[idx] = np.asarray(statics)[ok]  # W for now; times latency below
@@ -248,6 +285,16 @@ def evaluate_many(workload: Workload, designs: Sequence[Template],
         op_energy = np.concatenate(unit_energy[key], axis=1)[st.unique_of]
         finish = _critical_path(op_lat, st.preds)
         crit = finish.max(axis=0) if len(finish) else np.zeros(len(members))
+        start = 0
+        for (traffic, holds), part in zip(unit_side[key], unit_lat[key]):
+            cols = slice(start, start + part.shape[1])
+            sel = members[cols]
+            crit[cols] = np.maximum(crit[cols], _resource_floor(
+                op_lat[:, cols],
+                None if traffic is None else {c: v[st.unique_of] for c, v in traffic.items()},
+                None if holds is None else {u: v[st.unique_of] for u, v in holds.items()},
+                [designs[d] for d in sel]))
+            start += part.shape[1]
         idx = np.array(members)
         static_w = energy[idx]
         lat[idx] = crit

@@ -1,0 +1,337 @@
+"""Floors: first-principles bounds no result may beat, on every path.
+
+Given what a path produced (an event simulation's :class:`~simulators.result.Result`, the fast
+path's or a population's :class:`~simulators.fast.FastResults`, a generation, a serving run, a
+system's result) and what produced it (the workload, the design), this module computes bounds
+from the work alone and the design's peaks (:meth:`accelerators.base.Template.peaks`) and
+returns the :class:`Violation` of every one the result breaks. A result below a floor is a bug
+in the path that produced it (the fast path may be optimistic against contention, but never
+below these).
+
+Latency floors, s (each is a resource's work over its peak, and the result must be at least
+the largest):
+
+* ``flops``: the workload's FLOPs (the work a kernel really does: causal attention's
+  ``causal_flops``) over the sum of the design's units' peak FLOP/s for that dtype (the most
+  any mapping could reach);
+* ``flops@<unit>``: FLOPs of the ops the design runs on ``<unit>`` alone over its peak;
+* ``bytes@<level>``: the weights and KV cache the step reads, at the design's element size,
+  less what the levels inside hold (they could keep data between steps), over the bandwidth
+  of the level they start in;
+* ``busy@<unit>`` and ``traffic@<channel>`` (the cost model's own totals, what the
+  simulator's shared resources impose): the sum of the latencies of the ops holding a unit
+  (units run one op at a time), and the bytes the ops put on a shared channel or link over
+  its bandwidth (concurrent transfers share it).
+
+Energy floor, J: FLOPs x the design's cheapest energy per FLOP + the bytes that must cross the
+level they start in x its cheapest energy per byte, plus static power x the latency.
+
+Ceilings and design checks: average power <= TDP; area = the sum of its parts, each die within
+the reticle, a wafer within the largest rectangle a wafer holds (``d^2 / 2``: a square inside
+the disc); capacity >= the weights and KV cache; cost = the sum of its parts and >= the
+silicon at perfect yield plus the memory at the cheapest price per GB.
+
+``benchmarks/floors.py`` runs thousands of random (design, workload) pairs per template and
+path; ``tests/test_floors.py`` a fixed-seed sample.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from accelerators.base import OpCost, Peaks, Template
+from workloads import ir
+from workloads.footprint import memory_footprint
+from workloads.ir import Op, Workload
+
+#: Relative slack for floating-point rounding when comparing a result with a bound.
+REL_TOL = 1e-9
+#: Largest rectangle a 300-mm wafer holds, mm^2: a rectangle inscribed in a circle of diameter
+#: d has at most d^2 / 2 (the square; geometry, before any edge exclusion).
+WAFER_DIAMETER_MM = 300.0
+WAFER_RECTANGLE_MM2 = WAFER_DIAMETER_MM ** 2 / 2
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A result beyond a bound: ``quantity`` (``latency_s``, ``energy_j``, ``avg_power_w``,
+    ``area_mm2``, ``capacity_bytes``, ``cost_usd``, ...) was ``value`` against the ``bound``
+    named ``name`` (a floor, or a ceiling when ``ceiling``), on ``path``; ``where`` says what
+    (a design, an iteration, a device)."""
+
+    path: str
+    quantity: str
+    name: str
+    value: float
+    bound: float
+    ceiling: bool = False
+    where: str = ""
+
+    @property
+    def margin(self) -> float:
+        """How far inside the bound the value is, relative (negative: broken)."""
+        return margin(self.value, self.bound, self.ceiling)
+
+    def __str__(self) -> str:
+        rel = "above the ceiling" if self.ceiling else "below the floor"
+        at = f" ({self.where})" if self.where else ""
+        return (f"{self.path}: {self.quantity} {self.value:.6g} {rel} {self.name} "
+                f"{self.bound:.6g} by {-self.margin:.3%}{at}")
+
+
+def margin(value: float, bound: float, ceiling: bool = False) -> float:
+    """``value / bound - 1`` for a floor, ``bound / value - 1`` for a ceiling (negative: the
+    bound is broken); 0 when the bound is 0 and the value meets it."""
+    lo, hi = (value, bound) if ceiling else (bound, value)
+    if lo <= 0:
+        return math.inf if hi > 0 or lo == hi else -math.inf
+    return hi / lo - 1.0
+
+
+def broken(value: float, bound: float, ceiling: bool = False) -> bool:
+    """True when ``value`` is beyond ``bound`` by more than rounding (NaN values: not
+    compared)."""
+    if not (math.isfinite(value) and math.isfinite(bound)):
+        return False
+    slack = REL_TOL * max(abs(value), abs(bound)) + 1e-300
+    return value > bound + slack if ceiling else value < bound - slack
+
+
+# ----------------------------------------------------------------------------- the work
+def real_flops(op: Op) -> float:
+    """FLOPs a kernel must do for ``op``: causal attention's ``causal_flops`` (the IR counts
+    attention in full), else the op's FLOPs."""
+    if op.kind == ir.ATTENTION and op.attrs.get("causal_flops") is not None:
+        return float(min(op.flops, op.attrs["causal_flops"])) if op.flops else \
+            float(op.attrs["causal_flops"])
+    return float(op.flops)
+
+
+def element_scale(workload: Workload, design: Template) -> float:
+    """Factor from the workload's bytes to what ``design`` stores them in."""
+    return design.element_bytes(workload) / max(workload.bytes_per_element, 1)
+
+
+@dataclass
+class Floors:
+    """Bounds of one workload on one design: ``latency_s`` (named floors, s),
+    ``dynamic_energy_j`` (J, static not included), ``static_w`` (W), and the design's own
+    checks (``design`` violations, path-independent)."""
+
+    latency_s: dict[str, float]
+    dynamic_energy_j: float
+    static_w: float
+    tdp_w: float = math.nan
+
+    @property
+    def latency_floor_s(self) -> float:
+        return max(self.latency_s.values(), default=0.0)
+
+    def energy_floor_j(self, latency_s: float) -> float:
+        return self.dynamic_energy_j + self.static_w * latency_s
+
+    def check(self, path: str, latency_s: float, energy_j: float,
+              where: str = "") -> list[Violation]:
+        """Violations of a result of ``latency_s`` and ``energy_j`` (average power
+        ``energy_j / latency_s``)."""
+        out = [Violation(path, "latency_s", name, latency_s, f, where=where)
+               for name, f in self.latency_s.items() if broken(latency_s, f)]
+        e = self.energy_floor_j(latency_s)
+        if broken(energy_j, e):
+            out.append(Violation(path, "energy_j", "energy", energy_j, e, where=where))
+        if latency_s > 0 and math.isfinite(self.tdp_w):
+            p = energy_j / latency_s
+            if broken(p, self.tdp_w, ceiling=True):
+                out.append(Violation(path, "avg_power_w", "tdp_w", p, self.tdp_w, True, where))
+        return out
+
+    def worst_margin(self, latency_s: float, energy_j: float) -> float:
+        """The smallest relative margin of a result to these bounds (negative: broken)."""
+        ms = [margin(latency_s, f) for f in self.latency_s.values() if f > 0]
+        e = self.energy_floor_j(latency_s)
+        if e > 0:
+            ms.append(margin(energy_j, e))
+        if latency_s > 0 and math.isfinite(self.tdp_w):
+            ms.append(margin(energy_j / latency_s, self.tdp_w, ceiling=True))
+        return min(ms, default=math.inf)
+
+
+def peaks_by_dtype(workload: Workload, design: Template) -> dict[str, Peaks | None]:
+    """The design's :class:`Peaks` for every dtype the workload's ops run in."""
+    return {d: design.peaks(d) for d in sorted({op.dtype for op in workload.ops}
+                                               | {workload.dtype})}
+
+
+def work_floors(workload: Workload, design: Template) -> Floors:
+    """The floors of ``workload`` on ``design`` from the work alone (FLOPs, the bytes the
+    weights and KV cache take), independent of any cost model."""
+    peaks = peaks_by_dtype(workload, design)
+    static_w = float(design.static_power_w())
+    phys = design.physical()
+    tdp = float(phys.tdp_w) if phys is not None else math.nan
+    main = peaks.get(workload.dtype)
+    if main is None or any(p is None for p in peaks.values()):
+        return Floors({}, 0.0, static_w, tdp)
+    flops_by_dtype: dict[str, float] = {}
+    for op in workload.ops:
+        flops_by_dtype[op.dtype] = flops_by_dtype.get(op.dtype, 0.0) + real_flops(op)
+    lat: dict[str, float] = {}
+    energy = 0.0
+    compute = 0.0
+    for d, f in flops_by_dtype.items():
+        total_peak = sum(peaks[d].flops_per_s.values())
+        if f > 0:
+            compute = max(compute, f / total_peak if total_peak > 0 else math.inf)
+        energy += f * peaks[d].energy_per_flop_j
+    lat["flops"] = compute
+    level = main.resident
+    if level is not None:
+        read = sum(op.weight_bytes + op.kv_bytes_read for op in workload.ops)
+        must = max(0.0, read * element_scale(workload, design) - main.inside(level))
+        lat[f"bytes@{level.name}"] = must / level.bandwidth_Bps if level.bandwidth_Bps else 0.0
+        energy += must * level.energy_j_per_byte
+    return Floors(lat, energy, static_w, tdp)
+
+
+def cost_floors(planned: Workload, costs: Sequence[OpCost], design: Template) -> dict[str, float]:
+    """Latency floors from the cost model's own per-op figures on the graph ``design`` runs
+    (``planned``): FLOPs per unit over its peak, the busy time of each unit, and the bytes
+    on each shared channel over its bandwidth."""
+    res = design.resources()
+    busy: dict[str, float] = {u: 0.0 for u in res.units}
+    traffic: dict[str, float] = {c: 0.0 for c in res.channels}
+    flops: dict[tuple[str, str], float] = {}
+    for op, c in zip(planned.ops, costs):
+        held = {c.unit, *c.also_holds}
+        for u in held:
+            busy[u] = busy.get(u, 0.0) + c.latency_s
+        for ch, b in c.traffic.items():
+            traffic[ch] = traffic.get(ch, 0.0) + b
+        if not c.also_holds:
+            flops[(c.unit, op.dtype)] = flops.get((c.unit, op.dtype), 0.0) + real_flops(op)
+    out: dict[str, float] = {}
+    for u, t in busy.items():
+        out[f"busy@{u}"] = t / max(res.units.get(u, 1), 1)
+    for ch, b in traffic.items():
+        bw = res.channels.get(ch, 0.0)
+        out[f"traffic@{ch}"] = b / bw if bw > 0 else (math.inf if b > 0 else 0.0)
+    peaks: dict[str, Peaks | None] = {}
+    for (u, d), f in flops.items():
+        if d not in peaks:
+            peaks[d] = design.peaks(d)
+        p = peaks[d]
+        if p is None or f <= 0 or u not in p.flops_per_s:
+            continue
+        peak = p.flops_per_s[u]
+        key = f"flops@{u}"
+        out[key] = out.get(key, 0.0) + (f / peak if peak > 0 else math.inf)
+    return out
+
+
+def planned_costs(workload: Workload, design: Template) -> tuple[Workload, list[OpCost]]:
+    """The graph ``design`` runs for ``workload`` and its ops' costs, as the engine makes
+    them."""
+    from workloads.gna import dense_equivalent
+    planned = design.planned(workload if design.SPARSE_ATTENTION else dense_equivalent(workload))
+    return planned, design.costs(planned)
+
+
+def floors(workload: Workload, design: Template, with_costs: bool = True) -> Floors:
+    """Every latency and energy floor of ``workload`` on ``design``: :func:`work_floors`,
+    and with ``with_costs`` :func:`cost_floors` of its planned graph."""
+    f = work_floors(workload, design)
+    if with_costs:
+        planned, costs = planned_costs(workload, design)
+        f.latency_s.update(cost_floors(planned, costs, design))
+    return f
+
+
+# ----------------------------------------------------------------------------- designs
+def design_violations(design: Template, workload: Workload | None = None,
+                      path: str = "design") -> list[Violation]:
+    """What a buildable design's physical figures break: area = the sum of its parts (every
+    part >= 0), each die within the reticle, a wafer within the wafer's largest rectangle,
+    cost = the sum of its parts and >= silicon at perfect yield plus memory at the cheapest
+    price per GB, capacity >= the workload's weights and KV cache. A design whose
+    :meth:`Template.check` refuses it is not checked (it reports no result)."""
+    from accelerators import physical
+    from accelerators.memory_standards import MEMORY_STANDARDS
+    phys = design.physical()
+    out: list[Violation] = []
+    where = design.name + (f":{design.preset}" if design.preset else "")
+    if phys is None or (phys.problem and not design.embedded):
+        return out
+    parts = phys.area_breakdown_mm2
+    for k, v in parts.items():
+        if broken(v, 0.0):
+            out.append(Violation(path, "area_mm2", f"part {k} >= 0", v, 0.0, where=where))
+    area = design.area_mm2()
+    if broken(area, sum(parts.values())):
+        out.append(Violation(path, "area_mm2", "sum of parts", area, sum(parts.values()),
+                             where=where))
+    on_silicon = phys.dies * phys.die_mm2
+    fp = design.floorplan()
+    if fp is not None and fp.wafer_scale:
+        if broken(on_silicon, WAFER_RECTANGLE_MM2, ceiling=True):
+            out.append(Violation(path, "area_mm2", "wafer rectangle", on_silicon,
+                                 WAFER_RECTANGLE_MM2, True, where))
+    elif broken(phys.die_mm2, physical.RETICLE_MM2, ceiling=True):
+        out.append(Violation(path, "die_mm2", "reticle", phys.die_mm2, physical.RETICLE_MM2,
+                             True, where))
+    costs = phys.cost_breakdown_usd
+    if broken(phys.cost_usd, sum(costs.values())):
+        out.append(Violation(path, "cost_usd", "sum of parts", phys.cost_usd,
+                             sum(costs.values()), where=where))
+    if fp is not None:
+        node = physical._node_key(fp.node_nm)
+        wafer_mm2 = math.pi * (physical.WAFER_DIAMETER_MM / 2) ** 2
+        silicon = on_silicon * physical.WAFER_PRICE_USD[node] / wafer_mm2
+        memory = 0.0
+        if phys.memory is not None:
+            memory = phys.memory.capacity_bytes / 1e9 * min(
+                s.price_usd_per_gb for s in MEMORY_STANDARDS.values())
+        if broken(phys.cost_usd, silicon + memory):
+            out.append(Violation(path, "cost_usd", "silicon at perfect yield + memory",
+                                 phys.cost_usd, silicon + memory, where=where))
+    if workload is not None:
+        cap = design.memory_capacity_bytes()
+        if cap is not None:
+            fp_w = memory_footprint(workload).scaled(element_scale(workload, design))
+            need = fp_w.weights_bytes + fp_w.kv_cache_bytes
+            if broken(cap, need):
+                out.append(Violation(path, "capacity_bytes", "weights + KV cache", cap, need,
+                                     where=where))
+    return out
+
+
+# ----------------------------------------------------------------------------- paths
+def check_result(result: Any, workload: Workload, design: Template,
+                 path: str = "event") -> list[Violation]:
+    """Violations of an event simulation's :class:`~simulators.result.Result` of
+    ``workload`` on ``design`` (latency, energy, power, and the design's own checks)."""
+    f = floors(workload, design)
+    return f.check(path, result.latency_s, result.energy_j) + design_violations(
+        design, workload, path)
+
+
+def check_fast(fast: Any, workload: Workload, designs: Sequence[Template],
+               path: str = "fast") -> list[Violation]:
+    """Violations of the fast path's (or a population's) results, design by design; an
+    infeasible design (NaN) is not checked."""
+    out: list[Violation] = []
+    for i, d in enumerate(designs):
+        lat = float(fast.latency_s[i])
+        if not math.isfinite(lat):
+            continue
+        f = floors(workload, d)
+        where = f"design {i}"
+        out += f.check(path, lat, float(fast.energy_j[i]), where)
+        out += design_violations(d, workload, path)
+    return out
+
+
+def worst(violations: Iterable[Violation]) -> Violation | None:
+    """The violation with the most negative margin."""
+    return min(violations, key=lambda v: v.margin, default=None)
