@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from accelerators import technology as tech
-from accelerators.base import OpCost, Param, Resources, Template
+from accelerators.base import MemoryLevel, OpCost, Param, Peaks, Resources, Template
 from accelerators.gpu_efficiency import DEFAULT_KNOBS, Chip, KernelModel, transfer_knobs
 from accelerators.gpu_runtime import RUNTIMES, START_TARGET, stream_plan
 from accelerators.host_profile import load_host_profile
@@ -638,6 +638,25 @@ class GPU(Template):
     def resources(self) -> Resources:
         units = {"sm": 1} if self.hw.runtime == "kernels" else {"sm": 1, "host": 1}
         return Resources(units=units, channels={"hbm": self.hw.memory_bandwidth_Bps})
+
+    def peaks(self, dtype: str) -> Peaks:
+        """The SMs at the datasheet's dense peak of the datapath that runs ``dtype`` (its
+        fallback where it has none; fp32 GEMMs and convolutions may run as TF32 at half the
+        fp16 peak), never less than the fp32 CUDA-core peak; the host computes nothing. HBM at
+        ``memory_bandwidth_Bps``, inside which the L2 and the SMs' L1 hold data; the cheapest
+        FLOP is half a MAC or a vector op of ``dtype`` at ``node_nm``."""
+        hw = self.hw
+        sm = max(self.model.peak(dtype), hw.peak_fp32_flops,
+                 0.5 * hw.peak_fp16_flops if dtype == "fp32" else 0.0)
+        units = {"sm": sm} if hw.runtime == "kernels" else {"sm": sm, "host": 0.0}
+        onchip = hw.l2_bytes + hw.sms * hw.l1_kb_per_sm * 1024
+        return Peaks(
+            flops_per_s=units,
+            levels=(MemoryLevel("hbm", hw.memory_bandwidth_Bps, hw.memory_capacity_bytes,
+                                self.memory.energy_j_per_byte, resident=True),
+                    MemoryLevel("l2", math.inf, onchip, 0.0)),
+            energy_per_flop_j=min(tech.mac_energy_j(dtype, hw.node_nm) / 2,
+                                  tech.vector_op_energy_j(dtype, hw.node_nm)))
 
     def floorplan(self) -> Floorplan:
         """The die: SMs as blocks (``SM_BASE_MM2_45NM`` at the node, tensor MACs as

@@ -45,7 +45,7 @@ import networkx as nx
 
 from accelerators import hashgrid_cost as hc
 from accelerators import technology as tech
-from accelerators.base import OpCost, Param, Resources, Template
+from accelerators.base import MemoryLevel, OpCost, Param, Peaks, Resources, Template
 from accelerators.capacity import capacity_problem
 from accelerators.composite import cost_composite
 from accelerators.physical import Floorplan
@@ -386,6 +386,27 @@ class NGPC(Template):
     def resources(self) -> Resources:
         return Resources(units={"gpu": 1, "encoder": 1, "mlp": 1},
                          channels={"dram": self.dram_bandwidth_Bps})
+
+    def peaks(self, dtype: str) -> Peaks:
+        """The GPU's SMs (:meth:`GPU.peaks`); per NFP, the encoding units' interpolation lanes
+        (``INTERP_MACS_PER_LANE`` MACs per look-up) and vector lanes on the encoder, the MLP
+        array and the vector lanes of its drain on the mlp unit, each MAC 2 FLOPs; the GPU's
+        DRAM at this design's bandwidth, the GPU's caches, the grid SRAMs and MLP buffers
+        inside it."""
+        hw = self.hw
+        gpu = self.gpu.peaks(dtype)
+        per_nfp = hw.nfps * hw.clock_hz
+        onchip = (gpu.inside(gpu.resident) + hw.nfps * (self._sram_bytes * hw.encoding_units
+                                                          + self._buffer_bytes))
+        return Peaks(
+            flops_per_s={"gpu": gpu.flops_per_s["sm"],
+                         "encoder": 2.0 * per_nfp * (hw.encoding_units * hw.lookups_per_cycle
+                                                     * INTERP_MACS_PER_LANE + hw.vector_lanes),
+                         "mlp": 2.0 * per_nfp * (hw.mlp_rows * hw.mlp_cols + hw.vector_lanes)},
+            levels=(MemoryLevel("dram", self.dram_bandwidth_Bps,
+                                self.memory_capacity_bytes(), self._dram_j, resident=True),
+                    MemoryLevel("sram", math.inf, onchip, self._grid_j)),
+            energy_per_flop_j=min(gpu.energy_per_flop_j, self._mac_j / 2, self._vec_j))
 
     def nfp_area_breakdown_mm2(self) -> dict[str, float]:
         """One NFP's area by component, mm^2 at ``node_nm``."""

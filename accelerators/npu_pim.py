@@ -46,14 +46,14 @@ import numpy as np
 
 from accelerators import dram_timing as dt
 from accelerators import technology as tech
-from accelerators.base import OpCost, Param, Resources, Template
+from accelerators.base import OpCost, Param, Peaks, Resources, Template
 from accelerators.composite import cost_composite
 from accelerators.npu import NPU, PRESETS as NPU_PRESETS, PARAMS as NPU_PARAMS
 from accelerators.npu import VECTOR_OPS_PER_ELEMENT
 from accelerators.physical import Floorplan
-from accelerators.pim import (PART, attend_gemv, attention_dims, bank_params, bank_problem,
+from accelerators.pim import (GIB, PART, attend_gemv, attention_dims, bank_params, bank_problem,
                               capacity_problem, geometry, logits_gemv, pim_memory,
-                              split_attention, timing_of, timing_params)
+                              pim_peaks, split_attention, timing_of, timing_params)
 from dse.errors import DSEError, InfeasibleDesign
 from workloads import ir
 from workloads.ir import DTYPE_BYTES, Op, Workload
@@ -367,6 +367,19 @@ class NeuPIMs(Template):
     def resources(self) -> Resources:
         return Resources(units={"array": 1, "vector": 1, "pim": 1},
                          channels={"dram": self.bandwidth_Bps})
+
+    def peaks(self, dtype: str) -> Peaks:
+        """The NPU's arrays and vector lanes (:meth:`NPU.peaks`) beside every bank's MACs
+        (:func:`accelerators.pim.pim_peaks`); the HBM read inside the banks or over the
+        channels, the NPU's scratchpads inside it."""
+        npu = self.npu.peaks(dtype)
+        hw = self.hw
+        macs = hw.channels * hw.banks_per_channel * hw.macs_per_bank
+        out = pim_peaks(hw, hw.pim_clock_hz, self.bandwidth_Bps,
+                        hw.channels * hw.channel_capacity_gib * GIB, self._b, macs, (),
+                        npu.levels[-1].capacity_bytes, dict(npu.flops_per_s))
+        return Peaks(out.flops_per_s, out.levels,
+                     min(out.energy_per_flop_j, npu.energy_per_flop_j))
 
     def pim_logic_area_mm2(self) -> float:
         hw = self.hw

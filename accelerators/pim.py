@@ -34,7 +34,7 @@ import networkx as nx
 
 from accelerators import dram_timing as dt
 from accelerators import technology as tech
-from accelerators.base import OpCost, Param, Resources, Template
+from accelerators.base import MemoryLevel, OpCost, Param, Peaks, Resources, Template
 from accelerators.composite import cost_composite
 from accelerators.memory_standards import MemorySystem, get_standard
 from accelerators.physical import Floorplan, control_mm2
@@ -412,6 +412,16 @@ class PIM(Template):
     def resources(self) -> Resources:
         return Resources(units={"pim": 1, "asic": 1}, channels={"bus": self.bus_Bps})
 
+    def peaks(self, dtype: str) -> Peaks:
+        """Every bank's MACs (2 FLOPs each) once per all-bank DOT (``dot_cycles``) and the
+        ASIC's lanes (an FMA each) per cycle, in the design's ``dtype``; the DRAM (where the
+        weights and KV cache live) read inside the banks at the MACs' rate or over the bus,
+        whichever is faster, at the in-bank read energy; the ASIC's buffer inside it."""
+        return pim_peaks(self.hw, self.hw.clock_hz, self.bus_Bps, self.capacity_bytes, self._b,
+                         self.hw.channels * self.hw.banks_per_channel * self.hw.macs_per_bank,
+                         (("asic", self.hw.asic_lanes, self.hw.asic_clock_hz,
+                           self.hw.asic_node_nm),), self.hw.asic_sram_kb * 1024)
+
     def pim_logic_area_mm2(self) -> float:
         hw = self.hw
         macs = hw.channels * hw.banks_per_channel * hw.macs_per_bank
@@ -554,3 +564,27 @@ def _capacity_summary(workload: Workload) -> CapacitySummary:
                 attention[(op.attrs.get(PART), kv_heads, d, dv, lens)] += 1
         return CapacitySummary(dict(weights), dict(kv_reads), dict(attention))
     return per_workload(workload, "pim-capacity", build)
+
+
+def pim_peaks(hw, pim_clock_hz: float, bus_Bps: float, capacity_bytes: float,
+              element_bytes: int, macs: int, hosts: tuple, onchip_bytes: float,
+              host_flops: dict[str, float] | None = None) -> Peaks:
+    """:class:`Peaks` of a design whose DRAM banks hold ``macs`` MAC units in all, an
+    all-bank DOT every ``hw.dot_cycles`` of ``pim_clock_hz`` (``hw.dtype``, ``hw.pim_node_nm``),
+    beside host units ``hosts`` (``(unit, lanes, clock_hz, node_nm)``: an FMA per lane per
+    cycle) and ``host_flops`` (units given by their peaks): in-bank FLOP/s; the DRAM (where
+    the weights and KV cache live) at the larger of the in-bank and bus bandwidths and the
+    in-bank read energy, ``onchip_bytes`` inside it; the cheapest FLOP of any of them."""
+    pim_rate = macs * pim_clock_hz / hw.dot_cycles
+    flops = {"pim": 2.0 * pim_rate}
+    energy = tech.mac_energy_j(hw.dtype, hw.pim_node_nm) / 2
+    for unit, lanes, clock, node in hosts:
+        flops[unit] = 2.0 * lanes * clock
+        energy = min(energy, tech.vector_op_energy_j(hw.dtype, node))
+    flops.update(host_flops or {})
+    return Peaks(flops_per_s=flops,
+                 levels=(MemoryLevel("dram", max(pim_rate * element_bytes, bus_Bps),
+                                     capacity_bytes, dt.in_bank_read_energy_j(1.0),
+                                     resident=True),
+                         MemoryLevel("buffer", math.inf, onchip_bytes, 0.0)),
+                 energy_per_flop_j=energy)

@@ -43,7 +43,7 @@ from typing import Any
 
 from accelerators import mesh_algorithms as mesh
 from accelerators import physical, technology as tech
-from accelerators.base import OpCost, Param, Resources, Template
+from accelerators.base import MemoryLevel, OpCost, Param, Peaks, Resources, Template
 from accelerators.composite import cost_composite
 from accelerators.physical import Floorplan
 from dse.errors import InfeasibleDesign
@@ -477,6 +477,21 @@ class Wafer(Template):
 
     def resources(self) -> Resources:
         return Resources(units={"region": 1}, channels={"io": self.hw.io_bandwidth_Bps})
+
+    def peaks(self, dtype: str) -> Peaks:
+        """The larger region's cores at the fabric's MACs per cycle (2 FLOPs each) in the
+        design's ``dtype``; the SRAM (where weights and KV cache live) read by every core of
+        the mesh at its datapath's operand rate (``SRAM_ELEMS_PER_MAC`` elements per MAC);
+        the cheapest FLOP is half a MAC or a vector op at ``node_nm``."""
+        hw, f, b = self.hw, self.fabric, self.bytes_per_elem
+        busy = max(w * h for w, h in self._regions.values())
+        per_core = f.macs_per_cycle * hw.clock_hz
+        return Peaks(
+            flops_per_s={"region": 2.0 * busy * per_core},
+            levels=(MemoryLevel("sram", self.cores * per_core * SRAM_ELEMS_PER_MAC * b,
+                                self.cores * self._sram_bytes, self._energy_per_unit[2],
+                                resident=True),),
+            energy_per_flop_j=min(self._energy_per_unit[0] / 2, self._energy_per_unit[1]))
 
     @property
     def _sram_bytes(self) -> float:

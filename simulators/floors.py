@@ -335,3 +335,225 @@ def check_fast(fast: Any, workload: Workload, designs: Sequence[Template],
 def worst(violations: Iterable[Violation]) -> Violation | None:
     """The violation with the most negative margin."""
     return min(violations, key=lambda v: v.margin, default=None)
+
+
+# ----------------------------------------------------------------------------- generation
+def check_generation(g: Any, base: Workload, design: Template,
+                     path: str = "generation") -> tuple[list[Violation], float]:
+    """Violations of a :class:`~simulators.generation.Generation` of ``base`` (a decode step
+    of batch 1) on ``design``: its TTFT against the floors of the prefill of the batch, every
+    simulated decode step against the floors of that step (the interpolated ones lie on lines
+    between simulated ones, and every floor is affine in the KV length, so they cannot fall
+    below), its energy against the steps' energy floors summed (interpolated the same way)
+    plus static power over its end-to-end time, and its average power against the TDP.
+    Returns the violations and the worst margin."""
+    import numpy as np
+    from workloads.iteration import iteration_workload
+    out: list[Violation] = []
+    margins: list[float] = []
+    pre = floors(iteration_workload(base, (), [(0, g.input_len)] * g.batch), design)
+    out += [v for v in pre.check(path, g.ttft_s, g.prefill_energy_j, "TTFT")
+            if v.quantity != "avg_power_w"]
+    margins.append(pre.worst_margin(g.ttft_s, g.prefill_energy_j))
+    kv0 = g.input_len + 1
+    dyn: dict[int, float] = {}
+    for kv in g.simulated_steps:
+        f = floors(iteration_workload(base, [kv] * g.batch), design)
+        lat = g.step_latency_s[kv - kv0]
+        e = g.step_energy_j[kv - kv0]
+        out += [v for v in f.check(path, lat, e, f"step at KV {kv}")
+                if v.quantity != "avg_power_w"]
+        margins.append(f.worst_margin(lat, e))
+        dyn[kv] = f.dynamic_energy_j
+    e_floor = pre.dynamic_energy_j + pre.static_w * g.e2e_s
+    if dyn:
+        xs = sorted(dyn)
+        kv = np.arange(kv0, kv0 + len(g.step_latency_s))
+        e_floor += float(np.interp(kv, xs, [dyn[x] for x in xs]).sum())
+    if broken(g.energy_j, e_floor):
+        out.append(Violation(path, "energy_j", "energy", g.energy_j, e_floor, where="all steps"))
+    margins.append(margin(g.energy_j, e_floor))
+    if math.isfinite(pre.tdp_w) and g.e2e_s > 0:
+        p = g.energy_j / g.e2e_s
+        if broken(p, pre.tdp_w, ceiling=True):
+            out.append(Violation(path, "avg_power_w", "tdp_w", p, pre.tdp_w, True, "all steps"))
+        margins.append(margin(p, pre.tdp_w, ceiling=True))
+    out += design_violations(design, base, path)
+    return out, min(margins)
+
+
+# ----------------------------------------------------------------------------- serving
+@dataclass(frozen=True)
+class IterationFloors:
+    """Floors of a serving iteration on one device (a system's: one device's share), from
+    coefficients of the batch-1 decode step ``base``: weights read once per iteration (the
+    embedding's gathered rows per token), KV read per cached token, FLOPs per token of the
+    token-wise ops and per sequence of the LM head (attention's own FLOPs left out: a lower
+    bound). ``bandwidth_Bps`` and ``inside_bytes`` of the level the weights start in,
+    ``peak_flops`` of all units, energies per FLOP and per byte."""
+
+    weights_bytes: float
+    weights_per_token: float
+    kv_per_token: float
+    flops_per_token: float
+    flops_per_sequence: float
+    bandwidth_Bps: float
+    inside_bytes: float
+    peak_flops: float
+    energy_per_flop_j: float
+    energy_per_byte_j: float
+
+    @classmethod
+    def of(cls, share: Workload, design: Template) -> "IterationFloors | None":
+        from workloads.iteration import attention_ops, logit_ops
+        peaks = design.peaks(share.dtype)
+        if peaks is None or peaks.resident is None:
+            return None
+        scale = element_scale(share, design)
+        heads = logit_ops(share)
+        emb = sum(op.weight_bytes for op in share.ops if op.kind == ir.EMBEDDING)
+        weights = sum(op.weight_bytes for op in share.ops) - emb
+        kv = sum(int(op.attrs.get("kv_heads", op.attrs["heads"]))
+                 * (int(op.attrs["head_dim"]) + int(op.attrs.get("value_dim",
+                                                                 op.attrs["head_dim"])))
+                 * op.bytes_per_element for op in attention_ops(share))
+        tok = sum(real_flops(op) for op in share.ops
+                  if op.kind != ir.ATTENTION and op.name not in heads)
+        lm = sum(real_flops(op) for op in share.ops if op.name in heads)
+        level = peaks.resident
+        return cls(weights * scale, emb * scale, kv * scale, tok, lm, level.bandwidth_Bps,
+                   peaks.inside(level), sum(peaks.flops_per_s.values()),
+                   peaks.energy_per_flop_j, level.energy_j_per_byte)
+
+    def bounds(self, tokens, sequences, cached_kv_tokens):
+        """(latency floor s, dynamic energy floor J) of iterations of ``tokens`` tokens,
+        ``sequences`` sequences and ``cached_kv_tokens`` KV tokens read from the cache (numbers
+        or numpy arrays)."""
+        import numpy as np
+        read = (self.weights_bytes + self.weights_per_token * tokens
+                + self.kv_per_token * cached_kv_tokens)
+        must = np.maximum(read - self.inside_bytes, 0.0)
+        flops = self.flops_per_token * tokens + self.flops_per_sequence * sequences
+        lat = np.maximum(must / self.bandwidth_Bps if self.bandwidth_Bps else 0.0,
+                         flops / self.peak_flops if self.peak_flops else 0.0)
+        return lat, flops * self.energy_per_flop_j + must * self.energy_per_byte_j
+
+
+def check_serving(s: Any, cost: Any, path: str = "serving") -> tuple[list[Violation], float]:
+    """Violations of a :class:`~simulators.serving.ServingResult` served with the iteration
+    cost model ``cost``: every logged iteration (``log_iterations=True``) against its
+    floors (:class:`IterationFloors`), every request's TTFT and TPOT against the floor of
+    the smallest iteration, the energy against the iterations' energy floors plus static
+    power over the span, and the average power against the TDP. Returns the violations and
+    the worst margin."""
+    import numpy as np
+    target = cost.target
+    share = target.share(cost.base)
+    it = IterationFloors.of(share, target.device)
+    out: list[Violation] = []
+    margins: list[float] = []
+    if it is None:
+        return out, math.inf
+    log = s.iteration_log
+    if log.get("latency_s"):
+        lat = np.asarray(log["latency_s"], dtype=float)
+        decodes = np.asarray(log["decodes"], dtype=float)
+        tokens = decodes + np.asarray(log["prefill_tokens"], dtype=float)
+        seqs = decodes + np.asarray(log["chunks"], dtype=float)
+        cached = np.asarray(log["cached_kv_tokens"], dtype=float)
+        floor_s, dyn = it.bounds(tokens, seqs, cached)
+        bad = lat < floor_s * (1 - REL_TOL)
+        for i in np.flatnonzero(bad)[:20]:
+            out.append(Violation(path, "iteration latency_s", "iteration floor",
+                                 float(lat[i]), float(floor_s[i]),
+                                 where=f"iteration {i}: {int(decodes[i])} decodes, "
+                                       f"{int(tokens[i] - decodes[i])} prefill tokens"))
+        ok = floor_s > 0
+        if ok.any():
+            margins.append(float((lat[ok] / floor_s[ok] - 1).min()))
+        e_floor = float(dyn.sum()) + cost.static_w * s.span_s
+        if broken(s.energy_j, e_floor):
+            out.append(Violation(path, "energy_j", "energy", s.energy_j, e_floor))
+        margins.append(margin(s.energy_j, e_floor))
+    one, _ = it.bounds(1, 1, 0)
+    lats = s.latencies()
+    for name, values in (("ttft_s", lats["ttft"]), ("tpot_s", lats["tpot"])):
+        if len(values) and broken(float(values.min()), float(one)):
+            out.append(Violation(path, name, "one-token iteration", float(values.min()),
+                                 float(one), where="fastest request"))
+        if len(values) and one > 0:
+            margins.append(float(values.min()) / float(one) - 1)
+    phys = (target.design or target.system).physical()
+    if phys is not None and s.span_s > 0:
+        p = s.energy_j / s.span_s
+        if broken(p, phys.tdp_w, ceiling=True):
+            out.append(Violation(path, "avg_power_w", "tdp_w", p, phys.tdp_w, True))
+        margins.append(margin(p, phys.tdp_w, ceiling=True))
+    return out, min(margins, default=math.inf)
+
+
+# ----------------------------------------------------------------------------- systems
+#: Bytes a device must move through its links per byte of a collective (nccl-tests' sizes,
+#: :mod:`accelerators.collectives`) among ``p`` devices, whatever the algorithm (in-network
+#: reduction included): an all-reduce sends the (p-1)/p it does not reduce itself and
+#: receives as much back; an all-gather receives, a reduce-scatter and an all-to-all send,
+#: (p-1)/p of it; a broadcast or a send/recv moves it once.
+def collective_device_bytes(kind: str, nbytes: float, p: int) -> float:
+    share = (p - 1) / p if p > 1 else 0.0
+    if kind == "all_reduce":
+        return 2 * share * nbytes
+    if kind in ("all_gather", "reduce_scatter", "all_to_all"):
+        return share * nbytes
+    return float(nbytes) if p > 1 else 0.0
+
+
+def check_system(r: Any, workload: Workload, system: Any, layout: Any,
+                 path: str = "system") -> tuple[list[Violation], float]:
+    """Violations of a :class:`~simulators.system_engine.SystemResult`: every device's floors
+    on its part (its compute ops), its collectives' bytes over its links' bandwidth (out and
+    in together), the energy against the devices' energy floors plus the system's static
+    power, the average power against the system's TDP, and each device design's own checks.
+    Returns the violations and the worst margin."""
+    from simulators.system_engine import _compute_only
+    from workloads.parallel import COLLECTIVE, parallelize
+    pw = parallelize(workload, layout)
+    lay = pw.layout
+    out: list[Violation] = []
+    margins: list[float] = []
+    links = system.topology.links
+    dyn = 0.0
+    seen: dict[tuple[int, int], Floors] = {}
+    for d in range(pw.devices):
+        w, design = pw.graphs[d], system.device(d)
+        key = (id(w), id(design))
+        if key not in seen:
+            seen[key] = floors(_compute_only(w), design)
+        f = seen[key]
+        dyn += f.dynamic_energy_j
+        where = f"device {d}"
+        for name, b in f.latency_s.items():
+            if broken(r.latency_s, b):
+                out.append(Violation(path, "latency_s", name, r.latency_s, b, where=where))
+            if b > 0:
+                margins.append(margin(r.latency_s, b))
+        moved = sum(collective_device_bytes(op.attrs["collective"], op.attrs["bytes"],
+                                            len(lay.group(op, d)))
+                    for op in w.ops if op.kind == COLLECTIVE)
+        bw = sum(link.effective_Bps for name, link in links.items()
+                 if f"d{d}" in name.split("->"))
+        if moved > 0 and bw > 0:
+            b = moved / bw
+            if broken(r.latency_s, b):
+                out.append(Violation(path, "latency_s", "links", r.latency_s, b, where=where))
+            margins.append(margin(r.latency_s, b))
+    e_floor = dyn + system.static_power_w() * r.latency_s
+    if broken(r.energy_j, e_floor):
+        out.append(Violation(path, "energy_j", "energy", r.energy_j, e_floor))
+    margins.append(margin(r.energy_j, e_floor))
+    if math.isfinite(r.tdp_w) and r.latency_s > 0:
+        if broken(r.avg_power_w, r.tdp_w, ceiling=True):
+            out.append(Violation(path, "avg_power_w", "tdp_w", r.avg_power_w, r.tdp_w, True))
+        margins.append(margin(r.avg_power_w, r.tdp_w, ceiling=True))
+    for d in sorted(set(pw.representative)):
+        out += design_violations(system.device(d), _compute_only(pw.graphs[d]), path)
+    return out, min(margins, default=math.inf)

@@ -213,7 +213,8 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
     now, nxt = 0.0, 0
     energy_dyn = 0.0
     occ_t, occ_v, occ_b, occ_w = [], [], [], []
-    log: dict[str, list] = {"start_s": [], "latency_s": [], "prefill_tokens": [], "decodes": []}
+    log: dict[str, list] = {"start_s": [], "latency_s": [], "prefill_tokens": [], "decodes": [],
+                            "chunks": [], "cached_kv_tokens": []}
     in_system_area, iterations, max_running = 0.0, 0, 0
     finished, n_rejected = 0, 0
 
@@ -254,6 +255,8 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
             log["latency_s"].append(latency)
             log["prefill_tokens"].append(sum(c for _, c in chunks))
             log["decodes"].append(d)
+            log["chunks"].append(len(chunks))
+            log["cached_kv_tokens"].append(kv_sum - d + sum(c for c, _ in chunks))
         now += latency
         energy_dyn += e
         iterations += 1

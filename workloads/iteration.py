@@ -47,7 +47,11 @@ def scale_op(op: ir.Op, tokens: int) -> ir.Op:
     if "elements" in a:
         a["elements"] = int(a["elements"]) * tokens
     weights = op.weight_bytes * tokens if op.kind == ir.EMBEDDING else op.weight_bytes
-    return replace(op, flops=op.flops * tokens, weight_bytes=weights,
+    flops = op.flops * tokens
+    if op.kind == ir.MOE:   # more tokens touch more experts: route them again
+        from workloads.moe import with_tokens
+        a, flops, weights = with_tokens(a, int(a["tokens"]) * tokens, op.bytes_per_element)
+    return replace(op, flops=flops, weight_bytes=weights,
                    activation_bytes_read=op.activation_bytes_read * tokens,
                    activation_bytes_written=op.activation_bytes_written * tokens,
                    kv_bytes_written=op.kv_bytes_written * tokens,

@@ -128,6 +128,26 @@ def moe_attrs(tokens: int, top_k: int | None, experts: int, gemms: list[tuple[in
     return attrs, flops, weight_bytes
 
 
+def with_tokens(attrs: dict[str, Any], tokens: int, itemsize: int
+                ) -> tuple[dict[str, Any], int, int]:
+    """The attrs, FLOPs and weight bytes of a ``moe`` op (``attrs`` as :func:`moe_attrs` made
+    them) routing ``tokens`` tokens instead: the same experts, GEMMs, load and capacity
+    factor. An explicit load (``imbalance == "explicit"``) is recovered from the expected
+    tokens per expert (exact when dropless)."""
+    imbalance = attrs.get("imbalance", 1.0)
+    if not isinstance(imbalance, (int, float)):
+        imbalance = [max(float(x), 0.0) for x in attrs["tokens_per_expert"]]
+        if not sum(imbalance):
+            imbalance = 1.0
+    new, flops, weight = moe_attrs(
+        tokens, attrs.get("top_k"), int(attrs["experts"]),
+        [tuple(g) for g in attrs["gemms"]], int(attrs.get("act_elements_per_token", 0)),
+        int(attrs["params_per_expert"]), itemsize, imbalance,
+        float(attrs.get("capacity_factor", 0.0)))
+    kept = {k: v for k, v in attrs.items() if k not in new}
+    return {**kept, **new, "imbalance": attrs.get("imbalance", 1.0)}, flops, weight
+
+
 def parts(op: ir.Op) -> list[tuple[float, ir.Op]]:
     from workloads.composite import make_part
     """What a template costs a ``moe`` op as: ``(expected count, op)`` pairs of per-expert

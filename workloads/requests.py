@@ -315,7 +315,11 @@ def _scale_op(op: ir.Op, items: list[int], f: float, batch: int, name: str) -> i
         weight = s(weight)            # rows gathered per token
     if "elements" in a:
         a["elements"] = max(1, s(a["elements"]))
-    return replace(op, name=name, flops=s(op.flops), weight_bytes=weight,
+    flops = s(op.flops)
+    if op.kind == ir.MOE:   # the group's tokens touch their own experts: route them again
+        from workloads.moe import with_tokens
+        a, flops, weight = with_tokens(a, max(1, s(a["tokens"])), op.bytes_per_element)
+    return replace(op, name=name, flops=flops, weight_bytes=weight,
                    activation_bytes_read=s(op.activation_bytes_read),
                    activation_bytes_written=s(op.activation_bytes_written),
                    kv_bytes_read=s(op.kv_bytes_read), kv_bytes_written=s(op.kv_bytes_written),
