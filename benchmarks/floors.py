@@ -100,14 +100,21 @@ class Case:
         return f"{self.model} {self.kwargs}"
 
 
-def random_case(rng: random.Random, llm_only: bool = False) -> Case:
-    """A random small zoo workload: an LLM in prefill or decode, or (unless ``llm_only``) a
-    vision, encoder or neural-graphics model."""
-    pool = LLM if llm_only else LLM + VISION + OTHER
-    model, arch = rng.choice(pool)
+#: The pool of a quick run (tests): models whose capture is cheap, MoE included.
+QUICK = {"llm": [("gpt2", {"n_layer": 1}), ("mixtral-8x7b", {"n_layer": 1})],
+         "other": [("resnet18", {}), ("nerf", {})]}
+POOL = {"llm": LLM, "other": VISION + OTHER}
+
+
+def random_case(rng: random.Random, llm_only: bool = False, pool: dict | None = None) -> Case:
+    """A random small zoo workload of ``pool`` (default :data:`POOL`): an LLM in prefill or
+    decode, or (unless ``llm_only``) a vision, encoder or neural-graphics model."""
+    pool = pool or POOL
+    llms = pool["llm"]
+    model, arch = rng.choice(llms if llm_only else llms + pool["other"])
     dtype = rng.choice(["bf16", "bf16", "fp16", "fp32", "fp8", "int8"])
     kw: dict[str, Any] = {"dtype": dtype, "arch": dict(arch) or None}
-    if (model, arch) in LLM:
+    if (model, arch) in llms:
         if llm_only or rng.random() < 0.5:
             kw.update(phase="decode", batch=rng.choice([1, 2, 8, 32]),
                       context=rng.choice([16, 128, 1024]))
@@ -135,8 +142,8 @@ class Tally:
     def add(self, violations: list[fl.Violation], margin: float) -> None:
         self.checked += 1
         self.violations += violations
-        self.worst_margin = min(self.worst_margin, margin,
-                                *(v.margin for v in violations))
+        self.worst_margin = fl.rounded(min(self.worst_margin, margin,
+                                           *(v.margin for v in violations)))
 
     def row(self) -> dict[str, Any]:
         return {"pairs": self.pairs, "checked": self.checked, "refused": self.refused,
@@ -147,7 +154,7 @@ class Tally:
 
 def _event(template, rng, tally):
     from simulators.engine import simulate
-    case = random_case(rng)
+    case = random_case(rng, pool=_POOL[0])
     w = case.build()
     d = random_design(template, rng)
     r = simulate(w, d)
@@ -157,7 +164,7 @@ def _event(template, rng, tally):
 
 def _fast(template, rng, tally):
     from simulators.fast import evaluate_many
-    case = random_case(rng)
+    case = random_case(rng, pool=_POOL[0])
     w = case.build()
     d = random_design(template, rng)
     r = evaluate_many(w, [d])
@@ -171,7 +178,7 @@ def _fast(template, rng, tally):
 def _population(template, rng, tally, size: int = 16):
     """``size`` designs of one template on one workload in one call (counts ``size`` pairs)."""
     from simulators.fast import evaluate_many
-    case = random_case(rng)
+    case = random_case(rng, pool=_POOL[0])
     w = case.build()
     designs = []
     for _ in range(size * 3):
@@ -196,7 +203,7 @@ def _population(template, rng, tally, size: int = 16):
 
 def _generation(template, rng, tally):
     from dse import api
-    case = random_case(rng, llm_only=True)
+    case = random_case(rng, llm_only=True, pool=_POOL[0])
     d = random_design(template, rng)
     base = api.workload(case.model, phase="decode", batch=1, context=1,
                         dtype=case.kwargs["dtype"], arch=case.kwargs["arch"])
@@ -210,7 +217,7 @@ def _generation(template, rng, tally):
 
 def _serving(template, rng, tally):
     from dse import api
-    case = random_case(rng, llm_only=True)
+    case = random_case(rng, llm_only=True, pool=_POOL[0])
     d = random_design(template, rng)
     base = api.workload(case.model, phase="decode", batch=1, context=1,
                         dtype=case.kwargs["dtype"], arch=case.kwargs["arch"])
@@ -238,7 +245,7 @@ def serving_cost_model(base, design, fidelity, s, token_budget, max_batch):
 def _system(template, rng, tally):
     from dse import api
     from simulators.system_engine import simulate_system
-    case = random_case(rng, llm_only=rng.random() < 0.8)
+    case = random_case(rng, llm_only=rng.random() < 0.8, pool=_POOL[0])
     w = case.build()
     d = random_design(template, rng)
     devices = rng.choice([2, 4])
@@ -263,8 +270,13 @@ def _where(vs: list[fl.Violation], case: Case, design: Template | None) -> list[
     return [replace(v, where=f"{v.where}; {tag}") for v in vs]
 
 
-def run(template: str, path: str, pairs: int, seed: int = 0) -> Tally:
-    """``pairs`` random (design, workload) pairs of ``template`` on ``path``."""
+_POOL: list[dict] = [POOL]
+
+
+def run(template: str, path: str, pairs: int, seed: int = 0, quick: bool = False) -> Tally:
+    """``pairs`` random (design, workload) pairs of ``template`` on ``path`` (``quick``: the
+    :data:`QUICK` pool of models)."""
+    _POOL[0] = QUICK if quick else POOL
     rng = random.Random(f"{seed}/{template}/{path}")
     tally = Tally()
     started = time.perf_counter()

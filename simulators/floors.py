@@ -148,14 +148,20 @@ class Floors:
         return out
 
     def worst_margin(self, latency_s: float, energy_j: float) -> float:
-        """The smallest relative margin of a result to these bounds (negative: broken)."""
+        """The smallest relative margin of a result to these bounds (negative: broken; a
+        value within rounding of its bound counts 0)."""
         ms = [margin(latency_s, f) for f in self.latency_s.values() if f > 0]
         e = self.energy_floor_j(latency_s)
         if e > 0:
             ms.append(margin(energy_j, e))
         if latency_s > 0 and math.isfinite(self.tdp_w):
             ms.append(margin(energy_j / latency_s, self.tdp_w, ceiling=True))
-        return min(ms, default=math.inf)
+        return rounded(min(ms, default=math.inf))
+
+
+def rounded(m: float) -> float:
+    """A margin within rounding (``REL_TOL``) of 0 as 0."""
+    return 0.0 if abs(m) <= 4 * REL_TOL else m
 
 
 def peaks_by_dtype(workload: Workload, design: Template) -> dict[str, Peaks | None]:
