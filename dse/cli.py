@@ -307,6 +307,9 @@ SystemOpt = typer.Option(None, "--system", help="System preset (see `dse systems
 DevicesOpt = typer.Option(None, "--devices", help="Devices of the system (default: the layout's).")
 SysOpt = typer.Option(None, "--sys", help="System parameter KEY=VALUE (repeatable).")
 TpOpt = typer.Option(1, "--tp", help="Tensor-parallel ranks.")
+FidelityOpt = typer.Option("fast", "--fidelity", help="How iterations are simulated: fast "
+                           "(no contention between parallel ops; never below the floors) | "
+                           "event (SimPy, contention). A system always runs event.")
 
 
 def _target_args(accelerator, hw, system, devices, sys_pairs, tp, pp=1) -> dict[str, Any]:
@@ -329,6 +332,7 @@ def generate(model: str = typer.Argument(..., help="Zoo model name (an LLM)."),
              dtype: str = DtypeOpt, arch: Optional[list[str]] = ArchOpt,
              exact: bool = typer.Option(False, "--exact", help="Simulate every decode step "
                                         "(default: a few, interpolated within 1 %)."),
+             fidelity: str = FidelityOpt,
              as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Prefill then every decode step of a batch: TTFT, TPOT, end-to-end latency, tokens/s,
     energy per token."""
@@ -336,7 +340,7 @@ def generate(model: str = typer.Argument(..., help="Zoo model name (an LLM)."),
     with _busy(f"generating {output_len} tokens of {model}"):
         g = api.generate(model, input_len, output_len, batch, dtype=dtype,
                          arch=parse_pairs(arch, "--arch") or None, exact=exact,
-                         **_target_args(accelerator, hw, system, devices, sys_pairs, tp, pp))
+                         fidelity=fidelity, **_target_args(accelerator, hw, system, devices, sys_pairs, tp, pp))
     if as_json:
         _print_json(g.to_dict())
         return
@@ -388,6 +392,7 @@ def serve(model: str = typer.Argument(..., help="Zoo model name (an LLM)."),
                                                 "(latency distributions, KV cache, batch and "
                                                 "queue over time; throughput against rate "
                                                 "with --rates)."),
+          fidelity: str = FidelityOpt,
           as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Serve a request trace: TTFT / TPOT / end-to-end percentiles, throughput, goodput,
     energy and cost per million tokens, KV-cache occupancy, preemptions."""
@@ -400,7 +405,7 @@ def serve(model: str = typer.Argument(..., help="Zoo model name (an LLM)."),
               max_batch=max_batch, token_budget=token_budget, block_size=block_size,
               arrival=arrival, burstiness=burstiness, seed=seed, slo_ttft_s=slo_ttft,
               slo_tpot_s=slo_tpot, dtype=dtype, arch=parse_pairs(arch, "--arch") or None,
-              log_iterations=chrome_trace is not None,
+              log_iterations=chrome_trace is not None, fidelity=fidelity,
               **_target_args(accelerator, hw, system, devices, sys_pairs, tp))
     sweep = None
     with _busy(f"serving {trace} on {system or accelerator or 'npu'}"):

@@ -354,3 +354,10 @@ def test_an_unimportable_quality_function_fails_the_run_before_anything_is_writt
                    expect=("quality.python", "cannot import no_such_module_i20"))
     assert not (tmp_path / "o").exists()
 
+
+
+# ----------------------------------------------------------------------------- fidelity
+@pytest.mark.parametrize("command", [["generate", "gpt2", "--input-len", "8", "--output-len",
+                                      "2"], ["serve", "gpt2", "--rate", "1", "--requests", "2"]])
+def test_bad_fidelity(capsys, command):
+    one_line_error(capsys, *command, "--fidelity", "exact", expect=("fidelity", "fast or event"))
