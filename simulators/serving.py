@@ -109,6 +109,17 @@ class ServingResult:
     iteration_log: dict[str, list] = field(default_factory=dict)
     queue: dict[str, list] = field(default_factory=dict)
 
+    @property
+    def avg_power_w(self) -> float:
+        """Mean power over the run (first arrival to last completion, idle included), W."""
+        return self.energy_j / self.span_s if self.span_s > 0 else 0.0
+
+    @property
+    def edp(self) -> float:
+        """Energy-delay product of a request's token: energy per output token times the mean
+        end-to-end latency, J s."""
+        return self.energy_per_token_j * self.e2e_s["mean"]
+
     def metrics(self) -> dict[str, float]:
         """Scalar metrics a study can optimise or constrain."""
         return {"ttft_p99_s": self.ttft_s["p99"], "tpot_p99_s": self.tpot_s["p99"],

@@ -132,3 +132,31 @@ def test_a_serving_study_report_shows_each_designs_serving_run(tmp_path):
         assert x["fidelity"] == "event"
         assert totals["TTFT p50 / p99"].endswith(fmt(float(x["ttft_p99_s"]), "s"))
         assert totals["throughput"] == fmt(float(x["throughput_tok_s"]), "tokens/s")
+
+
+def test_a_serving_studys_power_and_edp_are_api_serves(tmp_path):
+    """Issue 27: the study stored energy per token / mean latency as the power (10^4 too
+    small, so a power constraint never bound). A trial's avg_power_w and edp are now what
+    api.serve reports for its design."""
+    import optuna
+
+    from dse import api
+    s = load_study_text(STUDY)
+    r = run_study(s, trials=2, out=tmp_path, show_progress=False, write_report=False)
+    st = optuna.load_study(study_name="t_serving", storage=r.storage_url)
+    t = next(t for t in st.trials if t.state == optuna.trial.TrialState.COMPLETE)
+    described = t.user_attrs["design"]
+    name = described["design"]
+    d = described["designs"][name]
+    searched = {k.split(".", 2)[2]: v for k, v in t.params.items()
+                if k.startswith(f"hw.{name}.")}   # what the study set; the rest is the preset
+    sv = s.spec.serving
+    ref = api.serve("llama2-7b", trace=sv.trace, rate=sv.rate, requests=sv.requests,
+                    accelerator=f"{d['template']}:{d['preset']}", hw=searched or None,
+                    arch=described["arch"]["llama2-7b"], slo_ttft_s=sv.slo_ttft_s,
+                    slo_tpot_s=sv.slo_tpot_s, seed=sv.seed)
+    m = t.user_attrs["metrics"]
+    assert m["avg_power_w"] == pytest.approx(ref.avg_power_w, rel=1e-9)
+    assert m["edp"] == pytest.approx(ref.edp, rel=1e-9)
+    assert ref.avg_power_w == pytest.approx(ref.energy_j / ref.span_s)
+    assert m["avg_power_w"] > 10   # watts, not energy per token over a request's latency

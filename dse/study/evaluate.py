@@ -251,11 +251,9 @@ class Evaluator:
                       token_budget=sv.token_budget, arrival=sv.arrival,
                       burstiness=sv.burstiness, seed=sv.seed, slo_ttft_s=sv.slo_ttft_s,
                       slo_tpot_s=sv.slo_tpot_s, fidelity=self.fidelity)
-        power = r.energy_j / r.span_s if r.span_s > 0 else 0.0
         return {**r.metrics(), "latency_s": r.e2e_s["mean"],
-                "energy_j": r.energy_per_token_j, "avg_power_w": power,
-                "edp": r.energy_per_token_j * r.e2e_s["mean"],
-                "throughput": r.throughput_tok_s}
+                "energy_j": r.energy_per_token_j, "avg_power_w": r.avg_power_w,
+                "edp": r.edp, "throughput": r.throughput_tok_s}
 
     def _system(self, design, point: Point):
         """The system of ``design`` and the layout of ``point``: the device count is the

@@ -9,9 +9,12 @@ steps per second, ``1 / latency_s``, with several; ``quality`` is the weight-ave
 ``params`` and ``flops`` are summed (flops weighted). Each workload's own metrics are also
 available as ``LABEL.metric`` (e.g. ``resnet18.latency_s``).
 
-A serving study (``serving:``, one served model) also has :data:`SERVING_METRICS`; there
-``latency_s`` is a request's mean end-to-end latency, ``energy_j`` the energy per output token,
-``avg_power_w`` the mean power over the run and ``throughput`` output tokens/s.
+A study of one workload takes that workload's ``avg_power_w``, ``edp`` and ``throughput`` as
+they are. A serving study (``serving:``, one served model) also has :data:`SERVING_METRICS`;
+there ``latency_s`` is a request's mean end-to-end latency, ``energy_j`` the energy per output
+token, ``avg_power_w`` the mean power over the run (energy over the span, idle included:
+``ServingResult.avg_power_w``), ``edp`` the energy per output token times the mean
+end-to-end latency (``ServingResult.edp``) and ``throughput`` output tokens/s.
 """
 
 from __future__ import annotations
@@ -199,8 +202,11 @@ def totals(per_workload: Mapping[str, Mapping[str, float]], weights: Mapping[str
         "params": sum(per_workload[w]["params"] for w in labels),
         "flops": sum(weights[w] * per_workload[w]["flops"] for w in labels),
     }
-    if len(labels) == 1:
-        out["throughput"] = per_workload[labels[0]]["throughput"]
+    if len(labels) == 1:   # one workload: its own power, EDP and throughput (a serving
+        own = per_workload[labels[0]]   # run's power is over its span, not energy / latency)
+        out["throughput"] = own["throughput"]
+        out["avg_power_w"] = own.get("avg_power_w", out["avg_power_w"])
+        out["edp"] = own.get("edp", out["edp"])
     else:
         out["throughput"] = 1.0 / latency if latency > 0 else 0.0
     for key in SERVING_METRICS:
