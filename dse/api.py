@@ -48,7 +48,8 @@ def workload(model: str | torch.nn.Module | None = None, phase: str | None = Non
     config (a config.json path or its dict; ``arch`` overrides its fields), or of your own
     ``module`` on ``inputs`` (a tuple of arguments, a dict of keyword arguments or a tensor;
     ``kv_input`` names the argument holding an LLM's KV cache; ``phase`` defaults to
-    ``forward``). ``kv_update`` (``in_place`` | ``concat``) is how a decode step updates the KV
+    ``forward``; ``batch`` to the leading dimension of its first tensor input, the items a
+    result's throughput counts). ``kv_update`` (``in_place`` | ``concat``) is how a decode step updates the KV
     cache; by default what the model does (zoo and own modules: ``in_place``, as a serving
     engine; Hugging Face: ``concat``, its default dynamic cache). ``w.summary()`` is what
     ``dse workload --json`` prints.
@@ -61,7 +62,7 @@ def workload(model: str | torch.nn.Module | None = None, phase: str | None = Non
     if module is not None:
         from workloads.user_module import capture_module
         w = capture_module(module, inputs, phase=phase or "forward", dtype=dtype,
-                           kv_input=kv_input, batch=batch or 1, seq=seq or 0,
+                           kv_input=kv_input, batch=batch, seq=seq or 0,
                            context=context or 0, kv_update=kv_update or "in_place")
     elif hf_config:
         from workloads.hf import workload_from_hf_config

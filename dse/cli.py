@@ -92,7 +92,7 @@ def _workload_from_flags(model, phase, batch, seq, context, dtype, arch, hf_conf
         mod, args, kwargs = load_factory(module)
         with _busy(f"capturing {module} with torch.export"):
             w = capture_module(mod, args, kwargs, phase=phase or "forward", dtype=dtype,
-                               model=module, batch=batch or 1, seq=seq or 0,
+                               model=module, batch=batch, seq=seq or 0,
                                context=context or 0, kv_update=kv_update or "in_place")
         return api.check_unknown_ops(w, strict)
     if model and not hf_config:

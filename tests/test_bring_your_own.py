@@ -260,3 +260,19 @@ def test_corpus_check_reports_a_failure_instead_of_raising():
     row = check("broken", "test", lambda: (_ for _ in ()).throw(RuntimeError("boom")))
     assert not row.captured and "boom" in row.error
     assert hf_maker("llama", "prefill")()[0] is not None
+
+
+def test_own_module_batch_is_read_from_its_inputs():
+    """Issue 27: a module run on 8 images reported throughput 1 / latency (batch 1); the
+    batch is the leading dimension of the first tensor input, and may be given."""
+    with torch.device("meta"):
+        net = nn.Sequential(nn.Conv2d(3, 16, 3), nn.ReLU(), nn.Flatten(),
+                            nn.Linear(16 * 30 * 30, 10))
+        x = torch.zeros(8, 3, 32, 32)
+    r = api.simulate(net, inputs=(x,), accelerator="gpu:h100")
+    assert r.throughput == pytest.approx(8 / r.latency_s)
+    assert api.workload(module=net, inputs={"input": x}).batch == 8
+    r4 = api.simulate(net, inputs=(x,), accelerator="gpu:h100", batch=4)
+    assert r4.throughput == pytest.approx(4 / r4.latency_s)
+    with pytest.raises(BadInput, match="batch"):
+        api.workload(module=net, inputs=(x,), batch=0)

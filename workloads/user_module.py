@@ -40,16 +40,35 @@ def split_inputs(inputs: Any, kwargs: dict | None = None) -> tuple[tuple, dict]:
                    "arguments or a tensor")
 
 
+def inputs_batch(args: tuple, kwargs: dict,
+                 kv_input: str | tuple[str, ...] = KV_INPUT_NAME) -> int:
+    """The batch of a module's inputs: the leading dimension of its first tensor argument
+    (positional first, then keyword, the KV cache ``kv_input`` excepted) that has one; 1
+    without any."""
+    skip = {kv_input} if isinstance(kv_input, str) else set(kv_input)
+    for name, v in [(None, a) for a in args] + list(kwargs.items()):
+        if name in skip:
+            continue
+        if isinstance(v, torch.Tensor) and v.dim() >= 1:
+            return max(int(v.shape[0]), 1)
+    return 1
+
+
 def capture_module(module: torch.nn.Module, inputs: Any = None, kwargs: dict | None = None,
                    phase: str = "forward", dtype: str = "bf16", model: str | None = None,
                    kv_input: str | tuple[str, ...] = KV_INPUT_NAME, causal: bool = False,
-                   batch: int = 1, seq: int = 0, context: int = 0,
+                   batch: int | None = None, seq: int = 0, context: int = 0,
                    kv_update: str = "in_place") -> ir.Workload:
     """The workload of ``module`` on ``inputs`` (not cached: a module is not a stable key);
-    ``kv_update`` as :func:`workloads.capture.capture`."""
+    ``batch`` (the items a result's throughput counts) defaults to the inputs' own
+    (:func:`inputs_batch`); ``kv_update`` as :func:`workloads.capture.capture`."""
     if not isinstance(module, torch.nn.Module):
         raise BadInput("module", type(module).__name__, "a torch.nn.Module")
     args, kw = split_inputs(inputs, kwargs)
+    if batch is None:
+        batch = inputs_batch(args, kw, kv_input)
+    elif isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise BadInput("batch", batch, "expected an int >= 1 (the items one run processes)")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return capture(module, args, kw, model=model or type(module).__name__, phase=phase,
