@@ -267,7 +267,9 @@ def _print_result(r, w=None, design=None) -> None:
                   f"TDP {_si(r.tdp_w, 'W')}")
     out.print("area: " + "  ".join(f"{k} {v:,.1f} mm²" for k, v in r.area_breakdown_mm2.items()
                                    if v))
-    out.print("utilisation: " + "  ".join(f"{k} {100 * v:.1f}%" for k, v in r.utilisation.items()))
+    out.print("busy: " + "  ".join(f"{k} {100 * v:.1f}%" for k, v in r.busy_fraction.items())
+              + (f"   compute utilisation {100 * r.compute_utilisation:.1f}% of peak FLOP/s"
+                 if r.compute_utilisation == r.compute_utilisation else ""))
     t = Table(title="top ops by time")
     for col in ("op", "kind", "unit", "time", "bound", "FLOPs", "bytes"):
         t.add_column(col)

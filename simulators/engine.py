@@ -131,8 +131,25 @@ def _result(workload: Workload, accelerator: Template, costs: Sequence[OpCost],
                   latency_s=latency, energy_j=total, energy_breakdown_j=energy,
                   area_mm2=area, **physical_fields(accelerator),
                   avg_power_w=total / latency if latency > 0 else static_w,
-                  utilisation=util, throughput=tput, throughput_unit=tunit, ops=list(records),
-                  events=_event_count(env))
+                  busy_fraction=util, throughput=tput, throughput_unit=tunit, ops=list(records),
+                  events=_event_count(env),
+                  compute_utilisation=compute_utilisation([(workload, accelerator)], latency))
+
+
+def compute_utilisation(parts: Sequence[tuple[Workload, Template]], latency_s: float) -> float:
+    """FLOPs done per second over the peak FLOP/s of the designs that did them (each
+    workload's ops on its design; :meth:`Template.peaks` for the workload's dtype), 0-1; NaN
+    when a design declares no peaks. FLOPs as :func:`simulators.floors.real_flops` counts
+    them (causal attention's real work)."""
+    from simulators.floors import real_flops
+    flops, peak = 0.0, 0.0
+    for w, design in parts:
+        p = design.peaks(w.dtype)
+        if p is None:
+            return float("nan")
+        flops += sum(real_flops(op) for op in w.ops)
+        peak += sum(p.flops_per_s.values())
+    return flops / latency_s / peak if latency_s > 0 and peak > 0 else float("nan")
 
 
 def physical_fields(accelerator: Template) -> dict[str, Any]:

@@ -38,8 +38,11 @@ class Result:
     """Latency (s), energy (J) by component, area (mm^2) and its breakdown, cost per chip (US$)
     and its breakdown,
     TDP (W), off-chip memory (standard, devices, capacity B, bandwidth B/s), average power (W),
-    utilisation per unit (0-1), and per-op records. ``throughput`` is items/s where the item is a token for LLM phases and a
-    sample otherwise (``throughput_unit`` says which)."""
+    ``busy_fraction`` per unit (0-1: the share of the latency the unit holds an op, memory
+    stalls included), ``compute_utilisation`` (0-1: the FLOPs done per second over the
+    design's peak FLOP/s for the workload's dtype, :meth:`Template.peaks`; NaN where the
+    template declares none), and per-op records. ``throughput`` is items/s where the item is
+    a token for LLM phases and a sample otherwise (``throughput_unit`` says which)."""
 
     model: str
     phase: str
@@ -49,7 +52,7 @@ class Result:
     energy_breakdown_j: dict[str, float]
     area_mm2: float
     avg_power_w: float
-    utilisation: dict[str, float]
+    busy_fraction: dict[str, float]
     throughput: float
     throughput_unit: str
     ops: list[OpRecord] = field(default_factory=list)
@@ -61,6 +64,13 @@ class Result:
     memory: dict[str, Any] | None = None
     fidelity: str = "event"
     simulator_version: str = SIMULATOR_VERSION
+    compute_utilisation: float = float("nan")
+
+    @property
+    def utilisation(self) -> dict[str, float]:
+        """Deprecated name of :attr:`busy_fraction` (busy time, not FLOP/s over peak: that is
+        :attr:`compute_utilisation`)."""
+        return self.busy_fraction
 
     @property
     def edp(self) -> float:
@@ -93,7 +103,10 @@ class Result:
              "tdp_w": self.tdp_w, "memory": self.memory,
              "avg_power_w": self.avg_power_w, "edp": self.edp,
              "throughput": self.throughput, "throughput_unit": self.throughput_unit,
-             "utilisation": self.utilisation, "events": self.events, "fidelity": self.fidelity,
+             "busy_fraction": self.busy_fraction,
+             "compute_utilisation": (self.compute_utilisation
+                                     if self.compute_utilisation == self.compute_utilisation
+                                     else None), "events": self.events, "fidelity": self.fidelity,
              "simulator_version": self.simulator_version}
         if ops:
             d["ops"] = [{k: v for k, v in asdict(r).items() if k != "details" or v}

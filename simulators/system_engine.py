@@ -34,7 +34,7 @@ from accelerators.base import ENERGY_COMPONENTS, OpCost
 from accelerators.system import System
 from dse.errors import InfeasibleDesign
 from simulators.channel import FluidChannel
-from simulators.engine import _event_count, op_process, throughput_of
+from simulators.engine import _event_count, compute_utilisation, op_process, throughput_of
 from simulators.fast import costs_whole_workload
 from simulators.result import OpRecord, Result
 from workloads.gna import dense_equivalent
@@ -347,7 +347,10 @@ def _system_result(pw, system, prepared, records, rep_of, reps, env, link_channe
         model=source.model, phase=source.phase, accelerator=system.describe(),
         latency_s=latency, energy_j=total, energy_breakdown_j=energy, area_mm2=phys.area_mm2,
         avg_power_w=total / latency if latency > 0 else system.static_power_w(),
-        utilisation=util, throughput=tput, throughput_unit=tunit, ops=ops,
+        busy_fraction=util, throughput=tput, throughput_unit=tunit, ops=ops,
+        compute_utilisation=compute_utilisation(
+            [(_compute_only(pw.graphs[d]), system.device(d)) for d in range(pw.devices)],
+            latency),
         events=_event_count(env), area_breakdown_mm2=dict(phys.area_breakdown_mm2),
         cost_usd=phys.cost_usd, tdp_w=phys.tdp_w, memory=None, devices=pw.devices,
         layout={**pw.layout.to_dict(), "microbatches": pw.microbatches},

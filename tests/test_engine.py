@@ -30,8 +30,8 @@ def test_independent_ops_on_two_units_overlap():
     w = make_workload(["x", "y"], [])
     r = simulate(w, Toy({"x": ("a", 3e-3, 0), "y": ("b", 2e-3, 0)}))
     assert r.latency_s == pytest.approx(3e-3)
-    assert r.utilisation["a"] == pytest.approx(1.0)
-    assert r.utilisation["b"] == pytest.approx(2 / 3)
+    assert r.busy_fraction["a"] == pytest.approx(1.0)
+    assert r.busy_fraction["b"] == pytest.approx(2 / 3)
 
 
 def test_independent_ops_on_one_unit_serialise():

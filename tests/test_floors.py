@@ -156,3 +156,18 @@ def test_margin():
     assert fl.margin(0.5, 1.0, ceiling=True) == pytest.approx(1.0)
     assert fl.margin(0.0, 0.0) == math.inf
     assert not fl.broken(1.0, 1.0 + 1e-12)
+
+
+def test_busy_fraction_and_compute_utilisation():
+    """Issue 27: `utilisation` was busy time (99.9 % shown at 5.6 % of peak FLOP/s). A
+    result now has both: the busy fraction per unit, and the FLOPs done per second over the
+    design's peak, which the FLOP floor keeps at most 1."""
+    w = _workload("gpt2", phase="decode", batch=1, context=128)
+    d = api.accelerator("npu")
+    r = simulate(w, d)
+    peak = sum(d.peaks(w.dtype).flops_per_s.values())
+    flops = sum(fl.real_flops(op) for op in w.ops)
+    assert r.compute_utilisation == pytest.approx(flops / r.latency_s / peak)
+    assert 0 < r.compute_utilisation < 0.05 < r.busy_fraction["array"] <= 1
+    d = r.to_dict(ops=False)
+    assert "busy_fraction" in d and "compute_utilisation" in d and "utilisation" not in d

@@ -96,7 +96,7 @@ def test_eager_is_the_host_device_recurrence_in_engine_and_fast_path(profile_pat
     assert evaluate_many(w, [d]).latency_s[0] == pytest.approx(end, rel=1e-9)
     # the CPU ran ahead during the GEMMs and the GPU starved on the norms
     assert sum(kernels) < r.latency_s < sum(kernels) + h
-    assert 0 < r.utilisation["sm"] < 1 and set(r.utilisation) == {"sm", "host"}
+    assert 0 < r.busy_fraction["sm"] < 1 and set(r.busy_fraction) == {"sm", "host"}
     assert r.energy_breakdown_j["static"] == pytest.approx(d.hw.idle_power_w * r.latency_s)
 
 

@@ -152,7 +152,7 @@ def test_sub_batch_interleaving_helps_when_npu_and_pim_work_compare(balanced):
     assert on > 1.1 * off
     r = simulate(balanced, NeuPIMs("neupims"))
     # busy fractions adding up to more than 1: the NPU and the PIM work at the same time
-    assert r.utilisation["array"] + r.utilisation["pim"] > 1.1
+    assert r.busy_fraction["array"] + r.busy_fraction["pim"] > 1.1
 
 
 def test_greedy_load_balancing_helps_on_skewed_lengths():

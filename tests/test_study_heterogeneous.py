@@ -45,8 +45,8 @@ def test_all_ops_on_one_sub_accelerator_is_that_accelerator():
     het = Heterogeneous({"a": a, "b": b}).with_assignment({op.name: "a" for op in w.ops})
     alone, both = simulate(w, a), simulate(w, het)
     assert both.latency_s == pytest.approx(alone.latency_s)
-    assert set(both.utilisation) == {"a/array", "a/vector", "b/array", "b/vector"}
-    assert both.utilisation["b/array"] == 0.0
+    assert set(both.busy_fraction) == {"a/array", "a/vector", "b/array", "b/vector"}
+    assert both.busy_fraction["b/array"] == 0.0
     assert both.area_mm2 == pytest.approx(a.area_mm2() + b.area_mm2())
     # dynamic energy is a's; static energy counts both sub-accelerators' leakage
     assert both.energy_j == pytest.approx(

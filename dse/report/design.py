@@ -30,10 +30,12 @@ def totals(result: Result) -> list[tuple[str, str]]:
                      f"{fmt(mem['capacity_bytes'], 'B')}, {fmt(mem['bandwidth_Bps'], 'B/s')}"))
     rows += [(f"area: {k}", fmt(v, "mm²")) for k, v in result.area_breakdown_mm2.items() if v]
     rows += [(f"cost: {k}", fmt(v, "US$")) for k, v in result.cost_breakdown_usd.items() if v]
-    rows += [(f"utilisation {u}", f"{100 * v:.1f}%") for u, v in sorted(result.utilisation.items())]
+    rows += [(f"busy {u}", f"{100 * v:.1f}%") for u, v in sorted(result.busy_fraction.items())]
     flops = sum(r.flops for r in result.ops)
     rows += [("ops", f"{len(result.ops):,}"), ("FLOPs", fmt(flops, "FLOP")),
-             ("achieved", fmt(flops / result.latency_s, "FLOP/s") if result.latency_s > 0 else "–")]
+             ("achieved", fmt(flops / result.latency_s, "FLOP/s") if result.latency_s > 0 else "–"),
+             ("compute utilisation", f"{100 * result.compute_utilisation:.1f}% of peak FLOP/s"
+              if result.compute_utilisation == result.compute_utilisation else "–")]
     return rows
 
 

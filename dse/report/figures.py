@@ -80,15 +80,15 @@ def kind_breakdown(result: Result, title: str = "Latency and energy by op kind")
 
 def component_breakdown(result: Result, title: str = "Energy by component and time by unit"):
     """Energy per component (compute, on-chip memory, off-chip memory, network, static) and
-    busy time per unit with its utilisation."""
+    busy time per unit with its busy fraction."""
     from plotly.subplots import make_subplots
     go = _go()
     comps = [c for c, v in result.energy_breakdown_j.items()]
     energies = [result.energy_breakdown_j[c] for c in comps]
     ef, eu = prefix_for(energies, "J")
     total_e = result.energy_j or 1.0
-    units = sorted(result.utilisation)
-    busy = [result.utilisation[u] * result.latency_s for u in units]
+    units = sorted(result.busy_fraction)
+    busy = [result.busy_fraction[u] * result.latency_s for u in units]
     tf, tu = prefix_for(busy + [result.latency_s], "s")
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.16,
                         subplot_titles=("energy by component (incl. static)",
@@ -101,9 +101,9 @@ def component_breakdown(result: Result, title: str = "Energy by component and ti
         showlegend=False), 1, 1)
     fig.add_trace(go.Bar(
         x=[plot_text(u) for u in units], y=[b / tf for b in busy], marker_color="#1f5fbf",
-        customdata=[[100 * result.utilisation[u]] for u in units],
-        text=[f"{100 * result.utilisation[u]:.1f}%" for u in units], textposition="auto",
-        hovertemplate="unit %{x}<br>busy %{y:.4g} " + tu + "<br>utilisation %{customdata[0]:.1f}%"
+        customdata=[[100 * result.busy_fraction[u]] for u in units],
+        text=[f"{100 * result.busy_fraction[u]:.1f}%" for u in units], textposition="auto",
+        hovertemplate="unit %{x}<br>busy %{y:.4g} " + tu + "<br>busy %{customdata[0]:.1f}% of the latency"
                       "<extra></extra>", showlegend=False), 1, 2)
     fig.add_hline(y=result.latency_s / tf, line_dash="dash", line_color="#c0392b", row=1, col=2,
                   annotation_text="latency " + fmt(result.latency_s, "s"),

@@ -16,10 +16,12 @@ whole workloads (NASAIC's network-to-sub-accelerator mapping).
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
-from accelerators.base import HardwareConfig, OpCost, Resources, Template
+from accelerators.base import (HardwareConfig, MemoryLevel, OpCost, Peaks, Resources,
+                               Template)
 from accelerators.physical import Floorplan, combine
 from dse.errors import InfeasibleDesign
 from workloads.ir import Op, Workload
@@ -158,6 +160,24 @@ class Heterogeneous(Template):
             units.update({f"{n}{SEPARATOR}{u}": c for u, c in r.units.items()})
             channels.update({f"{n}{SEPARATOR}{c}": b for c, b in r.channels.items()})
         return Resources(units=units, channels=channels)
+
+    def peaks(self, dtype: str) -> Peaks | None:
+        """Every sub-accelerator's units (prefixed), their memories as one level (bandwidths
+        and capacities added, the cheapest energy) with their on-chip memories inside it;
+        None when a sub-accelerator declares none."""
+        subs = {n: s.peaks(dtype) for n, s in self.subs.items()}
+        if any(p is None or p.resident is None for p in subs.values()):
+            return None
+        flops = {f"{n}{SEPARATOR}{u}": f for n, p in subs.items()
+                 for u, f in p.flops_per_s.items()}
+        levels = [p.resident for p in subs.values()]
+        return Peaks(flops_per_s=flops, levels=(
+            MemoryLevel("memory", sum(lv.bandwidth_Bps for lv in levels),
+                        sum(lv.capacity_bytes for lv in levels),
+                        min(lv.energy_j_per_byte for lv in levels), resident=True),
+            MemoryLevel("on_chip", math.inf, sum(p.inside(p.resident) for p in subs.values()),
+                        0.0)),
+            energy_per_flop_j=min(p.energy_per_flop_j for p in subs.values()))
 
     def floorplan(self) -> Floorplan | None:
         """The sub-accelerators on one chip (:func:`accelerators.physical.combine`); None when
