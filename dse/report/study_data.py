@@ -344,8 +344,20 @@ def read_study(study, storage: str = "") -> StudyData:
                 units.setdefault(k[: -len("_unit")], set()).add(v)
     spec = study.user_attrs.get("dse_spec")
     multi = isinstance(spec, dict) and spec.get("fidelity") == "multi"
-    # with fidelity: multi the front is over confirmed (event-simulated) trials, as in pareto.csv
-    mark_pareto([r for r in rows if not multi or r.fidelity == "event"], objectives, directions)
+    # with fidelity: multi the front is over confirmed (event-simulated) trials, and a design
+    # evaluated several times counts once (its first trial), as in pareto.csv
+    from dse.study.pareto import design_key
+    seen: set[str] = set()
+    competing = []
+    for r in sorted(rows, key=lambda r: r.number):
+        if multi and r.fidelity != "event":
+            continue
+        key = design_key({"design": r.design}) if r.design else None
+        if key is None or key not in seen:
+            competing.append(r)
+            if key is not None and r.status == DOMINATED:
+                seen.add(key)
+    mark_pareto(competing, objectives, directions)
     if "throughput" not in units:
         unit = _throughput_unit(spec)
         if unit:

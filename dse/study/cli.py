@@ -1,4 +1,4 @@
-"""``dse study ...`` commands: run, validate, schema."""
+"""``dse study ...`` commands: run, validate, schema, dashboard."""
 
 from __future__ import annotations
 
@@ -78,7 +78,31 @@ def _print_summary(study, summary) -> None:
     elif summary.report_error:
         _out.print(f"report: not written ({summary.report_error})")
     url = redact_url(summary.storage_url)
-    _out.print(f"storage: {url}  (optuna-dashboard {url})")
+    _out.print(f"storage: {url}  (browse it: dse study dashboard {summary.out_dir})")
+
+
+@study_app.command()
+def dashboard(directory: Optional[Path] = typer.Argument(
+                  None, metavar="DIR", help="A study output directory (holds study.db)."),
+              storage: Optional[str] = typer.Option(None, "--storage", help="An Optuna "
+                                                    "storage URL instead of DIR."),
+              host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+              port: int = typer.Option(8080, "--port", help="Port to listen on.")) -> None:
+    """Browse a study in optuna-dashboard, its best trials the feasible Pareto front (the
+    stock dashboard lists designs that break a constraint as best)."""
+    from dse.errors import BadInput
+    from dse.report.study_data import storage_url
+    from dse.study.dashboard import serve
+    from dse.study.loader import check_storage_url
+    if (directory is None) == (storage is None):
+        raise BadInput("DIR", directory, "give a study output directory or --storage URL "
+                       "(one of them)")
+    url = check_storage_url(storage, "--storage") if storage else storage_url(directory)
+    if not 0 < port < 65536:
+        raise BadInput("--port", port, "expected a port in [1, 65535]")
+    _out.print(f"optuna-dashboard of {redact_url(url)} on http://{host}:{port}/ "
+               "(best trials: the feasible front; Ctrl-C stops)")
+    serve(url, host, port)
 
 
 @study_app.command()

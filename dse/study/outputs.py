@@ -23,7 +23,7 @@ from dse.quality import source_text
 from dse.files import atomic_open
 from dse.study.loader import ResolvedStudy
 from dse.study.objectives import METRICS, Constraint
-from dse.study.pareto import ParetoFront
+from dse.study.pareto import ParetoFront, first_of_each_design
 from dse.study.progress import is_feasible
 
 
@@ -85,14 +85,16 @@ def infeasible_reason(t: FrozenTrial, resolved: ResolvedStudy) -> str:
 
 
 def pareto_numbers(trials: Sequence[FrozenTrial], resolved: ResolvedStudy) -> list[int]:
-    """Numbers of the feasible trials no other feasible trial dominates. With ``fidelity:
-    multi`` only the event-simulated (confirmed) trials compete: a fast-path point is a lower
-    bound on latency and would otherwise shadow its own confirmation."""
+    """Numbers of the feasible trials no other feasible trial dominates, one per design (the
+    first trial of a design evaluated several times: :func:`first_of_each_design`). With
+    ``fidelity: multi`` only the event-simulated (confirmed) trials compete: a fast-path
+    point is a lower bound on latency and would otherwise shadow its own confirmation."""
     front = ParetoFront([o.sign for o in resolved.objectives])
     multi = resolved.spec.fidelity == "multi"
-    for t in trials:
-        if is_feasible(t) and (not multi or t.user_attrs.get("fidelity", "event") == "event"):
-            front.add(t.number, t.values)
+    for t in first_of_each_design(
+            [t for t in trials if is_feasible(t)
+             and (not multi or t.user_attrs.get("fidelity", "event") == "event")]):
+        front.add(t.number, t.values)
     return front.keys()
 
 

@@ -31,3 +31,29 @@ class ParetoFront:
 
     def keys(self) -> list[int]:
         return sorted(self.members)
+
+
+def design_key(user_attrs: dict) -> str:
+    """What identifies a trial's design: its ``design`` user attribute (every parameter of
+    every design, each workload's architecture, the system and layout) as sorted JSON; the
+    quality rating (read from the architecture) is left out. Trials with equal keys are the
+    same design evaluated twice (a confirmation of a screened point, a sampler's repeat)."""
+    import json
+    d = {k: v for k, v in (user_attrs.get("design") or {}).items() if k != "quality"}
+    return json.dumps(d, sort_keys=True, default=str)
+
+
+def first_of_each_design(trials: Sequence) -> list:
+    """``trials`` keeping the first (lowest number) of each design (:func:`design_key`); a
+    trial without a stored design is kept."""
+    seen: set[str] = set()
+    out = []
+    for t in sorted(trials, key=lambda t: t.number):
+        if not t.user_attrs.get("design"):
+            out.append(t)
+            continue
+        key = design_key(t.user_attrs)
+        if key not in seen:
+            seen.add(key)
+            out.append(t)
+    return out
