@@ -389,6 +389,11 @@ class Template(ABC):
         return (f"its memory ({mem.devices} {mem.standard.name} {mem.standard.device}"
                 f"{'s' if mem.devices != 1 else ''} x {mem.capacity_gb_per_device:.3g} GB)")
 
+    def unused_params(self) -> set[str]:
+        """Parameters whose value this design ignores given its other values (e.g. a bandwidth
+        target when the memory devices are counted); reports leave them out."""
+        return set()
+
     def peaks(self, dtype: str) -> Peaks | None:
         """This design's peaks for work in ``dtype`` (:class:`Peaks`: FLOP/s per unit, memory
         levels, cheapest energy per FLOP), which :mod:`simulators.floors` divides work by;

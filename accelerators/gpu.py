@@ -121,9 +121,9 @@ PARAMS = (
     Param("host_interface", str, "", "pcie5x16", "link to the host",
           choices=tuple(HOST_INTERFACES)),
     Param("peer_links", int, "links", 18, "GPU-to-GPU links (NVLink) on the die", 0, 64),
-    Param("peer_link_phy_mm2", float, "mm^2", 0.965, "PHY area of one peer link [R LLMCompass "
+    Param("peer_link_phy_mm2", float, "mm²", 0.965, "PHY area of one peer link [R LLMCompass "
           "cost model: NVLink 3 1.888, NVLink 4 0.965 mm^2]", 0.0, 100.0),
-    Param("other_logic_mm2", float, "mm^2", 0.0, "laid-out logic the SM model leaves out "
+    Param("other_logic_mm2", float, "mm²", 0.0, "laid-out logic the SM model leaves out "
           "(graphics dies: RT cores, texture, raster, display and video engines), at node_nm",
           0.0, 5000.0),
     Param("launch_overhead_s", float, "s", 2.0e-6, "time of the smallest kernel back to back "

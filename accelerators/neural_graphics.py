@@ -387,6 +387,10 @@ class NGPC(Template):
         return Resources(units={"gpu": 1, "encoder": 1, "mlp": 1},
                          channels={"dram": self.dram_bandwidth_Bps})
 
+    def unused_params(self) -> set[str]:
+        """``fusion_speedup`` applies only to fused remaining kernels."""
+        return set() if self.hw.fuse_gpu_kernels else {"fusion_speedup"}
+
     def peaks(self, dtype: str) -> Peaks:
         """The GPU's SMs (:meth:`GPU.peaks`); per NFP, the encoding units' interpolation lanes
         (``INTERP_MACS_PER_LANE`` MACs per look-up) and vector lanes on the encoder, the MLP

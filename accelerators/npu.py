@@ -519,6 +519,10 @@ class NPU(Template):
         return Resources(units={"array": 1, "vector": 1},
                          channels={"dram": self._bw})
 
+    def unused_params(self) -> set[str]:
+        """``dram_bandwidth_Bps`` sizes the memory only when ``dram_devices`` is 0."""
+        return {"dram_bandwidth_Bps"} if self.hw.dram_devices else set()
+
     def peaks(self, dtype: str) -> Peaks:
         """The arrays' MACs (2 FLOPs each) and the vector lanes (an FMA each) per cycle, on
         the design's own datapath whatever the workload's dtype; DRAM at its peak pin

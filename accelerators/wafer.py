@@ -181,7 +181,7 @@ class Wafer(Template):
               choices=tuple(DTYPE_BYTES)),
         Param("node_nm", int, "nm", 7, "process node (WSE-2: TSMC 7 nm [D])",
               choices=tech.NODES_NM),
-        Param("core_logic_area_mm2", float, "mm^2", WSE2_CORE_LOGIC_AREA_MM2,
+        Param("core_logic_area_mm2", float, "mm²", WSE2_CORE_LOGIC_AREA_MM2,
               "area per core apart from its SRAM: datapath, router, control and the spare cores' "
               "share (WSE-2 from its parts: wse2_core_logic_area_mm2) [E]",
               1e-4, 10.0, log=True),
@@ -477,6 +477,12 @@ class Wafer(Template):
 
     def resources(self) -> Resources:
         return Resources(units={"region": 1}, channels={"io": self.hw.io_bandwidth_Bps})
+
+    def unused_params(self) -> set[str]:
+        """``summa_broadcast`` matters only to ``summa``, ``ktree_k`` only to ``ktree``."""
+        hw = self.hw
+        return ({"summa_broadcast"} if hw.gemm_algorithm != "summa" else set()) | (
+            {"ktree_k"} if hw.allreduce != "ktree" else set())
 
     def peaks(self, dtype: str) -> Peaks:
         """The larger region's cores at the fabric's MACs per cycle (2 FLOPs each) in the

@@ -93,3 +93,25 @@ def test_dse_dashboard_api_names_the_feasible_front_as_best(study):
     infeasible = {t.number for t in s.trials if t.state.name == "COMPLETE"
                   and not is_feasible(t)}
     assert {t["number"] for t in stock["best_trials"]} & infeasible   # the stock view's flaw
+
+
+def test_a_design_evaluated_twice_is_on_the_front_once():
+    """Issue 27: a front listed one L40S confirmed 16 times as 16 designs; pareto.csv (and
+    the report) keep the first trial of each design."""
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import TrialState, create_trial
+
+    from dse.study.outputs import pareto_numbers
+    resolved = load_study_text(yaml.safe_dump(SPEC))
+
+    def trial(n, rows, values):
+        t = create_trial(state=TrialState.COMPLETE, values=values,
+                         params={"hw.rows": rows},
+                         distributions={"hw.rows": CategoricalDistribution([8, 16, 1024])},
+                         user_attrs={"design": {"designs": {"npu": {"hw": {"rows": rows}}}}},
+                         system_attrs={"constraints": [-1.0, -1.0]})
+        t.number = n
+        return t
+    trials = [trial(0, 8, [1.0, 2.0]), trial(1, 8, [1.0, 2.0]), trial(2, 16, [2.0, 1.0]),
+              trial(3, 8, [1.0, 2.0])]
+    assert pareto_numbers(trials, resolved) == [0, 2]

@@ -27,6 +27,7 @@ h1 { font-size: 22px; margin: 4px 0 2px; word-break: break-word; }
 h2 { font-size: 17px; margin: 28px 0 6px; padding-top: 10px; border-top: 1px solid var(--line); }
 h3 { font-size: 15px; margin: 14px 0 4px; }
 p.note, .muted { color: var(--muted); margin: 2px 0 8px; }
+p.warn { color: #a33; margin: 4px 0 10px; }
 .cards { display: flex; flex-wrap: wrap; gap: 10px; margin: 12px 0 4px; }
 .card { border: 1px solid var(--line); border-radius: 6px; padding: 8px 12px; min-width: 150px; }
 .card .k { color: var(--muted); font-size: 12px; }

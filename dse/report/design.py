@@ -40,15 +40,21 @@ def totals(result: Result) -> list[tuple[str, str]]:
 
 
 def hardware_rows(accelerator: dict[str, Any]) -> list[tuple[str, str]]:
-    """(parameter, value with unit) of the design's hardware, units from the template."""
+    """(parameter, value with unit) of the design's hardware, units from the template,
+    without the parameters the design ignores (``Template.unused_params``)."""
     units: dict[str, str] = {}
+    unused: set[str] = set()
     try:
         from accelerators.registry import get_template
+        from dse.report.roofline import rebuild_template
         units = {p.name: p.unit for p in get_template(accelerator.get("template", "")).PARAMS}
+        design = rebuild_template(accelerator)
+        unused = design.unused_params() if design is not None else set()
     except Exception:  # template not registered (e.g. a test template): print without units
         units = {}
     return [(k, fmt(v, units.get(k, "")) if isinstance(v, (int, float)) and not isinstance(v, bool)
-             else str(v)) for k, v in sorted((accelerator.get("hw") or {}).items())]
+             else str(v)) for k, v in sorted((accelerator.get("hw") or {}).items())
+            if k not in unused]
 
 
 def cards(pairs: list[tuple[str, str]]) -> Markup:

@@ -3,7 +3,8 @@ rate (FLOP/s), and the design's roofs.
 
 Roofs, best source first:
 
-* peak compute, FLOP/s: the template's ``peak_flops_per_s()`` when it defines one; otherwise
+* peak compute, FLOP/s: the template's ``peak_flops_per_s()`` when it defines one, else the
+  sum of its units' peaks (``Template.peaks``, the design's datapath; bf16 on a GPU); otherwise
   the highest rate any op reached while its unit computed without a memory stall
   (``flops / compute_s``, with ``compute_s = compute_cycles / clock`` and the clock recovered
   from ``cycles / duration``), labelled "best observed" — a lower bound on the peak.
@@ -64,6 +65,13 @@ def roofs_for(result: Result, template: Any = None) -> Roofs:
             peak = float(hook())
             peak_src = "template peak"
         except Exception:  # a template hook that cannot answer for this design
+            peak = None
+    if not peak and template is not None and callable(getattr(template, "peaks", None)):
+        try:   # Template.peaks: every unit's peak for the design's datapath (bf16 on a GPU)
+            p = template.peaks(template.hw.get("dtype") or "bf16")
+            peak = sum(p.flops_per_s.values()) if p is not None else None
+            peak_src = "template peak"
+        except Exception:  # a template that cannot answer for this design
             peak = None
     if not peak:
         rates = []

@@ -11,7 +11,7 @@ from typing import Any, Callable
 from dse.report.design import cards, design_label, hardware_rows, totals
 from dse.report.html import Markup, el, figure_json, render_page, script_json, write_page
 from dse.report.study_data import (FAILED, INFEASIBLE, PARETO, SERVING_KEYS, StudyData,
-                                   open_study, read_study, redact)
+                                   open_study, read_study, redact, unmet_text)
 from dse.report.units import fmt
 
 #: Pareto designs re-simulated for the detail view, at most [E: 30 GPT-2 decode designs
@@ -148,6 +148,9 @@ def study_page(data: StudyData, study: Any, max_details: int = MAX_DETAILS,
                        el("p", f"objectives: {_objectives_text(data)}"
                                + (f" · storage {data.storage}" if data.storage else ""), class_="note"),
                        _summary(data)]
+    unmet = unmet_text(data)
+    if unmet:
+        body.append(el("p", "No feasible design: " + "; ".join(unmet) + ".", class_="warn"))
     if data.constraints:
         body.append(el("p", "constraints: " + "; ".join(
             c.label(lambda v, k=c.metric: fmt(v, _unit(data, k))) for c in data.constraints),

@@ -65,6 +65,26 @@ class Constraint:
             return False
         return (self.max is None or value <= self.max) and (self.min is None or value >= self.min)
 
+    def excess(self, value: float | None) -> float:
+        """How far ``value`` is outside the bound, relative to it (<= 0: met; inf: no
+        value)."""
+        if value is None or not math.isfinite(value):
+            return math.inf
+        out = -math.inf
+        for bound, sign in ((self.max, 1.0), (self.min, -1.0)):
+            if bound is not None:
+                out = max(out, sign * (value - bound) / (abs(bound) or 1.0))
+        return out
+
+    def broken_text(self, value: float | None) -> str:
+        """``latency_s ≤ 0.005 (latency_s = 0.0071, 42% over)``."""
+        e = self.excess(value)
+        side = "over" if self.max is not None and value is not None and value > self.max \
+            else "under"
+        shown = f"{value:.4g}" if value is not None and math.isfinite(value) else "not computed"
+        return (f"{self.label()} ({self.metric} = {shown}"
+                + (f", {e:.0%} {side})" if math.isfinite(e) else ")"))
+
     def label(self, fmt_value=None) -> str:
         f = fmt_value or (lambda v: f"{v:g}")
         parts = []
@@ -331,7 +351,9 @@ def read_study(study, storage: str = "") -> StudyData:
                 feasible = row.reason is None
             row.status = DOMINATED if feasible else INFEASIBLE
             if not feasible and row.reason is None and row.violations:
-                row.reason = "violates " + "; ".join(row.violations)
+                row.reason = "violates " + "; ".join(
+                    c.broken_text(values.get(c.metric)) for c in constraints
+                    if c.metric in values and not c.ok(values.get(c.metric)))
         else:
             row.status = FAILED
             if row.reason is None:
@@ -426,4 +448,26 @@ def _param_units(rows: list[TrialRow]) -> dict[str, str]:
     for k in keys:
         short = k.rsplit(".", 1)[-1] if k.startswith("hw.") else k
         out[k] = template_units.get(short) or unit_of(k)
+    return out
+
+
+def unmet_text(data: "StudyData") -> list[str]:
+    """With no feasible trial: each constraint no trial met, with the closest trial's value
+    and by how much; or, when each was met by some trial, the trial closest to meeting all
+    (least summed excess) and what it breaks. Empty when a trial is feasible."""
+    ran = [t for t in data.trials if t.status in (PARETO, DOMINATED, INFEASIBLE)]
+    if any(t.status in (PARETO, DOMINATED) for t in ran) or not ran or not data.constraints:
+        return []
+    out = []
+    for c in data.constraints:
+        best = min(ran, key=lambda t: c.excess(t.values.get(c.metric)))
+        if c.excess(best.values.get(c.metric)) > 0:
+            out.append(f"{c.label()} cannot be met by the designs tried: the closest, trial "
+                       f"{best.number}, has " + c.broken_text(best.values.get(c.metric))
+                       .split(" (", 1)[1].rstrip(")"))
+    if not out:
+        best = min(ran, key=lambda t: sum(max(c.excess(t.values.get(c.metric)), 0.0)
+                                          for c in data.constraints))
+        out.append(f"each constraint was met by some design but none met all; the closest, "
+                   f"trial {best.number}, {best.reason or 'violates a constraint'}")
     return out

@@ -70,7 +70,8 @@ def _print_summary(study, summary) -> None:
         if len(summary.pareto_rows) > 15:
             _out.print(f"... {len(summary.pareto_rows) - 15} more in {summary.pareto_csv}")
     else:
-        _out.print("no feasible trial yet: see the reasons in trials.csv")
+        _out.print("no feasible design: " + ("; ".join(summary.unmet) if summary.unmet
+                                             else "see the reasons in trials.csv"))
     _out.print(f"trials: {summary.trials_csv}")
     _out.print(f"pareto: {summary.pareto_csv}")
     if summary.report:

@@ -30,7 +30,7 @@ from dse.errors import BadInput, redact_url
 from dse.files import atomic_write_text
 from dse.study.loader import (ResolvedStudy, check_storage_url, grid_points,
                               load_quality_function)
-from dse.study.outputs import outcome_counts, state_counts, write_outputs
+from dse.study.outputs import outcome_counts, state_counts, unmet_constraints, write_outputs
 from dse.study.progress import StudyProgress
 from dse.study.screening import Screening, screened_front, screening_summary
 from dse.study.space import Shown
@@ -71,6 +71,9 @@ class RunSummary:
     #: ``fidelity: multi``: the screened front against its confirmation; None at other
     #: fidelities.
     screening: Screening | None = None
+    #: With no feasible design: which constraint cannot be met and by how much
+    #: (:func:`dse.study.outputs.unmet_constraints`).
+    unmet: list[str] = field(default_factory=list)
 
     @property
     def trials_per_s(self) -> float:
@@ -216,7 +219,7 @@ def run_study(study: ResolvedStudy, trials: int | None = None, workers: int = 1,
                       report_error=report_error, resumed_from=n_existing,
                       failed_orphans=orphans, pareto_rows=pareto_rows, outcomes=outcomes,
                       stopped=_why_stopped(outcomes, target, failed_before, deadline),
-                      screening=screening)
+                      screening=screening, unmet=unmet_constraints(all_trials, study))
 
 
 def _why_stopped(outcomes: dict[str, int], target: int, failed_before: int,
@@ -340,5 +343,6 @@ def summary_dict(summary: RunSummary) -> dict[str, Any]:
             "trials_csv": str(summary.trials_csv), "pareto_csv": str(summary.pareto_csv),
             "report": str(summary.report) if summary.report else None,
             "report_error": summary.report_error,
-            "screening": summary.screening.as_dict() if summary.screening else None}
+            "screening": summary.screening.as_dict() if summary.screening else None,
+            "unmet": summary.unmet}
 

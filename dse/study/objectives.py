@@ -30,7 +30,7 @@ from dse.errors import BadInput
 METRICS: dict[str, tuple[str, str]] = {
     "latency_s": ("minimize", "s"),
     "energy_j": ("minimize", "J"),
-    "area_mm2": ("minimize", "mm^2"),
+    "area_mm2": ("minimize", "mm²"),
     "avg_power_w": ("minimize", "W"),
     "edp": ("minimize", "J s"),
     "throughput": ("maximize", "items/s"),

@@ -179,3 +179,39 @@ def state_counts(trials: Sequence[FrozenTrial]) -> dict[str, int]:
     for t in trials:
         out[t.state.name] = out.get(t.state.name, 0) + 1
     return out
+
+
+def unmet_constraints(trials: Sequence[FrozenTrial], resolved: ResolvedStudy) -> list[str]:
+    """Why a study has no feasible design, one line each (empty when one is feasible): each
+    constraint no evaluated design met, with the closest design's value and by how much; or,
+    when each was met by some design, the design closest to meeting all of them (least
+    summed violation) and what it breaks; or, when no design ran, the commonest reason."""
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    if any(is_feasible(t) for t in done):
+        return []
+    if not done:
+        reasons: dict[str, int] = {}
+        for t in trials:
+            r = t.user_attrs.get("infeasible_reason") or t.user_attrs.get("fail_reason")
+            if r:
+                reasons[r] = reasons.get(r, 0) + 1
+        if not reasons:
+            return []
+        r, n = max(reasons.items(), key=lambda kv: kv[1])
+        return [f"no design could run; the commonest reason ({n} of {len(trials)}): {r}"]
+    values = {t.number: constraint_values(t, resolved) for t in done}
+    out = []
+    for c in resolved.constraints:
+        got = [(v[c.label], t) for t in done if (v := values[t.number]).get(c.label) is not None]
+        if not got:
+            continue
+        least, t = min(got, key=lambda vt: vt[0])
+        if least > 0:
+            metric = (t.user_attrs.get("metrics") or {}).get(c.metric)
+            out.append(f"{c.label} cannot be met by the designs tried: the closest, trial "
+                       f"{t.number}, has {violation_text(c, metric, least).split(': ', 1)[1]}")
+    if not out:
+        t = min(done, key=lambda t: sum(max(v, 0.0) for v in values[t.number].values()))
+        out.append(f"each constraint was met by some design but none met all; the closest, "
+                   f"trial {t.number}, {infeasible_reason(t, resolved)}")
+    return out
