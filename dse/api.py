@@ -297,7 +297,8 @@ def serve(model: str | Workload, trace: str = "sharegpt", rate: float | None = N
           memory_utilization: float | None = None, arrival: str = "poisson",
           burstiness: float = 1.0, seed: int = 0, slo_ttft_s: float | None = None,
           slo_tpot_s: float | None = None, fidelity: str = "fast",
-          log_iterations: bool = False) -> "ServingResult":
+          log_iterations: bool = False,
+          economics: "dict[str, Any] | None" = None) -> "ServingResult":
     """Serve a request trace with zoo ``model`` on a design or a system (as :func:`generate`):
     ``trace`` ``sharegpt`` / ``alpaca`` (lengths like those datasets, arrivals ``poisson`` or
     ``gamma`` with coefficient of variation ``burstiness`` at ``rate`` requests/s) or a CSV file
@@ -307,7 +308,9 @@ def serve(model: str | Workload, trace: str = "sharegpt", rate: float | None = N
     ``block_size``-token blocks in what the design's memory holds beside the weights.
     Returns a :class:`~simulators.serving.ServingResult` (TTFT / TPOT / E2E percentiles,
     throughput, goodput under the SLOs, energy and cost per million tokens, KV occupancy,
-    preemptions).
+    preemptions). ``economics`` sets the cost per token's parameters (``utilisation``,
+    ``amortisation_years``, ``hardware_usd``, ``host_usd``, ``host_w``, ``pue``,
+    ``usd_per_kwh``; :mod:`simulators.economics` gives their defaults and sources).
 
     >>> s = api.serve("llama2-7b", accelerator="gpu:h200", trace="sharegpt", rate=20,
     ...               requests=2000)
@@ -328,7 +331,7 @@ def serve(model: str | Workload, trace: str = "sharegpt", rate: float | None = N
                        max(sched.token_budget, sched.max_batch, longest))
     return simulate_serving(cost, tr, sched, block_size,
                             memory_utilization or MEMORY_UTILIZATION, slo_ttft_s, slo_tpot_s,
-                            log_iterations=log_iterations)
+                            economics=economics, log_iterations=log_iterations)
 
 
 #: Arrival rates a sweep may hold, at most [E: a readable plot; each rate is one serving run].

@@ -47,6 +47,17 @@ def _print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, default=_json_default) + "\n")
 
 
+def _economics(pairs: list[str] | None) -> dict[str, float] | None:
+    """``--economics KEY=VALUE`` pairs as numbers (one BadInput line for a bad value)."""
+    out: dict[str, float] = {}
+    for k, v in parse_pairs(pairs, "--economics").items():
+        try:
+            out[k] = float(v)
+        except ValueError:
+            raise BadInput(f"economics.{k}", v, "expected a number") from None
+    return out or None
+
+
 def _json_default(o: Any) -> Any:
     if hasattr(o, "to_dict"):
         return o.to_dict()
@@ -395,6 +406,10 @@ def serve(model: str = typer.Argument(..., help="Zoo model name (an LLM)."),
                                                 "queue over time; throughput against rate "
                                                 "with --rates)."),
           fidelity: str = FidelityOpt,
+          economics: Optional[list[str]] = typer.Option(
+              None, "--economics", help="Cost-per-token parameter KEY=VALUE (repeatable): "
+              "utilisation (default: measured), amortisation_years, hardware_usd (default: "
+              "the design's manufacturing cost), host_usd, host_w, pue, usd_per_kwh."),
           as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Serve a request trace: TTFT / TPOT / end-to-end percentiles, throughput, goodput,
     energy and cost per million tokens, KV-cache occupancy, preemptions."""
@@ -408,6 +423,7 @@ def serve(model: str = typer.Argument(..., help="Zoo model name (an LLM)."),
               arrival=arrival, burstiness=burstiness, seed=seed, slo_ttft_s=slo_ttft,
               slo_tpot_s=slo_tpot, dtype=dtype, arch=parse_pairs(arch, "--arch") or None,
               log_iterations=chrome_trace is not None, fidelity=fidelity,
+              economics=_economics(economics),
               **_target_args(accelerator, hw, system, devices, sys_pairs, tp))
     sweep = None
     with _busy(f"serving {trace} on {system or accelerator or 'npu'}"):
@@ -438,9 +454,13 @@ def serve(model: str = typer.Argument(..., help="Zoo model name (an LLM)."),
     good = (f"   goodput {r.goodput_req_s:.3g} req/s" if r.goodput_req_s is not None else "")
     out.print(f"throughput {r.throughput_tok_s:,.4g} tokens/s, {r.throughput_req_s:.3g} req/s"
               f"{good}   completed {r.completed}, rejected {r.rejected}")
+    ec = r.economics
+    per_h, par = ec["usd_per_hour"], ec["parameters"]
     out.print(f"energy {_si(r.energy_per_token_j, 'J')} per token   cost "
-              f"${r.cost_per_mtok_usd:.3g} per million tokens (${r.cost_usd:,.0f} over "
-              f"{r.lifetime_years:g} years + ${r.usd_per_kwh:g}/kWh)")
+              f"${r.cost_per_mtok_usd:.3g} per million tokens at {100 * ec['utilisation']:.0f}% "
+              f"utilisation: ${sum(per_h.values()):.3g}/h (hardware ${per_h['hardware']:.3g}, "
+              f"host ${per_h['host']:.3g}, energy ${per_h['energy']:.3g} at PUE {par['pue']:g} "
+              f"and ${par['usd_per_kwh']:g}/kWh; {par['amortisation_years']:g} years)")
     kv = r.kv_cache
     out.print(f"KV cache {kv['capacity_tokens']:,} tokens ({kv['blocks']:,} blocks of "
               f"{kv['block_size']}), peak {100 * kv['peak_occupancy']:.1f}% full   "

@@ -14,8 +14,9 @@ Metrics (:class:`ServingResult`): TTFT (arrival to first token), TPOT (first to 
 p99 and mean; throughput (output tokens/s, requests/s over the span from the first arrival to
 the last completion); goodput (requests/s that met both SLOs, DistServe's definition);
 energy (iterations' dynamic energy + static power over the whole span, idle included) and
-cost per million output tokens: the design's ``cost_usd`` amortised over
-``lifetime_years`` of continuous use plus energy at ``usd_per_kwh``; KV occupancy, requests
+cost per million output tokens (:mod:`simulators.economics`: hardware and host amortised,
+power at a PUE and a price per kWh, at the utilisation the run measured unless given); KV
+occupancy, requests
 running and waiting over time; preemptions; the time-averaged number of requests in the
 system (Little's law: it equals the completion rate times the mean time in system).
 """
@@ -33,15 +34,10 @@ from simulators.iteration_cost import MEMORY_UTILIZATION, IterationCostModel
 from simulators.schedulers import Batch, KVCache, Scheduler, State
 from workloads.traces import Trace
 
-#: Years a design's ``cost_usd`` is amortised over [E: 3-5-year server depreciation; 3 taken].
-LIFETIME_YEARS = 3.0
-#: Electricity, US$/kWh [E: US industrial average 2024 ~0.08-0.12].
-USD_PER_KWH = 0.10
 #: KV-cache block, tokens [D vLLM default block_size = 16].
 BLOCK_SIZE = 16
 #: Points kept of the KV-occupancy timeline.
 TIMELINE_POINTS = 400
-_YEAR_S = 365.25 * 86400
 
 
 def _percentiles(x: np.ndarray) -> dict[str, float]:
@@ -105,6 +101,11 @@ class ServingResult:
     arrival_rate: float
     sim_wall_s: float
     target: dict[str, Any] = field(default_factory=dict)
+    #: Time the accelerator ran iterations, s (its busy share of ``span_s`` is the measured
+    #: utilisation).
+    busy_s: float = 0.0
+    #: How ``cost_per_mtok_usd`` was made (:func:`simulators.economics.token_cost`).
+    economics: dict[str, Any] = field(default_factory=dict)
     per_request: dict[str, list] = field(default_factory=dict)
     iteration_log: dict[str, list] = field(default_factory=dict)
     queue: dict[str, list] = field(default_factory=dict)
@@ -194,10 +195,14 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
                      block_size: int = BLOCK_SIZE,
                      memory_utilization: float = MEMORY_UTILIZATION,
                      slo_ttft_s: float | None = None, slo_tpot_s: float | None = None,
-                     lifetime_years: float = LIFETIME_YEARS, usd_per_kwh: float = USD_PER_KWH,
+                     economics: "Economics | dict | None" = None,
                      log_iterations: bool = False) -> ServingResult:
     """Serve ``trace`` with ``scheduler`` on the design ``cost`` models (see the module
-    docstring)."""
+    docstring); ``economics``: the cost-per-token parameters
+    (:class:`simulators.economics.Economics` or a dict of them; defaults as documented
+    there)."""
+    from simulators.economics import Economics, token_cost
+    econ = Economics.of(economics)
     for key, v, lo, hi in (("block_size", block_size, 1, 4096),):
         if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
             raise BadInput(key, v, f"expected an int in [{lo}, {hi}]")
@@ -226,7 +231,7 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
     occ_t, occ_v, occ_b, occ_w = [], [], [], []
     log: dict[str, list] = {"start_s": [], "latency_s": [], "prefill_tokens": [], "decodes": [],
                             "chunks": [], "cached_kv_tokens": []}
-    in_system_area, iterations, max_running = 0.0, 0, 0
+    in_system_area, iterations, max_running, busy = 0.0, 0, 0, 0.0
     finished, n_rejected = 0, 0
 
     def sample() -> None:
@@ -269,6 +274,7 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
             log["chunks"].append(len(chunks))
             log["cached_kv_tokens"].append(kv_sum - d + sum(c for c, _ in chunks))
         now += latency
+        busy += latency
         energy_dyn += e
         iterations += 1
         finished += _advance(s, batch, now, first, finish)
@@ -294,7 +300,8 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
             ok &= per <= slo_tpot_s
         good = int(ok.sum()) / span if span > 0 else 0.0
     cost_usd = cost.target.cost_usd()
-    dollars = cost_usd * span / (lifetime_years * _YEAR_S) + energy / 3.6e6 * usd_per_kwh
+    money = token_cost(econ, tokens, span, busy, energy_dyn, cost.static_w, cost_usd,
+                       cost.target.devices)
     idx = np.linspace(0, len(occ_t) - 1, min(len(occ_t), TIMELINE_POINTS)).astype(int) \
         if occ_t else np.zeros(0, dtype=int)
     timeline = [occ_t[i] for i in idx]
@@ -307,9 +314,8 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
         throughput_req_s=int(done.sum()) / span if span > 0 else 0.0, goodput_req_s=good,
         slo={"ttft_s": slo_ttft_s, "tpot_s": slo_tpot_s}, output_tokens=tokens,
         energy_j=energy, energy_per_token_j=energy / tokens if tokens else float("nan"),
-        cost_usd=cost_usd,
-        cost_per_mtok_usd=dollars / tokens * 1e6 if tokens else float("nan"),
-        lifetime_years=lifetime_years, usd_per_kwh=usd_per_kwh,
+        cost_usd=cost_usd, cost_per_mtok_usd=money["cost_per_mtok_usd"],
+        lifetime_years=econ.amortisation_years, usd_per_kwh=econ.usd_per_kwh,
         kv_cache={"capacity_tokens": kv_tokens, "block_size": block_size,
                   "blocks": kv.blocks, "memory_utilization": memory_utilization,
                   "bytes_per_token": cost.kv_bytes_per_token,
@@ -319,6 +325,7 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
         mean_in_system=in_system_area / span if span > 0 else 0.0,
         arrival_rate=trace.rate if n > 1 else 0.0,
         sim_wall_s=_time.perf_counter() - started, target=cost.target.describe(),
+        busy_s=busy, economics=money,
         per_request={"arrival_s": arrival.tolist(), "input_len": trace.input_len.tolist(),
                      "output_len": trace.output_len.tolist(), "first_token_s": first.tolist(),
                      "finish_s": finish.tolist(), "generated": s.generated.tolist(),

@@ -97,9 +97,7 @@ def serving_page(result: Any, sweep: Any = None, title: str | None = None) -> st
         el("h2", "Latency percentiles"), percentile_table(result),
         el("h2", "Design"),
         kv_list([("target", label), ("model", result.model),
-                 ("design cost", fmt(result.cost_usd, "US$")),
-                 ("cost amortised over", f"{result.lifetime_years:g} years + "
-                                         f"{result.usd_per_kwh:g} US$/kWh")]
+                 ("design cost", fmt(result.cost_usd, "US$"))] + economics_rows(result)
                 + hardware_rows(_first_device(result.target))),
         el("h2", "Latency distributions"),
         el("div", id="fig-latency_cdf", class_="plot", data_figure="latency_cdf"),
@@ -128,3 +126,24 @@ def write_serving_report(result: Any, path: str | Path, sweep: Any = None,
     """Write the serving report of ``result`` (and ``sweep``) to ``path`` (one self-contained
     HTML file, written atomically)."""
     return write_page(path, serving_page(result, sweep, title))
+
+
+def economics_rows(result) -> list[tuple[str, str]]:
+    """How the cost per token was made (:mod:`simulators.economics`): the cost per hour and
+    its parts, the utilisation (measured or given) and the parameters."""
+    ec = getattr(result, "economics", None) or {}
+    if not ec:
+        return [("cost amortised over", f"{result.lifetime_years:g} years + "
+                                         f"{result.usd_per_kwh:g} US$/kWh")]
+    per_h, par = ec["usd_per_hour"], ec["parameters"]
+    given = par.get("utilisation") is not None
+    return [("cost per hour", fmt(sum(per_h.values()), "US$") + " (hardware "
+             + fmt(per_h["hardware"], "US$") + ", host " + fmt(per_h["host"], "US$")
+             + ", energy " + fmt(per_h["energy"], "US$") + ")"),
+            ("utilisation", f"{100 * ec['utilisation']:.1f}% "
+             + ("(given; measured " + f"{100 * ec['utilisation_measured']:.1f}%)" if given
+                else "(measured)")),
+            ("amortised over", f"{par['amortisation_years']:g} years; host "
+             + fmt(par["host_usd"], "US$") + " and " + fmt(par["host_w"], "W")
+             + " per accelerator"),
+            ("energy at", f"PUE {par['pue']:g}, {par['usd_per_kwh']:g} US$/kWh")]
