@@ -7,7 +7,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 #: Version of the simulator's cost semantics; stored with every search trial.
-SIMULATOR_VERSION = "0.1.0"
+#: 0.2.0 (issue 27): the fast path never below its units' busy time and channels' bytes; serving
+#: iterations route MoE tokens; cost per token from simulators.economics.
+SIMULATOR_VERSION = "0.2.0"
 
 
 @dataclass(frozen=True, slots=True)

@@ -160,3 +160,18 @@ def test_a_serving_studys_power_and_edp_are_api_serves(tmp_path):
     assert m["edp"] == pytest.approx(ref.edp, rel=1e-9)
     assert ref.avg_power_w == pytest.approx(ref.energy_j / ref.span_s)
     assert m["avg_power_w"] > 10   # watts, not energy per token over a request's latency
+
+
+def test_a_serving_study_passes_its_economics(tmp_path):
+    """cost_per_mtok_usd's parameters from the study's serving section: a lower
+    utilisation costs more per token."""
+    import optuna
+    base = run_study(load_study_text(STUDY), trials=1, out=tmp_path / "a",
+                     show_progress=False, write_report=False)
+    half = STUDY.replace("  slo_tpot_s: 0.05\n",
+                         "  slo_tpot_s: 0.05\n  economics: {utilisation: 0.01}\n")
+    other = run_study(load_study_text(half), trials=1, out=tmp_path / "b",
+                      show_progress=False, write_report=False)
+    cost = [optuna.load_study(study_name="t_serving", storage=r.storage_url).trials[0]
+            .user_attrs["metrics"]["cost_per_mtok_usd"] for r in (base, other)]
+    assert cost[1] > 5 * cost[0]

@@ -250,7 +250,8 @@ class Evaluator:
                       parallel=layout, scheduler=sv.scheduler, max_batch=sv.max_batch,
                       token_budget=sv.token_budget, arrival=sv.arrival,
                       burstiness=sv.burstiness, seed=sv.seed, slo_ttft_s=sv.slo_ttft_s,
-                      slo_tpot_s=sv.slo_tpot_s, fidelity=self.fidelity)
+                      slo_tpot_s=sv.slo_tpot_s, fidelity=self.fidelity,
+                      economics=sv.economics.model_dump() if sv.economics else None)
         return {**r.metrics(), "latency_s": r.e2e_s["mean"],
                 "energy_j": r.energy_per_token_j, "avg_power_w": r.avg_power_w,
                 "edp": r.edp, "throughput": r.throughput_tok_s}

@@ -158,6 +158,33 @@ class ServingSpec(_Strict):
     slo_tpot_s: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
         None, description="TPOT objective for goodput_req_s, s")
     dtype: Literal[DTYPES] = Field("bf16", description="element type of the model")
+    economics: Optional["EconomicsSpec"] = Field(
+        None, description="cost_per_mtok_usd's parameters (simulators/economics.py; "
+                          "docs/validation.md, 'Cost per token')")
+
+
+class EconomicsSpec(_Strict):
+    """The parameters of ``cost_per_mtok_usd`` (:mod:`simulators.economics`; None: the
+    documented default)."""
+
+    utilisation: Optional[Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]] = Field(
+        None, description="share of hours the accelerator serves (default: what the run "
+                          "measured)")
+    amortisation_years: Optional[Annotated[float, Field(ge=0.1, le=50, allow_inf_nan=False)]] = \
+        Field(None, description="years the hardware and host are paid off over (default 5)")
+    hardware_usd: Optional[Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)]] = Field(
+        None, description="what the accelerator costs, US$ (default: its manufacturing cost)")
+    host_usd: Optional[Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)]] = Field(
+        None, description="host server share per accelerator, US$ (default 4,000)")
+    host_w: Optional[Annotated[float, Field(ge=0, le=1e5, allow_inf_nan=False)]] = Field(
+        None, description="host power per accelerator, W (default 575)")
+    pue: Optional[Annotated[float, Field(ge=1, le=5, allow_inf_nan=False)]] = Field(
+        None, description="power usage effectiveness (default 1.58)")
+    usd_per_kwh: Optional[Annotated[float, Field(ge=0, le=10, allow_inf_nan=False)]] = Field(
+        None, description="electricity, US$/kWh (default 0.0806)")
+
+
+ServingSpec.model_rebuild()
 
 
 class BudgetsSpec(_Strict):
