@@ -27,7 +27,7 @@ def per_workload(workload: Any, key: Hashable, build: Callable[[], Any]) -> Any:
     wid = id(workload)
     hit = _MEMO.get(wid)
     if hit is None or hit[0]() is not workload:
-        hit = (weakref.ref(workload, lambda _, k=wid: _MEMO.pop(k, None)), {})
+        hit = (weakref.ref(workload, lambda _, k=wid, memo=_MEMO: memo.pop(k, None)), {})
         _MEMO[wid] = hit
     values = hit[1]
     try:
