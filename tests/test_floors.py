@@ -24,7 +24,7 @@ from simulators.engine import simulate  # noqa: E402
 from simulators.fast import evaluate_many  # noqa: E402
 
 #: Pairs per (template, path) in the default run (the whole file stays under ~40 s).
-PAIRS = {"event": 3, "fast": 3, "population": 1, "generation": 1, "serving": 1, "system": 1}
+PAIRS = {"event": 2, "fast": 2, "population": 1, "generation": 1, "serving": 1, "system": 1}
 
 
 def _workload(model, **kw):
