@@ -201,13 +201,20 @@ def _population(template, rng, tally, size: int = 16):
     tally.add(vs, min(margins))
 
 
-def _generation(template, rng, tally):
+def _llm_pair(template, rng):
+    """A random LLM case, a random design, the case's batch-1 decode step (what generation
+    and serving build iterations from) and a random fidelity."""
     from dse import api
     case = random_case(rng, llm_only=True, pool=_POOL[0])
     d = random_design(template, rng)
     base = api.workload(case.model, phase="decode", batch=1, context=1,
                         dtype=case.kwargs["dtype"], arch=case.kwargs["arch"])
-    fidelity = rng.choice(["fast", "event"])
+    return case, d, base, rng.choice(["fast", "event"])
+
+
+def _generation(template, rng, tally):
+    from dse import api
+    case, d, base, fidelity = _llm_pair(template, rng)
     g = api.generate(base, input_len=rng.choice([8, 64, 300]),
                      output_len=rng.choice([2, 16, 64]), batch=rng.choice([1, 4, 16]),
                      accelerator=d, fidelity=fidelity)
@@ -217,11 +224,7 @@ def _generation(template, rng, tally):
 
 def _serving(template, rng, tally):
     from dse import api
-    case = random_case(rng, llm_only=True, pool=_POOL[0])
-    d = random_design(template, rng)
-    base = api.workload(case.model, phase="decode", batch=1, context=1,
-                        dtype=case.kwargs["dtype"], arch=case.kwargs["arch"])
-    fidelity = rng.choice(["fast", "event"])
+    case, d, base, fidelity = _llm_pair(template, rng)
     s = api.serve(base, trace=rng.choice(["sharegpt", "alpaca"]), rate=rng.choice([2, 20, 200]),
                   requests=rng.choice([8, 32]), accelerator=d, fidelity=fidelity,
                   scheduler=rng.choice(["continuous", "chunked", "static"]),
