@@ -146,9 +146,13 @@ class Tally:
                                            *(v.margin for v in violations)))
 
     def row(self) -> dict[str, Any]:
+        by: dict[str, int] = {}
+        for v in self.violations:
+            key = f"{v.quantity} {'above' if v.ceiling else 'below'} {v.name}"
+            by[key] = by.get(key, 0) + 1
         return {"pairs": self.pairs, "checked": self.checked, "refused": self.refused,
-                "violations": len(self.violations), "worst_margin": self.worst_margin,
-                "wall_s": self.wall_s,
+                "violations": len(self.violations), "by_bound": by,
+                "worst_margin": self.worst_margin, "wall_s": self.wall_s,
                 "examples": [str(v) for v in self.violations[:5]]}
 
 
@@ -312,8 +316,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{t:16} {p:11} {tally.pairs:6d} {tally.checked:7d} {tally.refused:7d} "
                   f"{len(tally.violations):5d} {tally.worst_margin:12.3%} {tally.wall_s:7.1f}",
                   flush=True)
-            for ex in row["examples"][:2]:
-                print("    " + ex[:300])
+            for key, n in row["by_bound"].items():
+                print(f"    {n} x {key}")
+            for ex in row["examples"][:1]:
+                print("    e.g. " + ex[:300])
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1, default=str))
     return 1 if any(r["violations"] for r in rows) else 0
