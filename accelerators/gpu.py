@@ -377,7 +377,7 @@ SM_BASE_MM2_45NM = 31.35
 #: [fitted with ``physical.CONTROL_OVERHEAD`` on the published dies (the GPUs' set it):
 #: ``dse.calibrate.physical_fit.fit``]. It is smaller than an npu's because an SM, unlike a
 #: systolic array, is counted with its control.
-GPU_CONTROL_OVERHEAD = 0.902
+GPU_CONTROL_OVERHEAD = 0.891
 
 _MEMORY_KINDS = (ir.ELEMENTWISE, ir.NORM, ir.SOFTMAX, ir.REDUCTION, ir.EMBEDDING,
                  ir.DATA_MOVEMENT, ir.UNKNOWN, ir.HASHGRID)

@@ -55,14 +55,14 @@ MEMORY_EDGE_FRACTION = 0.75
 #: leave-one-out error). Google's matrix units are 8-11 % of the TPUv2, v3 and v4i dies
 #: (Jouppi et al., ISCA 2021, Table 7), so what a systolic template leaves out is several times
 #: what it counts].
-CONTROL_OVERHEAD = 5.036
+CONTROL_OVERHEAD = 4.776
 #: What SRAM costs beyond its blocks (``technology.sram_area_mm2``: bit cells over the array
 #: efficiency of published SRAM blocks, their own periphery and banking included): the routing
 #: and spacing around the macros and their share of the on-chip network, as a fraction of the
 #: SRAM area [fitted with ``CONTROL_OVERHEAD``, no source gives it]. Charged on every die's SRAM
 #: (it is no control logic: an SRAM-heavy die such as Groq's TSP or a WSE-2 core does not pay
 #: the logic overhead on its SRAM).
-SRAM_OVERHEAD = 0.3713
+SRAM_OVERHEAD = 0.5827
 #: Largest average power density a cold plate removes, W/mm^2 [E: shipping parts average
 #: 0.3-0.9 (H100 SXM 700 W on 814 mm^2 = 0.86, B200 ~0.6, WSE-2 ~0.3); direct liquid cold
 #: plates remove ~1.5 W/mm^2 of uniform load].
@@ -97,6 +97,16 @@ DEFECT_DENSITY_PER_CM2 = {65: 0.05, 45: 0.05, 32: 0.06, 28: 0.06, 22: 0.07, 16: 
 #: and passive interposers", ICCAD 2017].
 YIELD_CLUSTERING = 3.0
 WAFER_DIAMETER_MM = 300.0
+#: Edge exclusion of a 300-mm wafer, mm: the rim where devices are not guaranteed [S: SEMI M1
+#: specifies 300-mm wafers' flatness over a fixed quality area 2 mm inside the edge; the ITRS
+#: front-end roadmap uses the same 2 mm].
+WAFER_EDGE_EXCLUSION_MM = 2.0
+#: Largest rectangle a wafer-scale design may take, mm^2: the square inscribed in the disc
+#: inside the edge exclusion, ``(D - 2 e)^2 / 2`` = 43,808 mm^2 (a 209 mm square). The WSE-2
+#: (215 x 215 mm = 46,225 mm^2 [D Cerebras]) is larger: its square's diagonal, 304 mm, runs
+#: past the 300-mm disc, so Cerebras clips its corners; the model keeps to the rectangle, a
+#: bound 5 % below the WSE-2 (docs/validation.md, physical model).
+WAFER_USABLE_MM2 = (WAFER_DIAMETER_MM - 2 * WAFER_EDGE_EXCLUSION_MM) ** 2 / 2
 #: Known-good-die test, fraction of the die cost [E].
 TEST_COST_FRACTION = 0.05
 #: Organic flip-chip substrate, US$ per mm^2 of substrate (3x the silicon it carries) plus
@@ -139,6 +149,9 @@ class Floorplan:
     wafer_scale: bool = False
     control_overhead: float = CONTROL_OVERHEAD
     extra_mm2: dict[str, float] = field(default_factory=dict)
+    #: Wafer-scale designs: spare cores beyond those in use; a defect kills at most one core
+    #: and the wafer works while the spares cover every dead core (:func:`wafer_yield`).
+    spare_cores: int = 0
     #: PHYs of the links to other devices of a system (accelerators.system): area, die
     #: edge and power at full bandwidth.
     link_phy_mm2: float = 0.0
@@ -255,6 +268,38 @@ def die_cost_usd(die_mm2: float, node_nm: int) -> float:
     return WAFER_PRICE_USD[_node_key(node_nm)] / good if good > 0 else math.inf
 
 
+def wafer_yield(area_mm2: float, node_nm: int, spare_cores: int) -> float:
+    """Probability that a wafer-scale mesh of ``area_mm2`` works: its defects (negative
+    binomial, mean ``area x D0`` and clustering ``YIELD_CLUSTERING``, as the die yield) each
+    kill at most one core, and the mesh works while they are no more than its
+    ``spare_cores`` [E: Cerebras' redundancy, spare cores and links that route around dead
+    ones (Hot Chips 31, 2019)]. With no spares this is the die yield of the whole area (about
+    0 for a wafer); WSE-2's ~96,000 spare cores against ~40 expected defects make it 1."""
+    d0 = DEFECT_DENSITY_PER_CM2[_node_key(node_nm)]
+    mean = area_mm2 / 100.0 * d0
+    a = YIELD_CLUSTERING
+    p_none = (a / (a + mean)) ** a
+    if spare_cores <= 0:
+        return p_none
+    sd = math.sqrt(mean * (1 + mean / a))
+    if spare_cores > mean + 40 * sd + 100:    # the tail beyond is below double precision
+        return 1.0
+    q, pmf, total = mean / (a + mean), p_none, p_none
+    for k in range(int(spare_cores)):
+        pmf *= (k + a) / (k + 1) * q
+        total += pmf
+    return min(1.0, total)
+
+
+def wafer_cost_usd(area_mm2: float, node_nm: int, spare_cores: int) -> float:
+    """Cost of a wafer-scale design of ``area_mm2``, US$: its share of the wafer's usable
+    rectangle (a design of half the rectangle shares a wafer with another) at the node's wafer
+    price, over :func:`wafer_yield` (inf when it cannot yield)."""
+    y = wafer_yield(area_mm2, node_nm, spare_cores)
+    share = min(area_mm2, WAFER_USABLE_MM2) / WAFER_USABLE_MM2
+    return WAFER_PRICE_USD[_node_key(node_nm)] * share / y if y > 0 else math.inf
+
+
 def _node_key(node_nm: int) -> int:
     return int(node_nm) if int(node_nm) in WAFER_PRICE_USD else min(
         WAFER_PRICE_USD, key=lambda n: abs(n - int(node_nm)))
@@ -303,11 +348,12 @@ def assess(fp: Floorplan) -> Physical:
     mem_bw = mem.bandwidth_Bps if mem else 0.0
     if fp.wafer_scale:
         die_mm2 = on_die
-        silicon_cost = WAFER_PRICE_USD[_node_key(fp.node_nm)]
-        wafer_mm2 = math.pi * (WAFER_DIAMETER_MM / 2) ** 2
-        if on_die > wafer_mm2:
-            problems.append(f"the mesh needs {on_die:,.0f} mm^2 of silicon but a "
-                            f"{WAFER_DIAMETER_MM:g}-mm wafer has {wafer_mm2:,.0f} mm^2")
+        silicon_cost = wafer_cost_usd(on_die, fp.node_nm, fp.spare_cores)
+        if on_die > WAFER_USABLE_MM2 * (1 + 1e-12):
+            problems.append(
+                f"the mesh needs {on_die:,.0f} mm^2 of silicon but the largest rectangle a "
+                f"{WAFER_DIAMETER_MM:g}-mm wafer holds ({WAFER_EDGE_EXCLUSION_MM:g} mm edge "
+                f"exclusion) is {WAFER_USABLE_MM2:,.0f} mm^2")
     else:
         edge_need = (mem.shoreline_mm if mem else 0.0) + host_edge + fp.link_edge_mm
         d2d_edge = mem_bw / D2D_BYTES_PER_S_PER_MM

@@ -84,15 +84,20 @@ WSE2_FLIT_BITS = 38
 #: WaferLLM: 757 x 996]: the spares are paid for by the cores in use.
 WSE2_CORES_BUILT = 850_000
 WSE2_FABRIC_CORES = 757 * 996
+#: Spare cores per core in use (their area is in ``core_logic_area_mm2``; they carry the
+#: wafer's yield, ``physical.wafer_yield``).
+WSE2_SPARE_FRACTION = WSE2_CORES_BUILT / WSE2_FABRIC_CORES - 1
 
 
 def wse2_core_logic_area_mm2(node_nm: int = 7, sram_bytes: float = 48 * 1024) -> float:
     """Area per fabric core apart from its own SRAM, mm^2: the FMAC datapath
     (:func:`technology.pe_area_mm2`), the router's queues and crossbar and the cache (flip-flops
     and multiplexers over ``technology.LOGIC_PLACEMENT_UTILISATION``), what every die pays for
-    what a template does not count (``physical.control_mm2``: ``physical.CONTROL_OVERHEAD`` of
-    the datapath and router, ``physical.SRAM_OVERHEAD`` of the SRAM), and the spare cores'
-    share (their logic and SRAM). Nothing here is taken from the published wafer area, which
+    what a template does not count (``physical.CONTROL_OVERHEAD`` of the datapath and router,
+    ``physical.control_mm2``), and the spare cores' share (their logic and SRAM). The core's
+    SRAM pays no ``physical.SRAM_OVERHEAD``: it sits in the core tile beside the datapath it
+    feeds, and the on-chip network whose share that overhead stands for on a monolithic die is
+    the tile's router, counted here. Nothing here is taken from the published wafer area, which
     ``docs/validation.md`` (physical model) compares against."""
     fmacs = WSE2_FMACS_PER_CORE * tech.pe_area_mm2("fp16", node_nm)
     flits = WSE2_ROUTER_PORTS * WSE2_ROUTER_QUEUE_FLITS * WSE2_FLIT_BITS
@@ -100,13 +105,12 @@ def wse2_core_logic_area_mm2(node_nm: int = 7, sram_bytes: float = 48 * 1024) ->
     cells_um2 = (flits + 8 * WSE2_CACHE_BYTES) * tech.FLIP_FLOP_UM2 + mux2s * tech.MUX2_UM2
     router = cells_um2 / tech.LOGIC_PLACEMENT_UTILISATION * 1e-6 * tech.area_scale(node_nm)
     sram = tech.sram_area_mm2(sram_bytes, node_nm)
-    core = fmacs + router + physical.control_mm2(fmacs + router, sram)
-    spares = WSE2_CORES_BUILT / WSE2_FABRIC_CORES
-    return spares * core + (spares - 1) * sram
+    core = fmacs + router + physical.control_mm2(fmacs + router, 0.0)
+    return (1 + WSE2_SPARE_FRACTION) * core + WSE2_SPARE_FRACTION * sram
 
 
 #: Area per core apart from its SRAM at the WSE-2's 7 nm, mm^2.
-WSE2_CORE_LOGIC_AREA_MM2 = round(wse2_core_logic_area_mm2(), 6)
+WSE2_CORE_LOGIC_AREA_MM2 = round(wse2_core_logic_area_mm2(), 8)
 
 _PHASE_REGION = {"decode": "decode", "prefill": "prefill", "forward": "prefill"}
 
@@ -138,9 +142,10 @@ class Wafer(Template):
               "SRAM per core taken by code, runtime and routing tables [E]", 0.0, 1024.0),
         Param("clock_hz", float, "Hz", 1.1e9, "core clock (WSE-2 up to 1.1 GHz [P])",
               1e8, 5e9, log=True),
-        Param("macs_per_core_per_cycle", float, "MAC/cycle", 1.0,
-              "32-bit MAC lanes per core per cycle (WSE-2: 1 [P]); 16-bit types pack 2 per "
-              "lane, 8-bit 4", 0.125, 64.0, log=True),
+        Param("macs_per_core_per_cycle", float, "MAC/cycle", 2.0,
+              "32-bit MAC lanes per core per cycle; 16-bit types pack 2 per lane, 8-bit 4 "
+              "(WSE-2: 2, its four fp16 FMACs per core per cycle [P Cerebras, Hot Chips 34])",
+              0.125, 64.0, log=True),
         Param("link_bytes_per_cycle", float, "B/cycle", 4.0,
               "link bandwidth per direction (WSE-2: one 32-bit word per cycle [P])",
               0.5, 256.0, log=True),
@@ -186,7 +191,8 @@ class Wafer(Template):
               "share (WSE-2 from its parts: wse2_core_logic_area_mm2) [E]",
               1e-4, 10.0, log=True),
         Param("tdp_w", float, "W", 15000.0,
-              "power budget of the wafer (WSE-2 ~15 kW: 37x an A100's 400 W [P])",
+              "power budget of the wafer (WSE-2 ~15 kW: 37x an A100's 400 W [P WaferLLM]; "
+              "the CS-2 system around it 23 kW [D Cerebras])",
               1.0, 1e6, log=True),
     )
 
@@ -502,7 +508,21 @@ class Wafer(Template):
         return Floorplan(node_nm=hw.node_nm, compute_mm2=self.cores * hw.core_logic_area_mm2,
                          sram_mm2=self.cores * tech.sram_area_mm2(self._sram_bytes, hw.node_nm),
                          peak_dynamic_w=self._busy_power_w, leakage_w=leak, memory=None,
-                         host_interface="none", wafer_scale=True, control_overhead=0.0)
+                         host_interface="none", wafer_scale=True, control_overhead=0.0,
+                         spare_cores=round(self.cores * WSE2_SPARE_FRACTION))
+
+    @property
+    def peak_flops(self) -> float:
+        """Peak FLOP/s of the whole mesh at its data type (2 per MAC)."""
+        return 2.0 * self.cores * self.fabric.macs_per_cycle * self.hw.clock_hz
+
+    @property
+    def sram_bandwidth_Bps(self) -> float:
+        """Aggregate SRAM bandwidth of the mesh at full rate, B/s: every core's MACs each
+        touching ``SRAM_ELEMS_PER_MAC`` elements per cycle (WSE-2: two 64-bit reads and one
+        64-bit write per core per cycle [P Cerebras, Hot Chips 31])."""
+        return (self.cores * self.fabric.macs_per_cycle * SRAM_ELEMS_PER_MAC
+                * self.bytes_per_elem * self.hw.clock_hz)
 
     def peak_power_w(self) -> float:
         """Static power of the whole mesh plus every core of the larger region computing at full
@@ -586,6 +606,8 @@ class Wafer(Template):
     def describe(self) -> dict[str, Any]:
         d = super().describe()
         d["derived"] = {"cores": self.cores, "sram_total_bytes": self.cores * self._sram_bytes,
+                        "peak_flops": self.peak_flops,
+                        "sram_bandwidth_Bps": self.sram_bandwidth_Bps,
                         "area_mm2": self.area_mm2(), "static_power_w": self.static_power_w(),
                         "peak_power_w": self.peak_power_w()}
         return d
