@@ -149,6 +149,12 @@ class Floorplan:
     wafer_scale: bool = False
     control_overhead: float = CONTROL_OVERHEAD
     extra_mm2: dict[str, float] = field(default_factory=dict)
+    #: Power drawn off the logic die at full rate (in-DRAM PIM logic): in the TDP, not in
+    #: the dies' power density.
+    off_die_w: float = 0.0
+    #: Why the template already knows the design cannot be built (PIM logic beyond a DRAM
+    #: die): reported with :func:`assess`'s own problems.
+    problems: tuple[str, ...] = ()
     #: Wafer-scale designs: spare cores beyond those in use; a defect kills at most one core
     #: and the wafer works while the spares cover every dead core (:func:`wafer_yield`).
     spare_cores: int = 0
@@ -232,7 +238,9 @@ def combine(floorplans: list[Floorplan]) -> Floorplan:
         wafer_scale=any(f.wafer_scale for f in floorplans),
         control_overhead=(sum(f.control_overhead * a for f, a in zip(floorplans, logic))
                           / sum(logic) if sum(logic) > 0 else CONTROL_OVERHEAD),
-        extra_mm2=extra)
+        extra_mm2=extra, off_die_w=sum(f.off_die_w for f in floorplans),
+        problems=tuple(p for f in floorplans for p in f.problems),
+        spare_cores=sum(f.spare_cores for f in floorplans))
 
 
 def control_mm2(compute_mm2: float, sram_mm2: float,
@@ -337,7 +345,7 @@ def assess(fp: Floorplan) -> Physical:
              "io_other": host_phy + host_mtr / 65.6 * node_scale}
     if fp.link_phy_mm2 > 0:
         parts["link_phy"] = fp.link_phy_mm2
-    problems: list[str] = []
+    problems: list[str] = list(fp.problems)
     if mem is not None and mem.devices > mem.standard.max_devices:
         problems.append(f"{mem.bandwidth_Bps / 1e9:,.0f} GB/s needs {mem.devices} "
                         f"{mem.standard.name} {mem.standard.device}s of "
@@ -394,7 +402,7 @@ def assess(fp: Floorplan) -> Physical:
     io_w = mem_bw * (mem.standard.phy_pj_per_bit * 8e-12 / 2 if mem else 0.0)  # our PHY half
     d2d_w = mem_bw * d2d_j
     static = fp.leakage_w + (mem.static_w if mem else 0.0)
-    tdp = fp.peak_dynamic_w + mem_dynamic + d2d_w + static + fp.link_w
+    tdp = fp.peak_dynamic_w + mem_dynamic + d2d_w + static + fp.link_w + fp.off_die_w
     die_power = fp.peak_dynamic_w + io_w + d2d_w + fp.leakage_w + fp.link_w
     density = die_power / silicon if silicon > 0 else 0.0
     if density > MAX_POWER_DENSITY_W_PER_MM2:

@@ -188,7 +188,8 @@ def test_double_buffered_weights_by_hand(balanced):
 
 def test_over_capacity_is_infeasible_with_a_reason(balanced):
     with pytest.raises(InfeasibleDesign, match="GiB"):
-        simulate(balanced, NeuPIMs(channels=2, channel_capacity_gib=1 / 64))
+        simulate(balanced, NeuPIMs(channels=2, channel_capacity_gib=1 / 64, macs_per_bank=1,
+                                   dtype="int8"))
 
 
 def test_parameters_are_checked():
