@@ -488,9 +488,14 @@ class GPU(Template):
             fitted, memory_ops = transfer_knobs(fitted, mops, calibration_chip(cal) or chip,
                                                 chip)
             knobs.update(fitted)
+        preset = self.PRESETS.get(self.preset) or {}
         for name in KNOB_PARAMS:  # a parameter set by hand or by a preset beats the file
-            if cal is None or name in explicit or name in (self.PRESETS.get(self.preset) or {}):
+            if cal is None or name in explicit or name in preset:
                 knobs[name] = float(hw[name])
+        if cal is None and not {"bandwidth_efficiency"} & (explicit | set(preset)):
+            # uncalibrated: a copy streams at the memory standard's sustained share, the rule
+            # every template's DRAM follows (memory_standards.SUSTAINED_FRACTION)
+            knobs["bandwidth_efficiency"] = self.memory.standard.sustained_fraction
         if cal is None or "launch_overhead_s" in explicit:
             shift = float(hw.launch_overhead_s) - knobs["mem_floor_s"]
             for name in _FIXED_TIMES:

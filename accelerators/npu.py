@@ -265,7 +265,10 @@ class NPU(Template):
                                                   hw.dram_bandwidth_Bps)
         # plain attributes: read on every cost() call
         self._rows, self._cols, self._arrays, self._df = hw.rows, hw.cols, hw.arrays, hw.dataflow
-        self._clock, self._bw, self._lanes = hw.clock_hz, self.memory.bandwidth_Bps, hw.vector_lanes
+        # DRAM streams at the standard's sustained share of the interface (one rule for every
+        # template, memory_standards.SUSTAINED_FRACTION)
+        self._clock, self._lanes = hw.clock_hz, hw.vector_lanes
+        self._bw = self.memory.sustained_bandwidth_Bps
         self._caps = {p: v / 2 for p, v in self._sram_bytes.items()}   # double buffering
         self._dram_j = self.physical().memory_energy_j_per_byte
         self._problem = self._scratchpad_problem()

@@ -126,10 +126,12 @@ class NeuPIMs(Template):
         self._b = DTYPE_BYTES[hw.dtype]
         self.timing = timing_of(hw, hw.pim_clock_hz)
         self.geom = geometry(hw, self._b)
-        self.bandwidth_Bps = hw.channels * self.timing.channel_bandwidth_Bps
+        self.pin_Bps = hw.channels * self.timing.channel_bandwidth_Bps
         self.npu = NPU(None, **{k: hw[k] for k in _NPU_KEYS},
-                       dram_bandwidth_Bps=self.bandwidth_Bps, dram="hbm2")
+                       dram_bandwidth_Bps=self.pin_Bps, dram="hbm2")
         self.npu.embedded = True   # its die and memory are NeuPIMs' (floorplan below)
+        #: what the NPU's transfers sustain on the channels (the memory standard's rule)
+        self.bandwidth_Bps = self.npu.memory.sustained_bandwidth_Bps
         self._mac_j = tech.mac_energy_j(hw.dtype, hw.pim_node_nm)
         self._bus_j = tech.dram_energy_j_per_byte("hbm2")
         self._act_j = dt.act_energy_j(hw.page_bytes)
@@ -369,7 +371,7 @@ class NeuPIMs(Template):
         hw, npu = self.hw, self.npu.floorplan()
         logic = self.pim_logic()
         return replace(npu, memory=pim_memory("hbm2", hw.channels, hw.channel_capacity_gib,
-                                               self.bandwidth_Bps, logic),
+                                               self.pin_Bps, logic),
                        leakage_w=npu.leakage_w + tech.leakage_w(logic.area_mm2, 0,
                                                                  hw.pim_node_nm),
                        extra_mm2={"pim_logic": logic.area_mm2},

@@ -286,7 +286,10 @@ class PIM(Template):
         self._b = DTYPE_BYTES[hw.dtype]
         self.timing = timing_of(hw, hw.clock_hz)
         self.geom = geometry(hw, self._b)
-        self.bus_Bps = hw.channels * self.timing.channel_bandwidth_Bps
+        self.pin_Bps = hw.channels * self.timing.channel_bandwidth_Bps
+        #: what the host ASIC's transfers sustain over the channels (the memory standard's
+        #: rule; PIM command streams are timed command by command instead)
+        self.bus_Bps = self.pin_Bps * get_standard(hw.memory).sustained_fraction
         self._mac_j = tech.mac_energy_j(hw.dtype, hw.pim_node_nm)
         self._vec_j = tech.vector_op_energy_j(hw.dtype, hw.asic_node_nm)
         self._sram_j = tech.sram_energy_j_per_byte(hw.asic_sram_kb * 1024, hw.asic_node_nm)
@@ -430,7 +433,7 @@ class PIM(Template):
         return Floorplan(node_nm=hw.asic_node_nm, compute_mm2=lanes, sram_mm2=sram,
                          peak_dynamic_w=peak, leakage_w=leak,
                          memory=pim_memory(hw.memory, hw.channels, hw.channel_capacity_gib,
-                                           self.bus_Bps, logic),
+                                           self.pin_Bps, logic),
                          extra_mm2={"pim_logic": logic.area_mm2},
                          off_die_w=pim_peak_w(hw, self.timing, self._b, self._mac_j,
                                               self._act_j),
