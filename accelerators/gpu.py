@@ -58,7 +58,7 @@ from accelerators.gpu_runtime import RUNTIMES, START_TARGET, stream_plan
 from accelerators.host_profile import load_host_profile
 from accelerators.composite import cost_composite
 from accelerators.memory_standards import STANDARD_NAMES, memory_system
-from accelerators.physical import HOST_INTERFACES, Floorplan
+from accelerators.physical import HOST_INTERFACES, MAX_CHIPLETS, Floorplan
 from accelerators.gpu_sparse_attention import MASK_POLICIES, sparse_attention_time
 from dse.errors import BadInput
 from workloads import ir
@@ -121,6 +121,8 @@ PARAMS = (
     Param("host_interface", str, "", "pcie5x16", "link to the host",
           choices=tuple(HOST_INTERFACES)),
     Param("peer_links", int, "links", 18, "GPU-to-GPU links (NVLink) on the die", 0, 64),
+    Param("chiplets", int, "dies", 1, "logic dies the GPU is built of (fixed silicon: a "
+          "monolithic die 1, B200 2); 0: the count that costs least", 0, MAX_CHIPLETS),
     Param("peer_link_phy_mm2", float, "mm^2", 0.965, "PHY area of one peer link [R LLMCompass "
           "cost model: NVLink 3 1.888, NVLink 4 0.965 mm^2]", 0.0, 100.0),
     Param("other_logic_mm2", float, "mm^2", 0.0, "laid-out logic the SM model leaves out "
@@ -218,7 +220,8 @@ RT_CORE_MM2_45NM = 0.7 / 2 / tech.area_scale(12)
 #:   Infinity Cache (the model's L2: the last level before HBM), 750 W; 320 CUs on the dies,
 #:   128 fp32 lanes and 64 KB LDS + 32 KB L1 per CU, 5 nm compute dies, 7 Infinity Fabric
 #:   links (costed as NVLink 4 PHYs [E]). AMD publishes no die area (press estimates: 8
-#:   compute dies of ~115 mm^2 on 4 I/O dies of ~370 mm^2). The kernel model is CUDA's
+#:   compute dies of ~115 mm^2 on 4 I/O dies of ~370 mm^2): the floorplan is split into its 8
+#:   compute dies (the I/O dies' logic spread over them [E]). The kernel model is CUDA's
 #:   (cuBLAS tiles, flash attention): its efficiencies are [E].
 #:
 #: The graphics dies (``t4``, ``rtx3090``, ``l40s``, ``rtx4090``) carry one RT core per SM on
@@ -305,7 +308,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                    memory_kind="hbm3", memory_devices=8, memory_device_gb=24,
                    l2_bytes=256 * 2**20, tdp_w=750.0, idle_power_w=140.0, sms_on_die=320,
                    tensor_macs_per_sm=1024, fp32_lanes_per_sm=128, l1_kb_per_sm=96, node_nm=5,
-                   host_interface="pcie5x16", peer_links=7),
+                   host_interface="pcie5x16", peer_links=7, chiplets=8),
     # B200 (HGX B200, SXM, 1000 W): dense (no sparsity) fp16/bf16 2.25 PFLOP/s, fp8 and int8
     # 4.5 P, 8 TB/s of HBM3e, 180 GB per GPU usable (1.44 TB per 8-GPU board; eight 24 GB
     # stacks), 18 NVLink 5 links [D: NVIDIA HGX B200 datasheet]; fp32 75 TFLOP/s = 148 SMs x
@@ -321,7 +324,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                  memory_kind="hbm3e", memory_devices=8, memory_device_gb=24, l2_bytes=126e6,
                  tdp_w=1000.0, idle_power_w=150.0, sms_on_die=160, tensor_macs_per_sm=4096,
                  fp32_lanes_per_sm=128, l1_kb_per_sm=256, node_nm=4,
-                 host_interface="pcie5x16", peer_links=18),
+                 host_interface="pcie5x16", peer_links=18, chiplets=2),
 }
 
 #: The preset of each device name torch reports (``torch.cuda.get_device_properties().name``):
@@ -667,7 +670,7 @@ class GPU(Template):
                          leakage_w=max(0.0, hw.idle_power_w - mem.static_w), memory=mem,
                          host_interface=hw.host_interface,
                          control_overhead=GPU_CONTROL_OVERHEAD,
-                         link_phy_mm2=hw.peer_links * hw.peer_link_phy_mm2)
+                         link_phy_mm2=hw.peer_links * hw.peer_link_phy_mm2, dies=hw.chiplets)
 
     def static_power_w(self) -> float:
         return self.hw.idle_power_w

@@ -429,7 +429,8 @@ class NGPC(Template):
         return replace(gpu, compute_mm2=gpu.compute_mm2 + logic_mm2,
                        sram_mm2=gpu.sram_mm2 + sram_mm2,
                        peak_dynamic_w=gpu.peak_dynamic_w + per_cycle_j * hw.clock_hz,
-                       leakage_w=gpu.leakage_w + tech.leakage_w(logic_mm2, sram_bytes, node))
+                       leakage_w=gpu.leakage_w + tech.leakage_w(logic_mm2, sram_bytes, node),
+                       dies=0)   # a new chip: split into the dies that cost least
 
     def memory_capacity_bytes(self) -> float:
         return self.gpu.memory_capacity_bytes()

@@ -118,12 +118,16 @@ ASSEMBLY_USD = 10.0
 #: costs, US$ per die [E: chiplet cost models put advanced-package assembly at a few to tens of
 #: dollars per die]; so a split into many small dies pays for each.
 CHIPLET_BOND_USD = 10.0
-#: Silicon interposer (2.5-D) wafer price, US$ [E: a 65-nm-class wafer with TSVs and a
-#: CoWoS-class premium], area = 1.1 x what sits on it (spacing, seal ring), yield per
-#: interposer [E].
-INTERPOSER_WAFER_USD = 6000.0
+#: Interposer area over what sits on it (spacing, seal ring) [E].
 INTERPOSER_AREA_FACTOR = 1.1
-INTERPOSER_YIELD = 0.9
+#: A 2.5-D (CoWoS-class) package, US$ per mm^2 of its silicon interposer: the interposer, its
+#: micro-bumps and through-silicon vias, the chip-on-wafer assembly and its yield [S: Silicon
+#: Analysts' cost bridge (Feb. 2026, on Epoch AI and Raymond James estimates) puts the H100's
+#: CoWoS-S package at ~$750 (the B200's CoWoS-L at ~$1,100; R. Castellano's 2023 estimate
+#: $723); over the H100's interposer as this model sizes it, 1.1 x (814 mm^2 of die + five
+#: 11 x 11 mm HBM3 stacks) = 1,561 mm^2]. Its source is the H100's package line, so the H100's
+#: cost check (docs/validation.md) tests its die, memory and test lines, not this one.
+INTERPOSER_USD_PER_MM2 = 750.0 / (INTERPOSER_AREA_FACTOR * (814.0 + 5 * 11.0 * 11.0))
 
 
 @dataclass(frozen=True)
@@ -149,6 +153,9 @@ class Floorplan:
     wafer_scale: bool = False
     control_overhead: float = CONTROL_OVERHEAD
     extra_mm2: dict[str, float] = field(default_factory=dict)
+    #: Logic dies the design is split into (each within the reticle, joined on an interposer
+    #: by die-to-die links); 0: :func:`assess` takes the count that costs least.
+    dies: int = 0
     #: Power drawn off the logic die at full rate (in-DRAM PIM logic): in the TDP, not in
     #: the dies' power density.
     off_die_w: float = 0.0
@@ -314,24 +321,58 @@ def _node_key(node_nm: int) -> int:
 
 
 # ------------------------------------------------------------------------------- assessment
-def _dies_for(logic_mm2: float, edge_need_mm: float, d2d_edge_mm: float) -> tuple[int, float]:
-    """The number of dies (each within the reticle) that holds ``logic_mm2`` and offers
-    ``edge_need_mm`` of I/O edge on the least silicon, and each die's area. Split dies each
+def _die_options(logic_mm2: float, edge_need_mm: float,
+                 d2d_edge_mm: float) -> dict[int, float]:
+    """Every count of dies (each within the reticle, at most ``MAX_CHIPLETS``) that holds
+    ``logic_mm2`` and offers ``edge_need_mm`` of I/O edge, and each die's area. Split dies each
     pay die-to-die PHYs of ``d2d_edge_mm`` (edge and mm^2) and lose that edge on both sides of
     each joint; the I/O may use ``MEMORY_EDGE_FRACTION`` of the perimeters; a die whose logic
-    is too small for its I/O grows to the square that gives the edge (a pad-limited die).
-    ``MAX_CHIPLETS + 1`` dies when none will do. (Least silicon, so that more memory devices
-    or logic never shrink a design.)"""
-    best: tuple[float, int, float] | None = None
-    for dies in range(max(1, math.ceil(logic_mm2 / RETICLE_MM2)), MAX_CHIPLETS + 1):
+    is too small for its I/O grows to the square that gives the edge (a pad-limited die)."""
+    out = {}
+    for dies in range(1, MAX_CHIPLETS + 1):
         d2d = d2d_edge_mm if dies > 1 else 0.0
         side = (edge_need_mm + 2 * (dies - 1) * d2d) / (MEMORY_EDGE_FRACTION * 4 * dies)
         die = max(logic_mm2 / dies + d2d, side * side)
-        if die <= RETICLE_MM2 and (best is None or dies * die < best[0] * (1 - 1e-12)):
-            best = (dies * die, dies, die)
-    if best is None:
-        return MAX_CHIPLETS + 1, logic_mm2 / (MAX_CHIPLETS + 1)
-    return best[1], best[2]
+        if die <= RETICLE_MM2:
+            out[dies] = die
+    return out
+
+
+def _package_usd(dies: int, die_mm2: float, mem: MemorySystem | None) -> tuple[float, float]:
+    """(US$, interposer mm^2) of the package of ``dies`` logic dies of ``die_mm2`` and the
+    memory devices ``mem`` puts in it: an organic substrate and assembly, plus a 2.5-D
+    interposer (``INTERPOSER_USD_PER_MM2``, every die bonded to it) when the dies are split or
+    the memory stacks on one (0 mm^2 otherwise)."""
+    silicon = dies * die_mm2
+    usd = ASSEMBLY_USD + SUBSTRATE_USD_PER_MM2 * SUBSTRATE_AREA_PER_SILICON * (
+        silicon + (mem.devices * mem.standard.footprint_mm2 if mem else 0.0))
+    if dies == 1 and not (mem is not None and mem.standard.on_interposer):
+        return usd, 0.0
+    interposer = INTERPOSER_AREA_FACTOR * (
+        silicon + (mem.devices * mem.standard.footprint_mm2
+                   if mem and mem.standard.on_interposer else 0.0))
+    return usd + INTERPOSER_USD_PER_MM2 * interposer + CHIPLET_BOND_USD * dies, interposer
+
+
+def chiplet_costs(options: dict[int, float], node_nm: int,
+                  mem: MemorySystem | None) -> dict[int, float]:
+    """US$ of each option (dies -> die mm^2): dies and their test, and the package."""
+    return {n: n * die_cost_usd(a, node_nm) * (1 + TEST_COST_FRACTION)
+            + _package_usd(n, a, mem)[0] for n, a in options.items()}
+
+
+def _choose_dies(options: dict[int, float], node_nm: int, mem: MemorySystem | None,
+                 pinned: int) -> int | None:
+    """The count of dies: ``pinned`` when set (None if it does not fit), else the option that
+    costs least, the interposer within ``MAX_INTERPOSER_MM2`` where one is (fewer dies on a
+    tie); None when no option fits."""
+    if pinned:
+        return pinned if pinned in options else None
+    if not options:
+        return None
+    costs = chiplet_costs(options, node_nm, mem)
+    fits = [n for n in options if _package_usd(n, options[n], mem)[1] <= MAX_INTERPOSER_MM2]
+    return min(fits or options, key=lambda n: (round(costs[n], 6), n))
 
 
 def assess(fp: Floorplan) -> Physical:
@@ -365,12 +406,20 @@ def assess(fp: Floorplan) -> Physical:
     else:
         edge_need = (mem.shoreline_mm if mem else 0.0) + host_edge + fp.link_edge_mm
         d2d_edge = mem_bw / D2D_BYTES_PER_S_PER_MM
-        dies, die_mm2 = _dies_for(on_die, edge_need, d2d_edge)
-        if 1 < dies <= MAX_CHIPLETS:   # split: each die pays die-to-die PHYs
-            parts["io_other"] += dies * d2d_edge
-            on_die += dies * d2d_edge
-            d2d_j = D2D_PJ_PER_BIT * 8e-12 * (dies - 1) / dies
-        if dies > MAX_CHIPLETS:
+        options = _die_options(on_die, edge_need, d2d_edge)
+        chosen = _choose_dies(options, fp.node_nm, mem, fp.dies)
+        if chosen is None and fp.dies and options:
+            dies = fp.dies
+            die_mm2 = on_die / dies + (d2d_edge if dies > 1 else 0.0)
+            problems.append(
+                f"{dies} dies of {die_mm2:,.0f} mm^2 (the pinned chiplet count) do not fit: "
+                f"each die must be within the {RETICLE_MM2:g} mm^2 reticle and give its memory "
+                f"and host I/O {edge_need:.1f} mm of edge; "
+                + ", ".join(f"{n} dies of {a:,.0f} mm^2" for n, a in options.items())
+                + " would")
+        elif chosen is None:
+            dies = fp.dies or MAX_CHIPLETS + 1
+            die_mm2 = on_die / dies
             most = MAX_CHIPLETS * MEMORY_EDGE_FRACTION * 4 * math.sqrt(RETICLE_MM2) - (
                 2 * (MAX_CHIPLETS - 1) * d2d_edge)
             problems.append(
@@ -379,24 +428,24 @@ def assess(fp: Floorplan) -> Physical:
                 f"dies of the {RETICLE_MM2:g} mm^2 reticle, offer {RETICLE_MM2 * MAX_CHIPLETS:,.0f}"
                 f" mm^2 and {max(most, 0.0):.1f} mm of edge ({MEMORY_EDGE_FRACTION:.0%} of their "
                 "perimeters)")
-        elif dies * die_mm2 > on_die * (1 + 1e-9):
+        else:
+            dies, die_mm2 = chosen, options[chosen]
+        if dies > 1:   # split: each die pays die-to-die PHYs
+            parts["io_other"] += dies * d2d_edge
+            on_die += dies * d2d_edge
+            d2d_j = D2D_PJ_PER_BIT * 8e-12 * (dies - 1) / dies
+        if chosen is not None and dies * die_mm2 > on_die * (1 + 1e-9):
             parts["pad_limited"] = dies * die_mm2 - on_die   # silicon grown for the I/O edge
         silicon_cost = dies * die_cost_usd(die_mm2, fp.node_nm)
     # package
-    on_interposer = dies > 1 or (mem is not None and mem.standard.on_interposer)
     silicon = dies * die_mm2
-    package = ASSEMBLY_USD + SUBSTRATE_USD_PER_MM2 * SUBSTRATE_AREA_PER_SILICON * (
-        silicon + (mem.devices * mem.standard.footprint_mm2 if mem else 0.0))
-    if on_interposer and not fp.wafer_scale:
-        interposer = INTERPOSER_AREA_FACTOR * (
-            silicon + (mem.devices * mem.standard.footprint_mm2
-                       if mem and mem.standard.on_interposer else 0.0))
+    if fp.wafer_scale:
+        package = ASSEMBLY_USD + SUBSTRATE_USD_PER_MM2 * SUBSTRATE_AREA_PER_SILICON * silicon
+    else:
+        package, interposer = _package_usd(dies, die_mm2, mem)
         if interposer > MAX_INTERPOSER_MM2:
             problems.append(f"the dies and memory stacks need a {interposer:,.0f} mm^2 "
                             f"interposer but the largest is {MAX_INTERPOSER_MM2:,.0f} mm^2")
-        per_wafer = max(dies_per_wafer(interposer), 1)
-        package += INTERPOSER_WAFER_USD / per_wafer / INTERPOSER_YIELD
-        package += CHIPLET_BOND_USD * dies   # every logic die bonded to it
     # power
     mem_dynamic = mem_bw * (mem.energy_j_per_byte if mem else 0.0)
     io_w = mem_bw * (mem.standard.phy_pj_per_bit * 8e-12 / 2 if mem else 0.0)  # our PHY half

@@ -96,11 +96,11 @@ def test_datacenter_gpus_are_single_dies_under_the_reticle_and_hopper_is_no_bigg
 
 
 def test_sram_pays_its_own_overhead_not_the_logic_one():
-    small, big = NPU(ifmap_sram_kb=4096), NPU(ifmap_sram_kb=4096 + 65536)
+    small, big = NPU(ifmap_sram_kb=4096, chiplets=1), NPU(ifmap_sram_kb=4096 + 65536, chiplets=1)
     added = big.physical().area_mm2 - small.physical().area_mm2
     sram = tech.sram_area_mm2(65536 * 1024, small.hw.node_nm)
     assert added == pytest.approx(sram * (1 + physical.SRAM_OVERHEAD), rel=1e-6)
-    more_pes = NPU(ifmap_sram_kb=4096, rows=256)
+    more_pes = NPU(ifmap_sram_kb=4096, rows=256, chiplets=1)
     logic = more_pes.floorplan().compute_mm2 - small.floorplan().compute_mm2
     assert (more_pes.physical().area_breakdown_mm2["control"]
             - small.physical().area_breakdown_mm2["control"]) == pytest.approx(
