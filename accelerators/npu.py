@@ -273,7 +273,13 @@ class NPU(Template):
         self._clock, self._lanes = hw.clock_hz, hw.vector_lanes
         self._bw = self.memory.sustained_bandwidth_Bps
         self._caps = {p: v / 2 for p, v in self._sram_bytes.items()}   # double buffering
-        self._dram_j = self.physical().memory_energy_j_per_byte
+        phys = self.physical()
+        self._dram_j = phys.memory_energy_j_per_byte
+        # the logic the energy tables do not count, charged per unit for the time it is busy
+        # (physical.uncounted_logic_w), split by the units' counted logic
+        pe_mm2, lane_mm2 = self._unit_logic_mm2()
+        self._active_w = {"array": phys.active_w * pe_mm2 / (pe_mm2 + lane_mm2),
+                          "vector": phys.active_w * lane_mm2 / (pe_mm2 + lane_mm2)}
         self._problem = self._scratchpad_problem()
         self._cache: dict[tuple, OpCost] = {}
 
@@ -510,6 +516,8 @@ class NPU(Template):
         drain_bytes = min(drain_bytes, dram_bytes - fill_bytes)
         overlap_s = (dram_bytes - fill_bytes - drain_bytes) / bw
         latency_s = fill_bytes / bw + max(busy_s, overlap_s) + drain_bytes / bw
+        active_w = self._active_w[unit] + sum(self._active_w[u] for u in also_holds)
+        compute_j = compute_j + active_w * latency_s
         return OpCost(
             unit=unit, latency_s=latency_s, compute_s=compute_s, clock_hz=clock,
             traffic={"dram": dram_bytes},
@@ -532,8 +540,7 @@ class NPU(Template):
         hw, b = self.hw, DTYPE_BYTES[self.hw.dtype]
         node = hw.node_nm
         pes = hw.rows * hw.cols * hw.arrays
-        compute = (pes * tech.pe_area_mm2(hw.dtype, node) + VECTOR_LANE_AREA_PER_MAC
-                   * hw.vector_lanes * tech.mac_area_mm2(hw.dtype, node))
+        compute = sum(self._unit_logic_mm2())
         sram_bytes = sum(self._sram_bytes.values())
         sram = tech.sram_area_mm2(sram_bytes, node)
         sram_j = self._sram_j
@@ -548,4 +555,11 @@ class NPU(Template):
                          leakage_w=tech.leakage_w(compute + control_mm2(compute, sram),
                                                   sram_bytes, node),
                          memory=self.memory, host_interface=hw.host_interface,
-                         dies=hw.chiplets)
+                         dies=hw.chiplets, clock_hz=hw.clock_hz)
+
+    def _unit_logic_mm2(self) -> tuple[float, float]:
+        """Counted logic of the arrays' PEs and of the vector lanes, mm^2."""
+        hw = self.hw
+        return (hw.rows * hw.cols * hw.arrays * tech.pe_area_mm2(hw.dtype, hw.node_nm),
+                VECTOR_LANE_AREA_PER_MAC * hw.vector_lanes * tech.mac_area_mm2(hw.dtype,
+                                                                               hw.node_nm))

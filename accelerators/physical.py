@@ -20,8 +20,10 @@ what every chip pays the same way, so no template pays for memory differently:
 * **Cost** (US$ per chip): dies from the wafer price per node, dies per 300-mm wafer and a
   negative-binomial yield; known-good-die test; package (organic substrate, plus a silicon
   interposer for HBM or chiplets); memory devices by price per GB.
-* **Power**: ``tdp_w`` = peak dynamic power of the dies + memory I/O at full bandwidth +
-  static power (leakage + memory background); the dies' power over their area must stay under
+* **Power**: ``tdp_w`` = peak dynamic power of the dies (what the energy tables count, every
+  unit busy) + the logic they do not count (:func:`uncounted_logic_w`, one fitted constant
+  for every template) + memory I/O at full bandwidth + static power (leakage + memory
+  background); the dies' power over their area must stay under
   ``MAX_POWER_DENSITY_W_PER_MM2``, else infeasible.
 
 Sources and confidence tags as in :mod:`accelerators.technology`; [E] estimates say from what.
@@ -67,6 +69,28 @@ SRAM_OVERHEAD = 0.5827
 #: 0.3-0.9 (H100 SXM 700 W on 814 mm^2 = 0.86, B200 ~0.6, WSE-2 ~0.3); direct liquid cold
 #: plates remove ~1.5 W/mm^2 of uniform load].
 MAX_POWER_DENSITY_W_PER_MM2 = 1.5
+
+#: Dynamic power of the logic the templates' energy tables do not count (clock tree,
+#: instruction issue and control, pipeline registers, on-chip network, the vector and scalar
+#: units a template leaves out), W per mm^2 of laid-out logic per GHz at 45 nm, scaled to a
+#: node by ``technology.energy_scale / area_scale`` (switched capacitance per mm^2 times V^2:
+#: the same logic at a finer node is smaller and switches less charge). Laid-out logic is a
+#: floorplan's counted logic times one plus its control overhead (the area model's), so
+#: the term grows with what the area model says is there. One constant for every template
+#: (npu, gpu, pim's ASIC, neural_graphics, wafer): the energy method is one
+#: [fitted: least squares of log(modelled / published TDP) over the published chips,
+#: ``dse.calibrate.physical_fit.fit_power``; docs/validation.md gives each chip's error with
+#: it fitted on every chip and with that chip left out. Plausibility [E]: ~1 nF of switched
+#: capacitance per mm^2 at 45 nm, 0.9 V and ~5 % activity is ~0.04 W/(mm^2 GHz)].
+UNCOUNTED_LOGIC_W_PER_MM2_GHZ = 0.03534
+
+
+def uncounted_logic_w(logic_mm2: float, clock_hz: float, node_nm: int) -> float:
+    """Power of ``logic_mm2`` of laid-out logic at ``node_nm`` clocked at ``clock_hz`` beyond
+    what the energy tables count, W (``UNCOUNTED_LOGIC_W_PER_MM2_GHZ``)."""
+    return (UNCOUNTED_LOGIC_W_PER_MM2_GHZ * logic_mm2 * clock_hz / 1e9
+            * tech.energy_scale(node_nm) / tech.area_scale(node_nm))
+
 
 #: Host interfaces: PHY mm^2 (node-independent) and controller million transistors
 #: [R LLMCompass cost model: PCIe 4 0.48 mm^2 and 3.96 MTr per lane, PCIe 5 0.64 mm^2 and
@@ -153,6 +177,9 @@ class Floorplan:
     wafer_scale: bool = False
     control_overhead: float = CONTROL_OVERHEAD
     extra_mm2: dict[str, float] = field(default_factory=dict)
+    #: Clock of the logic, Hz: with ``compute_mm2`` and ``control_overhead`` it sets the
+    #: power of what the energy tables do not count (:func:`uncounted_logic_w`); 0: none.
+    clock_hz: float = 0.0
     #: Logic dies the design is split into (each within the reticle, joined on an interposer
     #: by die-to-die links); 0: :func:`assess` takes the count that costs least.
     dies: int = 0
@@ -193,6 +220,9 @@ class Physical:
     static_w: float
     d2d_j_per_byte: float
     problem: str | None
+    #: Power of the logic the energy tables do not count, at full activity, W (in ``tdp_w``;
+    #: templates charge it to each op for the time its unit is busy).
+    active_w: float = 0.0
 
     @property
     def area_mm2(self) -> float:
@@ -245,6 +275,8 @@ def combine(floorplans: list[Floorplan]) -> Floorplan:
         wafer_scale=any(f.wafer_scale for f in floorplans),
         control_overhead=(sum(f.control_overhead * a for f, a in zip(floorplans, logic))
                           / sum(logic) if sum(logic) > 0 else CONTROL_OVERHEAD),
+        clock_hz=(sum(f.clock_hz * a for f, a in zip(floorplans, logic)) / sum(logic)
+                  if sum(logic) > 0 else 0.0),
         extra_mm2=extra, off_die_w=sum(f.off_die_w for f in floorplans),
         problems=tuple(p for f in floorplans for p in f.problems),
         spare_cores=sum(f.spare_cores for f in floorplans))
@@ -451,8 +483,10 @@ def assess(fp: Floorplan) -> Physical:
     io_w = mem_bw * (mem.standard.phy_pj_per_bit * 8e-12 / 2 if mem else 0.0)  # our PHY half
     d2d_w = mem_bw * d2d_j
     static = fp.leakage_w + (mem.static_w if mem else 0.0)
-    tdp = fp.peak_dynamic_w + mem_dynamic + d2d_w + static + fp.link_w + fp.off_die_w
-    die_power = fp.peak_dynamic_w + io_w + d2d_w + fp.leakage_w + fp.link_w
+    active = uncounted_logic_w(fp.compute_mm2 * (1 + fp.control_overhead), fp.clock_hz,
+                               fp.node_nm)
+    tdp = fp.peak_dynamic_w + active + mem_dynamic + d2d_w + static + fp.link_w + fp.off_die_w
+    die_power = fp.peak_dynamic_w + active + io_w + d2d_w + fp.leakage_w + fp.link_w
     density = die_power / silicon if silicon > 0 else 0.0
     if density > MAX_POWER_DENSITY_W_PER_MM2:
         problems.append(f"the dies draw {die_power:,.0f} W on {silicon:,.0f} mm^2 = "
@@ -463,4 +497,4 @@ def assess(fp: Floorplan) -> Physical:
             "package": package, "memory": mem.price_usd if mem else 0.0}
     return Physical(area_breakdown_mm2=parts, dies=dies, die_mm2=die_mm2, memory=mem,
                     cost_breakdown_usd=cost, tdp_w=tdp, static_w=static, d2d_j_per_byte=d2d_j,
-                    problem="; ".join(problems) or None)
+                    problem="; ".join(problems) or None, active_w=active)

@@ -399,10 +399,12 @@ class PIM(Template):
             lane_ops = _lane_ops(op, b)
         compute_s = math.ceil(lane_ops / hw.asic_lanes) / hw.asic_clock_hz
         mem_s = dram / self.bus_Bps
-        return OpCost(unit="asic", latency_s=max(compute_s, mem_s), compute_s=compute_s,
+        latency = max(compute_s, mem_s)
+        return OpCost(unit="asic", latency_s=latency, compute_s=compute_s,
                       clock_hz=hw.asic_clock_hz, traffic={"bus": dram} if dram else {},
                       bytes_by_level={"sram": act, "bus": dram},
-                      energy_j={"compute": lane_ops * self._vec_j,
+                      energy_j={"compute": lane_ops * self._vec_j
+                                + self.physical().active_w * latency,
                                 "onchip_memory": act * self._sram_j,
                                 "offchip_memory": dram * self._bus_j},
                       bound="memory" if mem_s > compute_s else "compute")
@@ -437,7 +439,8 @@ class PIM(Template):
                          extra_mm2={"pim_logic": logic.area_mm2},
                          off_die_w=pim_peak_w(hw, self.timing, self._b, self._mac_j,
                                               self._act_j),
-                         problems=tuple(p for p in (logic.problem(),) if p))
+                         problems=tuple(p for p in (logic.problem(),) if p),
+                         clock_hz=hw.asic_clock_hz)
 
 
 def _lane_ops(op: Op, b: int) -> float:

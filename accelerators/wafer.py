@@ -296,7 +296,8 @@ class Wafer(Template):
                            energy_j={**c.energy_j, "network": c.energy_j.get("network", 0.0)
                                      + io_bytes * IO_PJ_PER_BYTE * 1e-12})
         plan = self.plan_op(op, phase)
-        return self._finish(plan, io_bytes)
+        w, h = self.region(phase)
+        return self._finish(plan, io_bytes, w * h)
 
     def plan_op(self, op: Op, phase: str) -> _Plan:
         """The op mapped onto its phase's region (decode ops: the slower orientation);
@@ -460,15 +461,16 @@ class Wafer(Template):
                 tech.sram_energy_j_per_byte(self._sram_bytes, hw.node_nm),
                 tech.noc_energy_j_per_byte(self.core_pitch_mm, hw.node_nm))
 
-    def _finish(self, plan: _Plan, io_bytes: float) -> OpCost:
+    def _finish(self, plan: _Plan, io_bytes: float, region_cores: int) -> OpCost:
         hw, b, c = self.hw, self.bytes_per_elem, plan.cost
         wafer_s = c.cycles / hw.clock_hz
         io_s = io_bytes / hw.io_bandwidth_Bps
         sram_bytes = SRAM_ELEMS_PER_MAC * b * (c.macs + plan.vector_elems)
         noc_bytes = c.elem_hops * b
         mac_j, vector_j, sram_j, noc_j = self._energy_per_unit
+        active_j = region_cores * self._active_w_per_core * (wafer_s + io_s)
         energy = {
-            "compute": c.macs * mac_j + plan.vector_elems * vector_j,
+            "compute": c.macs * mac_j + plan.vector_elems * vector_j + active_j,
             "onchip_memory": sram_bytes * sram_j,
             "network": noc_bytes * noc_j + io_bytes * IO_PJ_PER_BYTE * 1e-12,
         }
@@ -501,7 +503,9 @@ class Wafer(Template):
     def floorplan(self) -> Floorplan:
         """One wafer: every core's logic (router and control included, so no further control
         overhead) and SRAM; no off-chip memory (the wafer keeps everything in SRAM); peak power
-        as :meth:`peak_power_w`."""
+        as :meth:`peak_power_w`: the larger region busy, its logic the energy tables do not
+        count clocked (``clock_hz`` is the core clock times the region's share of the mesh:
+        cores outside the regions are clock-gated)."""
         hw = self.hw
         leak = tech.leakage_w(self.cores * hw.core_logic_area_mm2, self.cores * self._sram_bytes,
                               hw.node_nm)
@@ -509,7 +513,8 @@ class Wafer(Template):
                          sram_mm2=self.cores * tech.sram_area_mm2(self._sram_bytes, hw.node_nm),
                          peak_dynamic_w=self._busy_power_w, leakage_w=leak, memory=None,
                          host_interface="none", wafer_scale=True, control_overhead=0.0,
-                         spare_cores=round(self.cores * WSE2_SPARE_FRACTION))
+                         spare_cores=round(self.cores * WSE2_SPARE_FRACTION),
+                         clock_hz=hw.clock_hz * self._busy_cores / self.cores)
 
     @property
     def peak_flops(self) -> float:
@@ -526,20 +531,30 @@ class Wafer(Template):
 
     def peak_power_w(self) -> float:
         """Static power of the whole mesh plus every core of the larger region computing at full
-        rate (each MAC touching SRAM) with its four links busy, W. Cores outside the regions
-        idle (clock-gated), paying leakage only."""
-        return self.static_power_w() + self._busy_power_w
+        rate (each MAC touching SRAM) with its four links busy and its uncounted logic clocked,
+        W (the design's TDP). Cores outside the regions idle (clock-gated), paying leakage
+        only."""
+        return self.physical().tdp_w
+
+    @cached_property
+    def _busy_cores(self) -> int:
+        hw = self.hw
+        return max(hw.prefill_region_width * hw.prefill_region_height,
+                   hw.decode_region_width * hw.decode_region_height)
+
+    @cached_property
+    def _active_w_per_core(self) -> float:
+        """Uncounted-logic power of one busy core, W (charged per op on its region)."""
+        return self.physical().active_w / self._busy_cores
 
     @cached_property
     def _busy_power_w(self) -> float:
         """Dynamic power of the larger region at full rate, W (computed once per design)."""
         hw, f, b = self.hw, self.fabric, self.bytes_per_elem
-        busy = max(hw.prefill_region_width * hw.prefill_region_height,
-                   hw.decode_region_width * hw.decode_region_height)
         mac_j, _, sram_j, noc_j = self._energy_per_unit
         per_cycle_j = (f.macs_per_cycle * (mac_j + SRAM_ELEMS_PER_MAC * b * sram_j)
                        + 4 * hw.link_bytes_per_cycle * noc_j)
-        return busy * hw.clock_hz * per_cycle_j
+        return self._busy_cores * hw.clock_hz * per_cycle_j
 
     # --- feasibility ------------------------------------------------------------------------
 

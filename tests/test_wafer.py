@@ -248,6 +248,10 @@ def test_wse2_datapath_sram_bandwidth_and_area_match_cerebras():
     assert t.sram_bandwidth_Bps == pytest.approx(20e15, rel=0.15)
     assert t.area_mm2() == pytest.approx(46225, rel=0.10)
     assert t.describe()["derived"]["peak_flops"] == t.peak_flops
+    # power: the WSE-2 draws ~15 kW (37 A100s of 400 W, WaferLLM); the model, bottom-up with
+    # the one fitted uncounted-logic term, within 35 %
+    assert t.physical().tdp_w == pytest.approx(14800, rel=0.35)
+    assert t.peak_power_w() == t.physical().tdp_w < t.hw.tdp_w
 
 
 def test_a_mesh_beyond_the_usable_rectangle_is_infeasible_naming_both_areas():
