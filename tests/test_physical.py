@@ -223,3 +223,42 @@ def test_the_simulated_channel_runs_at_the_memory_systems_bandwidth():
     slow, fast = simulate(w, one).latency_s, simulate(w, four).latency_s
     assert fast < 0.5 * slow      # the bandwidth the devices give is what the channel runs at
     assert evaluate_many(w, [four]).latency_s[0] == pytest.approx(fast, rel=1e-9)
+
+
+def test_one_sustained_bandwidth_rule_per_memory_standard():
+    """Issue 27: NPUs streamed DRAM at 100 % of the pins, GPUs at 85 %; every template now
+    streams at its memory standard's sustained share."""
+    from accelerators.gpu import GPU
+    from accelerators.npu_pim import NeuPIMs
+    from accelerators.pim import PIM
+    hbm = get_standard("hbm3").sustained_fraction
+    assert {s.sustained_fraction for n, s in MEMORY_STANDARDS.items()
+            if n.startswith("hbm")} == {hbm}
+    assert hbm == pytest.approx(GPU("h200").knobs["bandwidth_efficiency"], abs=1e-3)
+    npu = NPU(dram="hbm3", dram_devices=2)
+    assert npu.resources().channels["dram"] == pytest.approx(2 * 819.2e9 * hbm)
+    a100 = GPU("a100")    # uncalibrated: the standard's share
+    assert a100.model.copy_Bps == pytest.approx(a100.hw.memory_bandwidth_Bps * hbm)
+    d = NeuPIMs()
+    assert d.resources().channels["dram"] == pytest.approx(d.pin_Bps * hbm)
+    p = PIM()
+    assert p.resources().channels["bus"] == pytest.approx(
+        p.pin_Bps * get_standard("gddr6").sustained_fraction)
+
+
+def test_h100_cost_against_a_published_bill_of_materials_and_shown_in_results(tmp_path):
+    """Issue 27: the H100 preset within +-35 % of the ~$3,320 public estimate (Raymond James,
+    2023), its breakdown and chiplet count in the result JSON and the design report."""
+    from dse import api
+    from dse.calibrate.published_chips import COST_ESTIMATES
+    from dse.report import write_design_report
+    est = next(e for e in COST_ESTIMATES if e.accelerator == "gpu:h100")
+    h100 = make_accelerator("gpu:h100").physical()
+    assert h100.cost_usd == pytest.approx(est.cost_usd, rel=0.35)
+    assert h100.cost_breakdown_usd["memory"] == pytest.approx(80 * 15.0)   # HBM3 ~$15/GB
+    r = api.simulate("gpt2", accelerator="gpu:h100", phase="decode", batch=1, context=128)
+    d = r.to_dict()
+    assert d["cost_breakdown_usd"] == pytest.approx(dict(h100.cost_breakdown_usd))
+    assert d["accelerator"]["dies"] == 1
+    text = write_design_report(r, tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "cost: memory" in text and "cost: package" in text
