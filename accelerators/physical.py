@@ -8,18 +8,23 @@ what every chip pays the same way, so no template pays for memory differently:
   clocking, DMA, as ``CONTROL_OVERHEAD`` of the logic, and routing and spacing around the
   SRAM macros as ``SRAM_OVERHEAD`` of the SRAM) + memory PHYs and controllers
   (from the standard, per device) + other I/O (host interface PHY, die-to-die PHYs when split).
-* **Reticle**: a die larger than ``RETICLE_MM2`` is split into equal chiplets on a silicon
-  interposer, each paying die-to-die PHYs (edge and area) sized for the memory bandwidth
-  crossing it, up to ``MAX_CHIPLETS``; beyond that, or when the interposer would exceed
-  ``MAX_INTERPOSER_MM2``, the design is infeasible. A wafer-scale design is one wafer and is not split.
+* **Chiplets**: the logic is split into the count of equal dies, each within
+  ``RETICLE_MM2``, that costs least (dies, test and package: a larger die yields worse, a
+  split pays an interposer, bonding and die-to-die PHYs sized for the memory bandwidth
+  crossing it), up to ``MAX_CHIPLETS``, or into the count the template pins
+  (``Floorplan.dies``; infeasible, naming the counts that would fit, when it does not); beyond
+  ``MAX_CHIPLETS``, or when the interposer would exceed ``MAX_INTERPOSER_MM2``, the design is
+  infeasible. A wafer-scale design is one wafer's usable rectangle (``WAFER_USABLE_MM2``),
+  priced by area over the yield its spare cores give (:func:`wafer_cost_usd`).
 * **Shoreline**: the memory devices' die edge (and the host interface's) must fit the share
   ``MEMORY_EDGE_FRACTION`` of the dies' perimeters (square dies): a die whose logic is too
   small for its I/O grows to the size that gives the edge (pad-limited; the added silicon is
   ``pad_limited`` in the area breakdown and is paid for), or splits into chiplets; when even
   ``MAX_CHIPLETS`` reticle-sized dies cannot, the design is infeasible.
 * **Cost** (US$ per chip): dies from the wafer price per node, dies per 300-mm wafer and a
-  negative-binomial yield; known-good-die test; package (organic substrate, plus a silicon
-  interposer for HBM or chiplets); memory devices by price per GB.
+  negative-binomial yield; known-good-die test; package (organic substrate, plus a 2.5-D
+  interposer priced per mm^2 for HBM or chiplets); memory devices by price per GB (in-DRAM
+  PIM logic priced with its DRAM by area).
 * **Power**: ``tdp_w`` = peak dynamic power of the dies (what the energy tables count, every
   unit busy) + the logic they do not count (:func:`uncounted_logic_w`, one fitted constant
   for every template) + memory I/O at full bandwidth + static power (leakage + memory
