@@ -23,10 +23,11 @@ serialise on it. Per op, O(1) in the number of cores:
 Non-uniform layouts of a rectangular region alternate between the two axes from one GEMV to
 the next, so each decode op is costed in both orientations and the slower one is kept.
 
-Feasibility (:meth:`Wafer.check`): the region must hold weights + KV cache + the largest
-activation working set + the per-core reserve in its aggregate SRAM (the reason names the
-shortfall per core); every pattern must fit the routing paths (or relay); the peak power (the
-mesh's leakage plus the larger region at full rate) must stay under ``tdp_w``.
+Feasibility (:meth:`Wafer.check`): the mesh must fit the largest rectangle of a 300-mm wafer
+(``physical.WAFER_USABLE_MM2``, both areas named otherwise); the region must hold weights + KV
+cache + the largest activation working set + the per-core reserve in its aggregate SRAM (the
+reason names the shortfall per core); every pattern must fit the routing paths (or relay); the
+peak power (the mesh's leakage plus the larger region at full rate) must stay under ``tdp_w``.
 
 Off-wafer I/O (the ``"io"`` channel): in LLM phases each step streams its token ids in and the
 final op's output (the logits) out; in ``forward`` phase inputs and outputs are taken as resident
