@@ -3,12 +3,12 @@
     python benchmarks/validation_tables.py --write            # every block (several minutes)
     python benchmarks/validation_tables.py --write --fast     # the fast blocks only
     python benchmarks/validation_tables.py --check            # exit 1 if a fast block drifted
-    python benchmarks/validation_tables.py --only physical,b200 --print
+    python benchmarks/validation_tables.py --only physical-chips,b200 --print
 
 Each generated block sits between ``<!-- generated:NAME -->`` and ``<!-- /generated:NAME -->``
 in docs/validation.md, with the command that writes it. A block is made by calling the code
 that measures it (the benchmark or reproduction the section names), never by copying its
-numbers: ``physical`` is ``benchmarks/physical_validation.py``'s own output, ``reproduce-*``
+numbers: ``physical-*`` are ``benchmarks/physical_validation.py``'s table functions, ``reproduce-*``
 the rows of ``dse reproduce NAME``, ``wafer-study`` a run of ``studies/wafer_llama3.yaml``,
 ``b200`` the physical model's verdict on the ``gpu:b200`` preset, ``economics-*`` the cost
 per token of :mod:`simulators.economics` against published prices. ``tests/test_docs_drift.py``
@@ -32,14 +32,26 @@ DOC = ROOT / "docs" / "validation.md"
 
 
 # ----------------------------------------------------------------------------- blocks
-def physical() -> str:
-    """``benchmarks/physical_validation.py``'s tables, as it prints them."""
+def _physical():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import physical_validation
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        physical_validation.main()
-    return out.getvalue().strip()
+    return physical_validation
+
+
+def physical_chips() -> str:
+    """``benchmarks/physical_validation.py``'s chip table and its error summary (the summary's
+    lines end in a Markdown line break)."""
+    from dse.calibrate import physical_fit as pf
+    pv = _physical()
+    rows = pf.validation_rows()
+    summary = "\n".join(line + "  " if line.startswith("|") and "error|" in line else line
+                        for line in pv.summary(rows).split("\n"))
+    return pv.chip_table(rows) + "\n\n" + summary
+
+
+def physical_table(name: str) -> Callable[[], str]:
+    """One table function of ``benchmarks/physical_validation.py``."""
+    return lambda: getattr(_physical(), name)()
 
 
 def reproduction(name: str) -> Callable[[], str]:
@@ -160,7 +172,12 @@ def economics_serving() -> str:
 
 #: name -> (fast: checked by tests/test_docs_drift.py, the function that writes it).
 BLOCKS: dict[str, tuple[bool, Callable[[], str]]] = {
-    "physical": (True, physical),
+    "physical-chips": (True, physical_chips),
+    "physical-blocks": (True, physical_table("block_table")),
+    "physical-constants": (True, physical_table("constants_table")),
+    "physical-h200": (True, physical_table("h200_power_table")),
+    "physical-wafer": (True, physical_table("wafer_table")),
+    "physical-cost": (True, physical_table("cost_table")),
     "b200": (True, b200),
     "economics-hour": (True, economics_hour),
     "reproduce-pim-gpt": (False, reproduction("pim-gpt")),
