@@ -547,7 +547,7 @@ class NPU(Template):
         return Peaks(
             flops_per_s={"array": 2.0 * hw.rows * hw.cols * hw.arrays * hw.clock_hz,
                          "vector": 2.0 * hw.vector_lanes * hw.clock_hz},
-            levels=(MemoryLevel("dram", self._bw, self.memory.capacity_bytes,
+            levels=(MemoryLevel("dram", self.memory.bandwidth_Bps, self.memory.capacity_bytes,
                                 self.memory.energy_j_per_byte, resident=True),
                     MemoryLevel("sram", math.inf, sram, min(self._sram_j.values()))),
             energy_per_flop_j=min(tech.mac_energy_j(hw.dtype, node) / 2,

@@ -498,12 +498,10 @@ class Wafer(Template):
         design's ``dtype``; the SRAM (where weights and KV cache live) read by every core of
         the mesh at its datapath's operand rate (``SRAM_ELEMS_PER_MAC`` elements per MAC);
         the cheapest FLOP is half a MAC or a vector op at ``node_nm``."""
-        hw, f, b = self.hw, self.fabric, self.bytes_per_elem
         busy = max(w * h for w, h in self._regions.values())
-        per_core = f.macs_per_cycle * hw.clock_hz
         return Peaks(
-            flops_per_s={"region": 2.0 * busy * per_core},
-            levels=(MemoryLevel("sram", self.cores * per_core * SRAM_ELEMS_PER_MAC * b,
+            flops_per_s={"region": self.peak_flops * busy / self.cores},
+            levels=(MemoryLevel("sram", self.sram_bandwidth_Bps,
                                 self.cores * self._sram_bytes, self._energy_per_unit[2],
                                 resident=True),),
             energy_per_flop_j=min(self._energy_per_unit[0] / 2, self._energy_per_unit[1]))

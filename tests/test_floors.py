@@ -33,10 +33,10 @@ def _workload(model, **kw):
         return api.workload(model, **kw)
 
 
-#: Violations of the physical model that issue 27's part B (branch truth-physical) closes:
-#: (template, quantity). Reported by ``test_known_violations_are_still_open`` until fixed.
-KNOWN = {("pim", "avg_power_w"), ("wafer", "area_mm2"), ("gpu", "avg_power_w"),
-         ("gpu", "energy_j")}
+#: Violations of the physical model left open, as (template, quantity): none since issue 27's
+#: part B (the pim's in-bank logic in its TDP, the wafer's usable rectangle, one bottom-up
+#: energy method for the gpu). A pair out of this set fails its test.
+KNOWN: set[tuple[str, str]] = set()
 #: Per (template, path): pairs whose result was checked, and violations (KNOWN ones too).
 CHECKED: dict[tuple[str, str], bench.Tally] = {}
 
@@ -73,14 +73,6 @@ def _sample(template: str, path: str) -> bench.Tally:
 @pytest.mark.parametrize("template", bench.TEMPLATES)
 def test_no_path_beats_a_floor(template, path):
     _sample(template, path)
-
-
-@pytest.mark.xfail(strict=True, reason="open in the physical model (KNOWN); when this passes, "
-                   "empty KNOWN")
-def test_known_violations_are_still_open():
-    known = [v for t in bench.TEMPLATES for p in bench.PATHS for v in _sample(t, p).violations
-             if (t, v.quantity) in KNOWN]
-    assert not known
 
 
 def test_sample_is_not_empty():
