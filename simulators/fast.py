@@ -2,8 +2,12 @@
 
 Same cost model as the event-driven simulator — it calls the template's own ``cost()`` — but
 no contention: an op starts when its last producer ends, whatever unit or channel it uses, so
-the latency is the critical path of the op graph. On designs where nothing contends (a chain
-of ops, or independent ops on distinct units and channels) it equals the SimPy result.
+the latency is the critical path of the op graph, or what the shared resources impose
+whatever the overlap when that is longer (each unit's busy time, each channel's bytes over
+its bandwidth: ops on parallel branches still run one at a time on their unit). On designs
+where nothing contends (a chain of ops, or independent ops on distinct units and channels) it
+equals the SimPy result; otherwise it is a lower bound of it, never below a floor
+(:mod:`simulators.floors`).
 
 Speed comes from four things: designs whose plan reads the same parameters share one planned
 graph and its index structure (``Template.planned``); ops with identical shapes and attributes
