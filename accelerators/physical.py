@@ -289,7 +289,7 @@ def combine(floorplans: list[Floorplan]) -> Floorplan:
 
 def control_mm2(compute_mm2: float, sram_mm2: float,
                 overhead: float | None = None) -> float:
-    """Area a die adds for what its template does not count, mm^2: ``overhead`` (default
+    """Area a die adds for what its template does not count, mm²: ``overhead`` (default
     ``CONTROL_OVERHEAD``) of its logic plus ``SRAM_OVERHEAD`` of its SRAM. A template whose
     areas already include their control passes ``overhead`` 0 and no SRAM either (the wafer's
     cores pay both inside their area, see ``wafer.wse2_core_logic_area_mm2``)."""
@@ -376,7 +376,7 @@ def _die_options(logic_mm2: float, edge_need_mm: float,
 
 
 def _package_usd(dies: int, die_mm2: float, mem: MemorySystem | None) -> tuple[float, float]:
-    """(US$, interposer mm^2) of the package of ``dies`` logic dies of ``die_mm2`` and the
+    """(US$, interposer mm²) of the package of ``dies`` logic dies of ``die_mm2`` and the
     memory devices ``mem`` puts in it: an organic substrate and assembly, plus a 2.5-D
     interposer (``INTERPOSER_USD_PER_MM2``, every die bonded to it) when the dies are split or
     the memory stacks on one (0 mm^2 otherwise)."""
@@ -393,7 +393,7 @@ def _package_usd(dies: int, die_mm2: float, mem: MemorySystem | None) -> tuple[f
 
 def chiplet_costs(options: dict[int, float], node_nm: int,
                   mem: MemorySystem | None) -> dict[int, float]:
-    """US$ of each option (dies -> die mm^2): dies and their test, and the package."""
+    """US$ of each option (dies -> die mm²): dies and their test, and the package."""
     return {n: n * die_cost_usd(a, node_nm) * (1 + TEST_COST_FRACTION)
             + _package_usd(n, a, mem)[0] for n, a in options.items()}
 
@@ -437,9 +437,9 @@ def assess(fp: Floorplan) -> Physical:
         silicon_cost = wafer_cost_usd(on_die, fp.node_nm, fp.spare_cores)
         if on_die > WAFER_USABLE_MM2 * (1 + 1e-12):
             problems.append(
-                f"the mesh needs {on_die:,.0f} mm^2 of silicon but the largest rectangle a "
+                f"the mesh needs {on_die:,.0f} mm² of silicon but the largest rectangle a "
                 f"{WAFER_DIAMETER_MM:g}-mm wafer holds ({WAFER_EDGE_EXCLUSION_MM:g} mm edge "
-                f"exclusion) is {WAFER_USABLE_MM2:,.0f} mm^2")
+                f"exclusion) is {WAFER_USABLE_MM2:,.0f} mm²")
     else:
         edge_need = (mem.shoreline_mm if mem else 0.0) + host_edge + fp.link_edge_mm
         d2d_edge = mem_bw / D2D_BYTES_PER_S_PER_MM
@@ -449,10 +449,10 @@ def assess(fp: Floorplan) -> Physical:
             dies = fp.dies
             die_mm2 = on_die / dies + (d2d_edge if dies > 1 else 0.0)
             problems.append(
-                f"{dies} dies of {die_mm2:,.0f} mm^2 (the pinned chiplet count) do not fit: "
-                f"each die must be within the {RETICLE_MM2:g} mm^2 reticle and give its memory "
+                f"{dies} dies of {die_mm2:,.0f} mm² (the pinned chiplet count) do not fit: "
+                f"each die must be within the {RETICLE_MM2:g} mm² reticle and give its memory "
                 f"and host I/O {edge_need:.1f} mm of edge; "
-                + ", ".join(f"{n} dies of {a:,.0f} mm^2" for n, a in options.items())
+                + ", ".join(f"{n} dies of {a:,.0f} mm²" for n, a in options.items())
                 + " would")
         elif chosen is None:
             dies = fp.dies or MAX_CHIPLETS + 1
@@ -460,10 +460,10 @@ def assess(fp: Floorplan) -> Physical:
             most = MAX_CHIPLETS * MEMORY_EDGE_FRACTION * 4 * math.sqrt(RETICLE_MM2) - (
                 2 * (MAX_CHIPLETS - 1) * d2d_edge)
             problems.append(
-                f"the logic needs {on_die:,.0f} mm^2 of silicon and its memory and host I/O "
+                f"the logic needs {on_die:,.0f} mm² of silicon and its memory and host I/O "
                 f"{edge_need:.1f} mm of die edge, but the most a package joins, {MAX_CHIPLETS} "
-                f"dies of the {RETICLE_MM2:g} mm^2 reticle, offer {RETICLE_MM2 * MAX_CHIPLETS:,.0f}"
-                f" mm^2 and {max(most, 0.0):.1f} mm of edge ({MEMORY_EDGE_FRACTION:.0%} of their "
+                f"dies of the {RETICLE_MM2:g} mm² reticle, offer {RETICLE_MM2 * MAX_CHIPLETS:,.0f}"
+                f" mm² and {max(most, 0.0):.1f} mm of edge ({MEMORY_EDGE_FRACTION:.0%} of their "
                 "perimeters)")
         else:
             dies, die_mm2 = chosen, options[chosen]
@@ -481,8 +481,8 @@ def assess(fp: Floorplan) -> Physical:
     else:
         package, interposer = _package_usd(dies, die_mm2, mem)
         if interposer > MAX_INTERPOSER_MM2:
-            problems.append(f"the dies and memory stacks need a {interposer:,.0f} mm^2 "
-                            f"interposer but the largest is {MAX_INTERPOSER_MM2:,.0f} mm^2")
+            problems.append(f"the dies and memory stacks need a {interposer:,.0f} mm² "
+                            f"interposer but the largest is {MAX_INTERPOSER_MM2:,.0f} mm²")
     # power
     mem_dynamic = mem_bw * (mem.energy_j_per_byte if mem else 0.0)
     io_w = mem_bw * (mem.standard.phy_pj_per_bit * 8e-12 / 2 if mem else 0.0)  # our PHY half
@@ -494,8 +494,8 @@ def assess(fp: Floorplan) -> Physical:
     die_power = fp.peak_dynamic_w + active + io_w + d2d_w + fp.leakage_w + fp.link_w
     density = die_power / silicon if silicon > 0 else 0.0
     if density > MAX_POWER_DENSITY_W_PER_MM2:
-        problems.append(f"the dies draw {die_power:,.0f} W on {silicon:,.0f} mm^2 = "
-                        f"{density:.2f} W/mm^2, above the {MAX_POWER_DENSITY_W_PER_MM2:g} W/mm^2 "
+        problems.append(f"the dies draw {die_power:,.0f} W on {silicon:,.0f} mm² = "
+                        f"{density:.2f} W/mm², above the {MAX_POWER_DENSITY_W_PER_MM2:g} W/mm² "
                         "a cooler removes")
     parts.update(fp.extra_mm2)
     cost = {"dies": silicon_cost, "test": TEST_COST_FRACTION * silicon_cost,

@@ -515,7 +515,7 @@ class PimLogic:
 
     @property
     def area_mm2(self) -> float:
-        """The PIM logic's die area over every device, mm^2."""
+        """The PIM logic's die area over every device, mm²."""
         return self.logic_bits / 1e9 / DRAM_GBIT_PER_MM2[self.kind]
 
     def problem(self) -> str | None:
@@ -526,9 +526,9 @@ class PimLogic:
         device = "stack" if self.kind == "hbm2" else "chip"
         room = (PIM_DIE_MAX_GROWTH - 1) * self.cell_bits / 1e9 / DRAM_GBIT_PER_MM2[self.kind]
         return (f"the in-bank PIM logic ({self.lanes // per:,} MAC lanes per {self.kind} "
-                f"{device}) takes {self.area_mm2 / per:,.1f} mm^2 of DRAM die per {device}, "
+                f"{device}) takes {self.area_mm2 / per:,.1f} mm² of DRAM die per {device}, "
                 f"{self.growth - 1:.0%} of its cells' area, but a DRAM die holds at most "
-                f"{PIM_DIE_MAX_GROWTH - 1:.0%} more than its cells ({room / per:,.1f} mm^2 per "
+                f"{PIM_DIE_MAX_GROWTH - 1:.0%} more than its cells ({room / per:,.1f} mm² per "
                 f"{device})")
 
 

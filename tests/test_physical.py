@@ -90,7 +90,7 @@ def test_reticle_splits_into_chiplets_with_die_to_die_cost():
     assert too_big.problem and "most a package joins" in too_big.problem
     pinned = physical.assess(replace(two, dies=1))   # 1,350 mm^2 cannot be one die
     assert pinned.problem and "(the pinned chiplet count) do not fit" in pinned.problem
-    assert "858 mm^2 reticle" in pinned.problem and "2 dies of " in pinned.problem
+    assert "858 mm² reticle" in pinned.problem and "2 dies of " in pinned.problem
 
 
 def test_the_chiplet_count_is_the_one_that_costs_least_unless_pinned():
@@ -117,7 +117,7 @@ def test_power_density_limit_is_checked():
     fp = physical.Floorplan(node_nm=7, compute_mm2=50, sram_mm2=0, peak_dynamic_w=500,
                             leakage_w=1, memory=None, host_interface="none")
     p = physical.assess(fp)
-    assert p.problem and "W/mm^2" in p.problem and p.tdp_w == pytest.approx(501)
+    assert p.problem and "W/mm²" in p.problem and p.tdp_w == pytest.approx(501)
 
 
 def test_yield_and_cost_follow_die_size():

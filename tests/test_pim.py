@@ -274,9 +274,9 @@ def test_pim_logic_beyond_a_dram_die_is_infeasible_naming_both(template, hw):
     assert logic.growth > PIM_DIE_MAX_GROWTH
     reason = d.physical().problem
     per = logic.devices
-    assert reason and f"{logic.area_mm2 / per:,.1f} mm^2" in reason
+    assert reason and f"{logic.area_mm2 / per:,.1f} mm²" in reason
     room = (PIM_DIE_MAX_GROWTH - 1) * logic.cell_bits / 1e9 / DRAM_GBIT_PER_MM2[logic.kind]
-    assert f"{room / per:,.1f} mm^2" in reason
+    assert f"{room / per:,.1f} mm²" in reason
     w = build_workload("gpt2", phase="decode", batch=1, context=128, dtype="bf16")
     assert d.check(w) == reason
 
@@ -302,5 +302,5 @@ trials: 6
     with open(r.trials_csv, newline="") as f:
         rows = list(csv.DictReader(f))
     pruned = [x for x in rows if x["state"] == "PRUNED"]
-    assert pruned and all("PIM logic" in x["reason"] and "mm^2" in x["reason"] for x in pruned)
+    assert pruned and all("PIM logic" in x["reason"] and "mm²" in x["reason"] for x in pruned)
     assert any(x["state"] == "COMPLETE" for x in rows)

@@ -263,8 +263,8 @@ def test_a_mesh_beyond_the_usable_rectangle_is_infeasible_naming_both_areas():
     assert physical.WAFER_USABLE_MM2 < need < math.pi * 150 ** 2
     w = build_workload("linear", arch={"m": 1, "k": 256, "n": 256}, dtype="fp16")
     reason = t.check(w)
-    assert reason and f"{need:,.0f} mm^2" in reason
-    assert f"{physical.WAFER_USABLE_MM2:,.0f} mm^2" in reason
+    assert reason and f"{need:,.0f} mm²" in reason
+    assert f"{physical.WAFER_USABLE_MM2:,.0f} mm²" in reason
 
 
 @settings(max_examples=60, deadline=None)
