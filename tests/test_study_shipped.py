@@ -31,6 +31,12 @@ def test_shipped_study_runs_with_few_trials(tmp_path, name):
 
 
 ALL = sorted(p.stem for p in STUDIES.glob("*.yaml"))
+#: Studies whose trials take minutes (a quality proxy trained per architecture, a FLUX-size
+#: graph per attention pattern, a 1,000-request serving run per design, 48 trials before
+#: the first feasible one): checked when DSE_ALL_STUDIES=1, and by
+#: benchmarks/shipped_studies.py (its measured table is in docs/study.md).
+HEAVY = {"gna_dit", "ngpc_nerf", "serve_llama_slo", "nasaic_multitask", "nasaic_published",
+         "codesign_gpt2_npu"}
 
 
 @pytest.mark.slow
@@ -40,7 +46,11 @@ def test_every_shipped_study_answers(tmp_path, name):
     its own seed, reaches a feasible design within its default trial count (run in chunks of
     4, 16, 48, then the default, stopping at the first feasible: benchmarks/shipped_studies.py,
     whose table docs/study.md gives)."""
+    import os
     import sys
+    if name in HEAVY and os.environ.get("DSE_ALL_STUDIES") != "1":
+        pytest.skip(f"{name}: minutes per trial; DSE_ALL_STUDIES=1 runs it "
+                    "(benchmarks/shipped_studies.py measures it)")
     sys.path.insert(0, str(STUDIES.parent / "benchmarks"))
     from shipped_studies import until_feasible
     row = until_feasible(name, tmp_path / name)
