@@ -128,7 +128,7 @@ ModuleOpt = typer.Option(None, "--module", help="Your own model: package.module:
                          "function returning (nn.Module, inputs).")
 FormatsOpt = typer.Option(None, "--formats", help="Number format per tensor role, e.g. "
                           "weights=int4_g128,activations=fp8_e4m3,kv=fp8_e4m3 (roles: weights, "
-                          "activations, kv, head; unlisted roles stay in --dtype).")
+                          "activations, kv, head, attention; unlisted roles stay in --dtype).")
 
 
 @app.command()

@@ -18,13 +18,17 @@ Names: a base name from the table, optionally a group or block suffix and a zero
   per group stored at the element width (GPTQ's and AWQ's packed ``qzeros``).
 
 **Roles** (:data:`ROLES`): ``weights`` (the weight operand of every matmul, conv and moe op
-but the head), ``head`` (the weight matmuls whose output leaves the graph: an LM head, a
-classifier; GPTQ, AWQ and SmoothQuant keep it in 16 bits, so by default it stays in the
-workload's dtype), ``activations`` (the activation operands those ops and attention read:
-what W8A8 / W4A4 quantise) and ``kv`` (the KV cache, read and appended). Every other tensor
-(norm and bias weights, embedding tables, the activations between vector ops, every output)
-stays in the workload's dtype, its ``base``. The training issue's roles (gradients, optimizer
-states, master weights) join through :func:`register_role`.
+but the head), ``activations`` (the activation operand those ops read: what W8A8 / W4A4
+quantise), ``kv`` (the KV cache, read and appended), ``head`` (the weight matmuls whose output
+leaves the graph: an LM head, a classifier; GPTQ, AWQ and SmoothQuant keep it in 16 bits, so
+by default it stays in the workload's dtype and so do its activations; a head in another
+format reads its activations in ``activations``) and ``attention`` (the queries attention
+reads; the base dtype unless given, as serving stacks run it with a quantised KV cache
+dequantised in the kernel; a fused fp8 attention kernel, FlashAttention-3's, or a low-bit NPU
+quantises them). Every other tensor (norm and bias weights, embedding tables, the activations
+between vector ops, every output) stays in the workload's dtype, its ``base``. The training
+issue's roles (gradients, optimizer states, master weights) join through
+:func:`register_role`.
 
 **The pass** (:func:`apply_formats`): a captured workload (bytes at its dtype) in, the same
 graph out with each op's bytes in its roles' formats and the op's formats in
@@ -252,6 +256,7 @@ ROLES: dict[str, str] = {
     "kv": "the KV cache: read by attention, written by the append",
     "head": "weights of the matmuls whose output leaves the graph (LM head, classifier); "
             "the workload's dtype unless given",
+    "attention": "queries read by attention; the workload's dtype unless given",
 }
 
 
@@ -417,7 +422,12 @@ def format_op(op: ir.Op, fm: Formats, head: bool) -> ir.Op:
     base = get_format(fm.base)
     w_fmt = fm.of("head" if head else "weights")
     gemm = op.kind in GEMM_KINDS
-    a_fmt = fm.of("activations") if gemm else base
+    if op.kind in (ir.ATTENTION, ir.SPARSE_ATTENTION):
+        a_fmt = fm.of("attention")
+    elif gemm and op.weight_bytes and (not head or w_fmt.name != base.name):
+        a_fmt = fm.of("activations")
+    else:
+        a_fmt = base
     kv_fmt = fm.of("kv")
     weight_fmt = w_fmt if gemm and op.weight_bytes else base
     changes: dict[str, Any] = {}
@@ -473,10 +483,13 @@ def workload_formats(workload: ir.Workload) -> Formats | None:
         roles = {}
         heads = head_ops(workload)
         for op, f in ops:
-            if op.kind in GEMM_KINDS:
-                roles.setdefault("activations", f.a.name)
-                if op.weight_bytes:
-                    roles.setdefault("head" if op.name in heads else "weights", f.w.name)
+            if op.kind in (ir.ATTENTION, ir.SPARSE_ATTENTION):
+                roles.setdefault("attention", f.a.name)
+            elif op.kind in GEMM_KINDS and op.weight_bytes:
+                role = "head" if op.name in heads else "weights"
+                roles.setdefault(role, f.w.name)
+                if role == "weights" or f.w.name != base:
+                    roles.setdefault("activations", f.a.name)
             if op.kv_bytes_read or op.kv_bytes_written:
                 roles.setdefault("kv", f.kv.name)
         return Formats(base=base, roles=tuple(sorted(roles.items())))
