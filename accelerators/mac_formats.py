@@ -254,10 +254,22 @@ def operand_modes(unit_name: str, op: ir.Op) -> tuple[str, str] | str:
     return modes[0], modes[1]
 
 
-def workload_problem(unit_name: str, workload: ir.Workload) -> str | None:
+def vector_fallback(unit_name: str, op: ir.Op) -> bool:
+    """True when a design whose MAC array of format ``unit_name`` cannot take ``op``'s operands
+    runs it on its vector lanes instead: a dot-product unit's lanes are bf16
+    (:func:`vector_format`) and take both operands."""
+    if is_classic(unit_name):
+        return False
+    return not isinstance(operand_modes(vector_format(unit_name), op), str)
+
+
+def workload_problem(unit_name: str, workload: ir.Workload,
+                     vector_lanes: bool = False) -> str | None:
     """Why a design whose MAC unit is ``unit_name`` cannot run ``workload``: an operand format
-    its array does not take (the first op, by name), or a number-format unit given a
-    workload without formats (it has no storage type of its own to rescale the bytes to)."""
+    its array does not take (the first op, by name; with ``vector_lanes`` only one its
+    vector lanes do not take either, :func:`vector_fallback`), or a number-format unit given
+    a workload without formats (it has no storage type of its own to rescale the bytes
+    to)."""
     if not has_formats(workload):
         if is_classic(unit_name):
             return None
@@ -273,7 +285,7 @@ def workload_problem(unit_name: str, workload: ir.Workload) -> str | None:
                 continue
             seen.add(key)
             modes = operand_modes(unit_name, op)
-            if isinstance(modes, str):
+            if isinstance(modes, str) and not (vector_lanes and vector_fallback(unit_name, op)):
                 return f"{modes} (op {op.name})"
         return None
-    return per_workload(workload, ("mac-format-problem", unit_name), first)
+    return per_workload(workload, ("mac-format-problem", unit_name, vector_lanes), first)

@@ -347,11 +347,34 @@ class NPU(Template):
 
     def elements(self, op: Op) -> tuple[float, float, float, str, str]:
         """:meth:`operand_bytes` and how the MAC array takes each operand (``native`` or
-        ``dequant``, :func:`operand_modes`); :class:`InfeasibleDesign` when it cannot."""
+        ``dequant``, :func:`operand_modes`; ``vector`` for both when the array cannot and the
+        vector lanes run the op, :func:`accelerators.mac_formats.vector_fallback`);
+        :class:`InfeasibleDesign` when neither can."""
         modes = operand_modes(self.hw.dtype, op)
         if isinstance(modes, str):
-            raise InfeasibleDesign(modes)
+            if not mac_formats.vector_fallback(self.hw.dtype, op):
+                raise InfeasibleDesign(modes)
+            modes = ("vector", "vector")
         return (*self.operand_bytes(op), *modes)
+
+    def format_problem(self, workload: ir.Workload) -> str | None:
+        """The array's formats, with its vector lanes running what the array cannot."""
+        return mac_formats.workload_problem(self.hw.dtype, workload, vector_lanes=True)
+
+    def _vector_gemm_cost(self, op: Op, macs: float, extra_ops: float = 0.0) -> OpCost:
+        """A GEMM-class op on the vector lanes (operands the array does not take): one MAC per
+        lane per cycle in the lanes' format, operands staged through the scratchpads once."""
+        hw = self.hw
+        lane_ops = macs + extra_ops
+        cycles = math.ceil(lane_ops / hw.vector_lanes)
+        read, written = float(op.bytes_read), float(op.bytes_written)
+        chunk = hw.vector_lanes * op.bytes_per_element
+        mac_j = tech.mac_energy_j(mac_formats.vector_format(hw.dtype), hw.node_nm)
+        sram = 2 * (read + written)
+        return self._finish("vector", cycles, read + written, min(read, chunk),
+                            min(written, chunk), compute_j=macs * mac_j + extra_ops * self._vec_j,
+                            sram_j=sram * self._sram_j["ifmap"], sram_bytes=sram,
+                            reg_bytes=lane_ops * 3 * op.bytes_per_element)
 
     # GEMM / conv ------------------------------------------------------------------------------
     def _gemm_shape(self, op: Op) -> tuple[int, int, int, int, float]:
@@ -426,6 +449,8 @@ class NPU(Template):
         if min(gemms, m, n, k) <= 0:
             return self._vector_cost(op)
         elems = self.elements(op)
+        if elems[3] == "vector":
+            return self._vector_gemm_cost(op, float(gemms * m * n * k))
         (cycles, psum_stall, refetch, sram_j, sram_bytes, fill, drain, dims_bytes,
          reads) = self._gemm_parts(gemms, m, n, k, a_bytes, elems)
         compulsory = op.total_bytes * self._scale(op) or dims_bytes
@@ -453,6 +478,11 @@ class NPU(Template):
         elems = self.elements(op)
         b, bkv, bc = elems[:3]
         batch, heads, kv_heads, sq, skv, d, dv, frac = attention_dims(op)
+        if elems[3] == "vector":
+            frac = frac if work_fraction is None else work_fraction
+            scores = batch * heads * sq * skv * frac
+            return self._vector_gemm_cost(op, scores * (d + dv), scores * VECTOR_OPS_PER_ELEMENT[
+                ir.SOFTMAX] + mask_ops)
         frac = frac if work_fraction is None else work_fraction
         g = batch * heads
         if self._problem:

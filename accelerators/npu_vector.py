@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from accelerators import technology as tech
+from accelerators import mac_formats, technology as tech
 from accelerators.npu import (ACC_BYTES, NPU, VECTOR_LANE_AREA_PER_MAC,
                               VECTOR_OPS_PER_ELEMENT, attention_dims, element_scale,
                               operand_modes, vector_parts)
@@ -541,9 +541,15 @@ def _cost_exact(a: DesignArrays, ops: Sequence[Op], lat: np.ndarray, energy: np.
         else:
             scalar.append(j)
 
+    def on_lanes(op: Op) -> bool:   # some design runs it on its vector lanes: scalar code
+        return op_formats(op) is not None and any(
+            isinstance(operand_modes(t, op), str) and mac_formats.vector_fallback(t, op)
+            for t in a.dtype_values)
+
     for j, op in enumerate(ops):
         try:
-            if op.kind in ir.COMPOSITE_KINDS:   # a sum of parts: the scalar cost adds them
+            if op.kind in ir.COMPOSITE_KINDS or (op.kind in _ARRAY_KINDS + (ir.ATTENTION,)
+                                                 and on_lanes(op)):
                 scalar.append(j)
             elif op.kind in _ARRAY_KINDS:
                 shapes = {b: rep[b]._gemm_shape(op) for b in a.b_values}

@@ -336,6 +336,12 @@ class OpFormats:
     kv: Format
     base: Format
 
+    def as_formats(self) -> "Formats":
+        """These formats as roles (for ops an op is costed as: a composite op's parts)."""
+        return Formats(base=self.base.name, roles=(("activations", self.a.name),
+                                                   ("kv", self.kv.name),
+                                                   ("weights", self.w.name)))
+
     def operands(self, kind: str) -> tuple[Format, Format]:
         """The two operands a GEMM-class op of ``kind`` multiplies: (activations, weights),
         or (activations, KV cache) for attention."""
