@@ -203,7 +203,12 @@ class Evaluator:
                 return infeasible(f"{w.label}: {reason}" if len(study.workloads) > 1 else reason)
             quality = None
             if self.quality is not None:
-                q = self.quality(w.model, dict(wl.arch), formats=fm)
+                try:
+                    q = self.quality(w.model, dict(wl.arch), formats=fm, base=w.dtype)
+                except DSEError as exc:
+                    if not fm:
+                        raise
+                    return infeasible(f"quality: {exc}")
                 quality = q.value
                 described.setdefault("quality", {})[w.label] = {
                     "method": q.method, "raw": q.raw, "value": q.value, "detail": q.detail}

@@ -392,7 +392,8 @@ def resolve(data: Any, source: str | None = None) -> ResolvedStudy:
                 constraints.append(obj.Constraint(key, "<=", float(value)))
     q = spec.quality
     quality = QualityConfig(python=q.python, tokens=q.tokens, tokens_per_param=q.tokens_per_param,
-                            steps=q.steps, source=q.source, table=q.table) if q else QualityConfig()
+                            steps=q.steps, source=q.source, table=q.table,
+                            method=q.method) if q else QualityConfig()
     published = quality.source == "published"
     uses = [(f"objectives[{i}]", o.metric) for i, o in enumerate(objectives)] + \
            [(f"constraints[{i}]", c.metric) for i, c in enumerate(constraints)]
@@ -417,8 +418,11 @@ def resolve(data: Any, source: str | None = None) -> ResolvedStudy:
                 if "rows" not in params or "cols" not in params:
                     raise bad(where, metric, "expected sub-accelerators with a PE count (rows x "
                               f"cols); {d.name} ({d.template}) has none")
-    if published and rated:
-        check_published_coverage(space, workloads, rated, _table(spec))
+    llms = {w.label for w in workloads if w.family == "llm"}
+    if published and rated - llms:
+        check_published_coverage(space, workloads, rated - llms, _table(spec))
+    if published and rated & llms:
+        _check_format_table(spec, [w for w in workloads if w.label in rated & llms])
     _check_sampler(spec, objectives)
     if spec.storage is not None:
         spec.storage = check_storage_url(spec.storage, "storage")
@@ -715,6 +719,19 @@ def _format_dimensions(spec: StudySpec, dims: list[Dimension]) -> dict[str, str]
         else:
             dims.append(Dimension(f"fmt.{role}", where, "categorical", choices=tuple(names)))
     return fixed
+
+
+def _check_format_table(spec: StudySpec, workloads: list[ResolvedWorkload]) -> None:
+    """With ``quality: published`` on LLM workloads: the format-quality table loads and holds
+    each model's 16-bit baseline (format combinations it lacks become pruned trials)."""
+    from dse.quality.format_quality import load_format_table
+
+    table = load_format_table(spec.quality.table if spec.quality else None)
+    for w in workloads:
+        if not any(e.model == w.model and not e.formats for e in table.entries):
+            raise bad("quality", "published", f"expected {w.model} in the format-quality table "
+                      f"{table.path}, which covers: "
+                      + ", ".join(sorted({e.model for e in table.entries})))
 
 
 def _table(spec: StudySpec):

@@ -269,7 +269,11 @@ class QualitySpec(_Strict):
                              "trained networks from a table (`quality: published` for short)")
     table: Optional[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
         None, description="with source published: a JSON accuracy table (default: the shipped "
-                          "ImageNet top-1 table)")
+                          "ImageNet top-1 table; for LLMs the format-quality table)")
+    method: Optional[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
+        None, description="with source published on an LLM in number formats: the "
+                          "quantisation method of the published result (RTN, GPTQ, AWQ, ...; "
+                          "default: the best published for the formats)")
 
 
 class SamplerSpec(_Strict):
