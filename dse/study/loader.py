@@ -697,8 +697,25 @@ def _format_dimensions(spec: StudySpec, dims: list[Dimension]) -> dict[str, str]
     from workloads.formats import ROLES, get_format
 
     raw = spec.search.formats
+    if isinstance(raw, list):   # whole assignments: one categorical over them
+        schemes = []
+        for i, item in enumerate(raw):
+            fm = parse_formats(item, "bf16", f"search.formats[{i}]") if isinstance(
+                item, dict) else None
+            if fm is None:
+                raise bad(f"search.formats[{i}]", item, "expected a mapping of role -> format")
+            text = ",".join(f"{r}={n}" for r, n in fm.roles) or "base"
+            if text not in schemes:
+                schemes.append(text)
+        if len(schemes) == 1:
+            return dict(p.split("=") for p in schemes[0].split(",")) if schemes[0] != "base" \
+                else {}
+        dims.append(Dimension("fmt.scheme", "search.formats", "categorical",
+                              choices=tuple(schemes)))
+        return {}
     if not isinstance(raw, dict):
-        raise bad("search.formats", raw, "expected a mapping of tensor role -> format(s)")
+        raise bad("search.formats", raw, "expected a mapping of tensor role -> format(s), or "
+                  "a list of such mappings")
     fixed: dict[str, str] = {}
     for role, value in raw.items():
         where = f"search.formats.{role}"

@@ -370,6 +370,8 @@ class SearchSpace:
                 sysv[parts[1]] = v
             elif parts[0] == "par":
                 par[parts[1]] = v
+            elif parts[0] == "fmt" and parts[1] == "scheme":   # a whole assignment
+                fmts.update(dict(p.split("=") for p in v.split(",")) if v != "base" else {})
             elif parts[0] == "fmt":
                 fmts[parts[1]] = v
         if self.alternatives:

@@ -228,10 +228,13 @@ class SearchSpec(_Strict):
     formats: Annotated[Any, WithJsonSchema({
         "description": "tensor role (weights, activations, kv, head, attention) -> a format or "
                        "a list of formats to choose from (every workload's tensors of that "
-                       "role; workloads.formats)",
-        "type": "object", "additionalProperties": {
+                       "role; workloads.formats), or a list of whole role -> format mappings "
+                       "to choose from (one categorical, `fmt.scheme`)",
+        "anyOf": [{"type": "object", "additionalProperties": {
             "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}},
-                      {"type": "object", "properties": {"choices": {"type": "array"}}}]}})] = \
+                      {"type": "object", "properties": {"choices": {"type": "array"}}}]}},
+            {"type": "array", "items": {"type": "object",
+                                        "additionalProperties": {"type": "string"}}}]})] = \
         Field(default_factory=dict)
 
 
