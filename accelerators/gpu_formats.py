@@ -21,7 +21,8 @@ queries by the KV cache:
 
 * ``native`` — both operands' elements have one datapath the chip has (fp8 x fp8 on H100,
   int4 x int4 on A100, MXFP4 x MXFP4 on B200), block scales only where ``block_scaling``
-  applies them; the kernel runs at that datapath's peak;
+  applies them (integer group scales multiply each K group's partial sum in the kernel, as
+  COMET's and Atom's W4A4 kernels do); the kernel runs at that datapath's peak;
 * weight-only (the weights in a narrower format than the activations, whose datapath the chip
   has, and exactly representable in it): ``fused`` dequantises the weights in registers
   before the MMA (Marlin, tinygemm's ``_weight_int4pack_mm``); ``unfused`` dequantises them
@@ -161,6 +162,8 @@ def plan(hw, a: Format, w: Format) -> tuple[str, str] | str:
         "tensor", w.scaling)
     if native and da == dw:
         return "native", da
+    if da == dw and "group" in (a.scaling, w.scaling) and a.element_format.kind == "int":
+        return "native", da     # integer groups: the scales multiply each K group's sum
     f8f6f4 = ("fp8", "fp6", "fp4")
     if native and da in f8f6f4 and dw in f8f6f4 and hw["block_scaling"] != "none":
         return "native", "fp8"      # Blackwell's kind::f8f6f4: mixed operands at the fp8 rate

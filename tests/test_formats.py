@@ -295,3 +295,12 @@ def test_a_study_with_a_bad_format_is_one_line(tmp_path, capsys):
                                         "formats": {"weights": ["bf16", "nvfp4_b32"]}})
     one_line_error(capsys, "study", "validate", str(path),
                    expect=("search.formats.weights", "nvfp4 allows blocks of 16"))
+
+
+@pytest.mark.slow
+def test_reproduce_formats_rows_are_within_35_percent():
+    from dse.reproduce import run_reproduction
+    rows = run_reproduction("formats")
+    assert len(rows) == 7
+    assert all(r.within() for r in rows), [(r.metric, r.paper, r.ours) for r in rows
+                                           if not r.within()]
