@@ -225,7 +225,8 @@ def gemm_time(gpu, family: str, datapath: str, m: int, n: int, k: int, batch: in
               nbytes: float, w_fmt_bytes: float, w_elems: float) -> tuple[float, float, float]:
     """(latency_s, compute_s, memory_s) of one GEMM of ``family`` on ``datapath`` moving
     ``nbytes`` (its weights ``w_fmt_bytes`` of them, ``w_elems`` elements)."""
-    model, hw, kn = gpu.model, gpu.hw, family_knobs()
+    model, hw = gpu.model, gpu.hw
+    kn = getattr(gpu, "format_knobs", None) or family_knobs()   # a fit sets its candidates
     key, rate = _timed(hw, datapath)
     if family == "native":
         factor = kn.get(_NATIVE_KNOB.get(datapath, ""), 1.0)

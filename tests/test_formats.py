@@ -304,3 +304,27 @@ def test_reproduce_formats_rows_are_within_35_percent():
     assert len(rows) == 7
     assert all(r.within() for r in rows), [(r.metric, r.paper, r.ours) for r in rows
                                            if not r.within()]
+
+
+def test_kernel_family_fit_recovers_known_factors():
+    """The fit of benchmarks/format_gemm_fit.py on times the model itself made with known
+    factors gives those factors back (the fit's machinery, not the GPU)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import format_gemm_fit as fit
+    from accelerators import gpu_formats
+    pred = fit.Predictor("NVIDIA H100 80GB HBM3")
+    true = dict(gpu_formats.DEFAULT_FAMILY_KNOBS, native_fp8=0.8, fused_compute=0.3,
+                fused_memory=0.7, fused_extra_s=5e-6, unfused_passes=4.0)
+    records = []
+    for n, k in ((4096, 4096), (11008, 4096), (8192, 8192)):
+        for m in (1, 16, 256, 4096):
+            for kern in ("fp8_scaled_mm", "int4_w_tinygemm", "int4_w_dequant_mm"):
+                r = {"kernel": kern, "m": m, "m_run": m, "n": n, "k": k}
+                r["time_s"] = pred(r, true)
+                records.append(r)
+    got = fit.fit(records, pred)
+    for name in ("native_fp8", "fused_compute", "fused_memory", "unfused_passes"):
+        assert got[name] == pytest.approx(true[name], rel=1e-3), name
+    assert got["fused_extra_s"] == pytest.approx(5e-6, abs=1e-8)
