@@ -87,16 +87,19 @@ def add_preset_datapaths(presets: dict[str, dict[str, Any]]) -> None:
 
 #: Kernel-family factors [E unless the shipped calibration replaces them]: ``native_*`` scale
 #: a native datapath's sustained rate (the template's ``fp8_efficiency`` /
-#: ``int8_efficiency`` times this); ``fused_compute`` / ``fused_memory`` scale the activation
-#: datapath's sustained rate and the GEMM bandwidth of a fused weight-only kernel, which pays
-#: ``fused_extra_s`` more; ``unfused_passes`` is the memory traffic of the dequantisation
-#: step in passes over (narrow weights read + full-width copy written), ``unfused_kernels``
-#: its kernels; ``lut_mu`` LUT-GEMM's activations per table and ``lut_rate`` the CUDA-core
-#: rate of its look-up-and-adds as a fraction of the fp32 peak.
+#: ``int8_efficiency`` times this); a fused weight-only kernel is a roofline of its own (it is
+#: not a tiled cuBLAS GEMM): ``fused_compute`` of the activation datapath's peak,
+#: ``fused_memory`` of the DRAM bandwidth, plus ``fused_extra_s``; the unfused family's
+#: dequantisation moves ``unfused_passes_*`` times (narrow weights read + full-width copy
+#: written) in ``unfused_kernels_*`` kernels, ``group`` for block- or group-scaled weights
+#: (unpack, then scale), ``cast`` for a plain conversion; ``lut_mu`` is LUT-GEMM's
+#: activations per table and ``lut_rate`` the CUDA-core rate of its look-up-and-adds as a
+#: fraction of the fp32 peak.
 DEFAULT_FAMILY_KNOBS: dict[str, float] = {
     "native_fp8": 1.0, "native_int8": 1.0, "native_fp4": 1.0, "native_int4": 1.0,
     "fused_compute": 0.5, "fused_memory": 0.8, "fused_extra_s": 2.0e-6,
-    "unfused_passes": 1.0, "unfused_kernels": 1.0,
+    "unfused_passes_group": 1.0, "unfused_kernels_group": 1.0,
+    "unfused_passes_cast": 1.0, "unfused_kernels_cast": 1.0,
     "lut_mu": 8.0, "lut_rate": 0.5,
 }
 
@@ -222,24 +225,28 @@ def _timed(hw, datapath: str) -> tuple[str, float]:
 
 
 def gemm_time(gpu, family: str, datapath: str, m: int, n: int, k: int, batch: int,
-              nbytes: float, w_fmt_bytes: float, w_elems: float) -> tuple[float, float, float]:
+              nbytes: float, w_fmt_bytes: float, w_elems: float, scaled: bool = True
+              ) -> tuple[float, float, float]:
     """(latency_s, compute_s, memory_s) of one GEMM of ``family`` on ``datapath`` moving
-    ``nbytes`` (its weights ``w_fmt_bytes`` of them, ``w_elems`` elements)."""
+    ``nbytes`` (its weights ``w_fmt_bytes`` of them, ``w_elems`` elements; ``scaled``: the
+    weights carry block or group scales)."""
     model, hw = gpu.model, gpu.hw
     kn = getattr(gpu, "format_knobs", None) or family_knobs()   # a fit sets its candidates
     key, rate = _timed(hw, datapath)
     if family == "native":
         factor = kn.get(_NATIVE_KNOB.get(datapath, ""), 1.0)
         return model.gemm(m, n, k, batch, key, bytes_hbm=nbytes, rate_factor=rate * factor)
-    if family == "fused":
-        lat, comp, mem = model.gemm(m, n, k, batch, key, bytes_hbm=nbytes / kn["fused_memory"],
-                                    rate_factor=rate * kn["fused_compute"])
-        return lat + kn["fused_extra_s"], comp, mem
+    if family == "fused":       # a roofline: dequantise in registers, then MMA
+        comp = 2.0 * batch * m * n * k / (peaks(hw)[datapath] * kn["fused_compute"])
+        mem = nbytes / (hw["memory_bandwidth_Bps"] * kn["fused_memory"])
+        return kn["fused_extra_s"] + max(comp, mem), comp, mem
     es = _ELEMENT_BYTES.get(key, 2)
     if family == "unfused":     # dequantise to a full-width copy, then a plain GEMM
         copy = w_elems * es
-        d_lat = kn["unfused_kernels"] * model.memory(
-            kn["unfused_passes"] * (w_fmt_bytes + copy), "*elementwise")[0]
+        how = "group" if scaled else "cast"
+        kernels = kn[f"unfused_kernels_{how}"]
+        d_lat = model.memory(kn[f"unfused_passes_{how}"] * (w_fmt_bytes + copy),
+                             "*elementwise")[0] + (kernels - 1) * model.k["mem_floor_s"]
         lat, comp, mem = model.gemm(m, n, k, batch, key,
                                     bytes_hbm=nbytes - w_fmt_bytes + copy, rate_factor=rate)
         return lat + d_lat, comp, mem + d_lat
@@ -287,8 +294,9 @@ def cost(gpu, op: ir.Op) -> OpCost | None:
         m, n, k, batch = int(a["m"]), int(a["n"]), int(a["k"]), int(a.get("batch", 1))
         w_elems = float(k * n * (1 if a.get("weight_operand") else batch))
         w_bytes = float(op.weight_bytes) if a.get("weight_operand") else 0.0
+        w_fmt = op_formats(op).w
         lat, comp, mem = gemm_time(gpu, family, datapath, m, n, k, batch, nbytes, w_bytes,
-                                   w_elems)
+                                   w_elems, scaled=w_fmt.scaling != "tensor")
     elif op.kind in (ir.ATTENTION, ir.SPARSE_ATTENTION) and all(
             a.get(x) for x in ("heads", "q_len", "kv_len", "head_dim")):
         b, h = int(a.get("batch", 1)), int(a["heads"])

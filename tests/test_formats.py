@@ -203,7 +203,7 @@ def test_gpu_weight_only_helps_decode_and_fp8_helps_prefill():
     g = api.accelerator("gpu:h100")
     t16 = api.simulate(dec, accelerator=g).latency_s
     t4 = api.simulate(F.apply_formats(dec, "head=int4_g128"), accelerator=g).latency_s
-    assert t4 < 0.5 * t16          # a GEMV streams a quarter of the bytes
+    assert t4 < 0.7 * t16          # a quarter of the bytes, at tinygemm's measured bandwidth
     p16 = api.simulate(pre, accelerator=g).latency_s
     p8 = api.simulate(F.apply_formats(pre, "head=fp8_e4m3,activations=fp8_e4m3"),
                       accelerator=g).latency_s
@@ -316,7 +316,7 @@ def test_kernel_family_fit_recovers_known_factors():
     from accelerators import gpu_formats
     pred = fit.Predictor("NVIDIA H100 80GB HBM3")
     true = dict(gpu_formats.DEFAULT_FAMILY_KNOBS, native_fp8=0.8, fused_compute=0.3,
-                fused_memory=0.7, fused_extra_s=5e-6, unfused_passes=4.0)
+                fused_memory=0.7, fused_extra_s=5e-6, unfused_passes_group=4.0)
     records = []
     for n, k in ((4096, 4096), (11008, 4096), (8192, 8192)):
         for m in (1, 16, 256, 4096):
@@ -325,6 +325,29 @@ def test_kernel_family_fit_recovers_known_factors():
                 r["time_s"] = pred(r, true)
                 records.append(r)
     got = fit.fit(records, pred)
-    for name in ("native_fp8", "fused_compute", "fused_memory", "unfused_passes"):
+    for name in ("native_fp8", "fused_compute", "fused_memory", "unfused_passes_group"):
         assert got[name] == pytest.approx(true[name], rel=1e-3), name
     assert got["fused_extra_s"] == pytest.approx(5e-6, abs=1e-8)
+
+
+def test_kernel_families_predict_held_out_measured_gemms():
+    """The shipped kernel-family factors (fitted on the lent GPU's GEMMs, fit split only)
+    predict the held-out shapes of tests/data/format_gemm_h200.json within 15 % median for
+    kernels of 50 us or more."""
+    import json
+    import statistics
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root / "benchmarks"))
+    import format_gemm_fit as fit
+    from accelerators import gpu_formats
+    raw = json.loads((root / "tests" / "data" / "format_gemm_h200.json").read_text())
+    pred = fit.Predictor(raw["device"]["name"])
+    knobs = gpu_formats.family_knobs()
+    for kernel in ("fp8_scaled_mm", "int8_int_mm", "int4_w_tinygemm", "int4_w_dequant_mm",
+                   "fp8_w_dequant_mm"):
+        rows = [r for r in raw["measurements"] if r["kernel"] == kernel and not fit.is_fit(r)
+                and r["time_s"] >= fit.MIN_REPORT_S and r["n"] == 14336]
+        errs = [abs(pred(r, knobs) / r["time_s"] - 1) for r in rows]
+        assert rows and statistics.median(errs) <= 0.15, (kernel, statistics.median(errs))
