@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from accelerators.base import OpCost, Param
+from accelerators.mac_formats import embeds
 from workloads import ir
 from workloads.formats import Format, GEMM_KINDS, has_formats, op_formats
 from workloads.memo import per_workload
@@ -144,11 +145,6 @@ def _scales_ok(f: Format, hw) -> bool:
     return f.scaling in {"none": (), "mx": ("mx",), "mx_nv": ("mx", "nv")}[hw["block_scaling"]]
 
 
-def _embeds(x: Format, into: Format) -> bool:
-    from accelerators.mac_formats import _embeds as embeds
-    return embeds(x, into)
-
-
 def plan(hw, a: Format, w: Format) -> tuple[str, str] | str:
     """``(family, datapath)`` running activations ``a`` times weights (or KV) ``w`` on a gpu
     design of parameters ``hw``, or why it cannot (a message naming what it can)."""
@@ -170,7 +166,7 @@ def plan(hw, a: Format, w: Format) -> tuple[str, str] | str:
     f8f6f4 = ("fp8", "fp6", "fp4")
     if native and da in f8f6f4 and dw in f8f6f4 and hw["block_scaling"] != "none":
         return "native", "fp8"      # Blackwell's kind::f8f6f4: mixed operands at the fp8 rate
-    if _embeds(w.element_format, a.element_format) and w.bits_per_element <= \
+    if embeds(w.element_format, a.element_format) and w.bits_per_element <= \
             a.bits_per_element:
         family = hw["weight_only_kernel"]
         if family == "lut" and (w.element_format.kind != "int" or w.bits > 4):

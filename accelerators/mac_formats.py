@@ -189,7 +189,7 @@ def storage_bytes(name: str) -> int:
     return max(1, math.ceil(get_format(name).element_format.bits / 8))
 
 
-def _embeds(x: Format, into: Format) -> bool:
+def embeds(x: Format, into: Format) -> bool:
     """True when every value of element type ``x`` is a value of element type ``into``."""
     if x.kind == "ternary":
         return True
@@ -210,7 +210,7 @@ def support(unit_name: str, operand: Format) -> str | None:
     """How a MAC unit of format ``unit_name`` runs an operand in ``operand``: ``native``,
     ``dequant`` (scaled into the unit's format between scratchpad and array) or None."""
     u = _unit_format(unit_name)
-    if not _embeds(operand.element_format, u.element_format):
+    if not embeds(operand.element_format, u.element_format):
         return None
     if operand.scaling == "tensor":
         return "native"

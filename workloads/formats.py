@@ -221,15 +221,6 @@ def get_format(name: str, field: str = "format") -> Format:
     raise BadInput(field, name, f"expected a format name: {allowed_names()}")
 
 
-def format_names() -> list[str]:
-    """Every format name a study space may list (the table plus the group-wise integers)."""
-    out = list(FORMATS)
-    for base in GROUPED_INTS:
-        for g in GROUP_SIZES:
-            out += [f"{base}_g{g}", f"{base}_g{g}_zp"]
-    return out
-
-
 def tensor_bytes(fmt: Format, elements: float, row: int | None = None) -> int:
     """Bytes of ``elements`` values in ``fmt``, scales included: blocks of ``fmt.block``
     along rows of ``row`` elements (a row that is not a whole number of blocks pays one more
@@ -382,16 +373,19 @@ def head_ops(workload: ir.Workload) -> set[str]:
             and op.attrs.get("weight_operand") and not g.out_degree(op.name)}
 
 
-def _core_weights(op: ir.Op) -> int:
+def _core_weights(op: ir.Op, bits: float | None = None) -> int:
     """Weight elements of a GEMM-class op that its weight format covers: a matmul's K x N
-    (a bias stays in the base dtype), a conv's filter tensor, every weight of a moe op."""
+    (a bias stays in the base dtype), a conv's filter tensor, every weight of a moe op (from
+    its bytes: at the base dtype, or at ``bits`` per element once formatted)."""
     b = max(op.bytes_per_element, 1)
-    total = op.weight_bytes // b
+    total = op.weight_bytes // b if bits is None else int(round(op.weight_bytes * 8 / bits))
     a = op.attrs
     if op.kind == ir.MATMUL and a.get("n") and a.get("k"):
-        return min(total, int(a["n"]) * int(a["k"]))
+        core = int(a["n"]) * int(a["k"])
+        return core if bits is not None else min(total, core)
     if op.kind == ir.CONV and len(op.input_shapes) > 1 and op.input_shapes[1]:
-        return min(total, math.prod(op.input_shapes[1]))
+        core = math.prod(op.input_shapes[1])
+        return core if bits is not None else min(total, core)
     return total
 
 
@@ -519,18 +513,9 @@ def weight_elements(op: ir.Op) -> int:
         return op.weight_bytes // b
     if op.kind == ir.MOE:
         return int(round(op.weight_bytes * 8 / f.w.bits_per_element))
-    core = _core_weights_formatted(op, f)
+    core = _core_weights(op, f.w.bits_per_element)
     rest = max(0, op.weight_bytes - tensor_bytes(f.w, core, _row(op)))
     return core + rest // b
-
-
-def _core_weights_formatted(op: ir.Op, f: OpFormats) -> int:
-    a = op.attrs
-    if op.kind == ir.MATMUL and a.get("n") and a.get("k"):
-        return int(a["n"]) * int(a["k"])
-    if op.kind == ir.CONV and len(op.input_shapes) > 1 and op.input_shapes[1]:
-        return math.prod(op.input_shapes[1])
-    return int(round(op.weight_bytes * 8 / f.w.bits_per_element))
 
 
 def kv_element_bytes(op: ir.Op) -> float:
@@ -573,7 +558,7 @@ def weights_bytes(workload: ir.Workload) -> float:
                 core = int(op.attrs["params_per_expert"]) * int(op.attrs["experts"])
                 row = None
             else:
-                core = _core_weights_formatted(op, f)
+                core = _core_weights(op, f.w.bits_per_element)
                 row = _row(op)
             quantised = tensor_bytes(f.w, core, row)
             if op.name in tied:
@@ -604,8 +589,8 @@ def _tied_heads(workload: ir.Workload, heads: set[str]) -> set[str]:
     out = set()
     for name in sorted(heads):
         op = workload.graph.nodes[name]["op"]
-        core = _core_weights_formatted(op, op_formats(op)) if op_formats(op) else \
-            _core_weights(op)
+        f = op_formats(op)
+        core = _core_weights(op, f.w.bits_per_element if f else None)
         if core in tables and excess >= core // 2:
             out.add(name)
             excess -= core
