@@ -178,10 +178,11 @@ def build_stack(torch, F, dist, shape, layers, tp, rank, batch, max_len, device,
     d, heads, kvh, ff, vocab = (shape[k] for k in ("d", "heads", "kv_heads", "ff", "vocab"))
     hd = d // heads
     hl, kl = heads // tp, kvh // tp
-    g = torch.Generator(device="cpu").manual_seed(1234 + rank)
+    # drawn on the device itself: a 70B-shaped stage's weights drawn on the CPU took ~1 min
+    g = torch.Generator(device=device).manual_seed(1234 + rank)
 
     def w(*s):
-        return (torch.randn(*s, generator=g) * 0.02).to(device=device, dtype=dtype)
+        return (torch.randn(*s, generator=g, device=device, dtype=torch.float32) * 0.02).to(dtype)
 
     emb = w(vocab, d) if first else None
     params = []
