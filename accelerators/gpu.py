@@ -55,7 +55,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from accelerators import technology as tech
+from accelerators import gpu_formats, technology as tech
 from accelerators.base import OpCost, Param, Resources, Template
 from accelerators.gpu_efficiency import DEFAULT_KNOBS, Chip, KernelModel, transfer_knobs
 from accelerators.gpu_runtime import RUNTIMES, START_TARGET, stream_plan
@@ -169,7 +169,7 @@ PARAMS = (
           "sparse_attention op evaluate the mask: partial_tiles (flex_attention) or "
           "whole_problem (every tile unless none needs it: NATTEN's FNA kernels)",
           choices=MASK_POLICIES),
-)
+) + gpu_formats.PARAMS   # format datapaths and weight-only kernels (accelerators.gpu_formats)
 
 #: One RT core, mm^2 at 45 nm, scaled to the node by ``technology.area_scale`` [S: Turing's
 #: two RT cores per TPC measure 0.7 mm^2 on TU106 die shots at 12 nm (Hardwareluxx, 2019, the
@@ -327,6 +327,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                  fp32_lanes_per_sm=128, l1_kb_per_sm=256, node_nm=4,
                  host_interface="pcie5x16", peer_links=18, chiplets=2),
 }
+gpu_formats.add_preset_datapaths(PRESETS)   # int4 / fp6 / fp4 peaks, block scaling
 
 #: The preset of each device name torch reports (``torch.cuda.get_device_properties().name``):
 #: the datasheet a calibration measured on that device is fitted against.
@@ -578,6 +579,11 @@ class GPU(Template):
             out = cost_composite(op, self.cost, fixed_s=self.knobs["gemm_launch_s"])
             self._cache[key] = out
             return out
+        if "formats" in op.attrs:   # operands in number formats: accelerators.gpu_formats
+            out = gpu_formats.cost(self, op)
+            if out is not None:
+                self._cache[key] = out
+                return out
         nbytes = op.total_bytes
         flops = op.flops
         dtype = op.dtype  # the op's dtype decides its datapath (see the module docstring)
@@ -636,6 +642,11 @@ class GPU(Template):
             bound=bound, details=details)
         self._cache[key] = out
         return out
+
+    def format_problem(self, workload: Workload) -> str | None:
+        """Why this GPU's datapaths cannot run ``workload``'s number formats, or None
+        (:func:`accelerators.gpu_formats.workload_problem`)."""
+        return gpu_formats.workload_problem(self, workload)
 
     def _host_cost(self, op: Op) -> OpCost:
         """A host op of the runtime's plan (:mod:`accelerators.gpu_runtime`): its time from
