@@ -6,6 +6,7 @@ import io
 import json
 import os
 import pickle
+import pathlib
 import re
 
 import optuna
@@ -150,9 +151,28 @@ def test_a_kill_mid_write_leaves_the_old_report(tmp_path, monkeypatch):
     ("postgresql://me@db/x?password=s3cret&sslmode=x",
      "postgresql://me@db/x?password=***&sslmode=x"),
     ("sqlite:////tmp/a.db", "sqlite:////tmp/a.db"),
+    ("postgresql://me:pa/ss@db/x", "postgresql://me:***@db/x"),
+    ("postgresql://me:a/b/c@db:5433/x", "postgresql://me:***@db:5433/x"),
+    ("postgresql://me:p@ss@db/x", "postgresql://me:***@db/x"),
+    ("postgresql://me:a:b@db/x", "postgresql://me:***@db/x"),
+    ("postgresql://me:q?u#e@db/x", "postgresql://me:***@db/x"),
+    ("postgresql://me:%2F%40@db/x", "postgresql://me:***@db/x"),
+    ("postgresql://me:@db/x", "postgresql://me:***@db/x"),
+    ("postgresql:///x?host=db&password=se/cr@t;&user=me",
+     "postgresql:///x?host=db&password=***;&user=me"),
+    ("postgresql:///x?PASSWORD=s3cret", "postgresql:///x?PASSWORD=***"),
 ])
 def test_passwords_are_masked(url, shown):
     assert redact_url(url) == shown
+
+
+@pytest.mark.parametrize("password", ["s3cret", "pa/ss", "a/b/c", "p@ss", "a:b", "q?u#e",
+                                      "x y", "sl\\ash", "ü-ñ", "%2F", "a&b=c", "'\"", "@@//::"])
+def test_no_password_shape_survives_masking(password):
+    """Whatever characters a password holds, it does not survive redaction."""
+    for url in (f"postgresql://me:{password}@db:5432/x", f"postgresql://me:{password}@db/x?a=b"):
+        shown = redact_url(url)
+        assert password not in shown and shown.startswith("postgresql://me:***@")
 
 
 def test_a_storage_url_error_masks_the_password():
@@ -315,3 +335,29 @@ def test_tests_find_the_postgres_server_by_themselves(tmp_path, monkeypatch):
     monkeypatch.delenv("DSE_TEST_POSTGRES_URL", raising=False)
     conftest._find_postgres()
     assert os.environ["DSE_TEST_POSTGRES_URL"] == "postgresql://postgres@127.0.0.1:5433/x"
+
+
+def test_no_wall_clock_assertions_in_tests():
+    """Timing belongs in benchmarks/ (shared machines are noisy): no test asserts on a value
+    computed from the wall clock (``time.perf_counter``, ``time.time``, ``time.monotonic``).
+    A ``deadline`` that stops a test from hanging is a guard, not a speed target."""
+    import ast
+
+    clocks = {"perf_counter", "time", "monotonic", "perf_counter_ns", "monotonic_ns"}
+
+    def reads_clock(node) -> bool:
+        return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                   and n.func.attr in clocks and isinstance(n.func.value, ast.Name)
+                   and n.func.value.id == "time" for n in ast.walk(node))
+
+    offenders = []
+    for path in sorted(pathlib.Path(__file__).parent.glob("test_*.py")):
+        tree = ast.parse(path.read_text())
+        timed = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and reads_clock(n.value)
+                 for t in n.targets if isinstance(t, ast.Name) and "deadline" not in t.id}
+        for n in ast.walk(tree):
+            guard = any(isinstance(x, ast.Name) and "deadline" in x.id for x in ast.walk(n))
+            if isinstance(n, ast.Assert) and not guard and (reads_clock(n.test) or any(
+                    isinstance(x, ast.Name) and x.id in timed for x in ast.walk(n.test))):
+                offenders.append(f"{path.name}:{n.lineno}")
+    assert not offenders, offenders
