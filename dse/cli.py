@@ -582,6 +582,24 @@ def main(argv: list[str] | None = None) -> None:
         _fail(exc.format_message().replace("\n", " "))
     except OSError as exc:  # the machine refused (a full disk, no permission, a missing path)
         _fail(f"{exc.filename}: {exc.strerror}" if exc.filename else first_line(exc))
+    except SystemExit as exc:  # dse's own commands never exit: user code or a plugin did
+        module = _exiting_module(exc)
+        if module.split(".")[0] in _OWN_EXITS:
+            raise
+        _fail(f"module {module} called sys.exit({exc.code!r}) while dse ran it; a factory, "
+              "quality function or plugin must return or raise, not exit")
+
+
+#: Packages whose ``sys.exit`` is the CLI's own (rich on a closed pipe, click, typer, dse).
+_OWN_EXITS = {"dse", "accelerators", "workloads", "simulators", "rich", "click", "typer"}
+
+
+def _exiting_module(exc: BaseException) -> str:
+    """The module whose code raised ``exc`` (the innermost frame's), for the message."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_globals.get("__name__", "?") if tb is not None else "?"
 
 
 def _fail(message: str) -> None:

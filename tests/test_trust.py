@@ -361,3 +361,52 @@ def test_no_wall_clock_assertions_in_tests():
                     isinstance(x, ast.Name) and x.id in timed for x in ast.walk(n.test))):
                 offenders.append(f"{path.name}:{n.lineno}")
     assert not offenders, offenders
+
+
+# ----------------------------------------------------------------------------- code that exits
+def test_a_factory_that_exits_is_one_line_naming_it(tmp_path, capsys, monkeypatch):
+    (tmp_path / "exiter_t34.py").write_text("import sys\ndef make():\n    sys.exit(0)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, out, err = run_cli(capsys, "workload", "--module", "exiter_t34:make")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "module exiter_t34 called sys.exit(0)" in err
+
+
+def test_a_quality_function_that_exits_stops_the_study_with_one_line(tmp_path, capsys,
+                                                                       monkeypatch):
+    (tmp_path / "qexit_t34.py").write_text("import sys\ndef quality(arch):\n    sys.exit(3)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    study = {"name": "t_exit", "workloads": [{"model": "linear", "batch": 1}],
+             "accelerator": {"template": "npu", "preset": "edge-32x32"},
+             "search": {"hardware": {"rows": {"choices": [8, 16]}}},
+             "objectives": ["latency_s", "quality"], "quality": {"python": "qexit_t34:quality"},
+             "trials": 2}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(study))
+    code, _, err = run_cli(capsys, "study", "run", str(path), "--out", str(tmp_path / "o"),
+                           "--no-progress")
+    assert code == 2 and "module qexit_t34 called sys.exit(3)" in err
+    assert err.strip().count("\n") == 0
+
+
+def test_the_working_directory_never_shadows_an_installed_package(tmp_path, capsys,
+                                                                    monkeypatch):
+    """``--module`` searches the current directory after the installed packages: a
+    ``json.py`` there is not what ``import json`` finds."""
+    import sys
+    (tmp_path / "json.py").write_text("raise RuntimeError('the planted json.py ran')\n")
+    (tmp_path / "okmod_t34.py").write_text(
+        "import torch\ndef make():\n    return torch.nn.Linear(4, 4), (torch.zeros(2, 4),)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    saved = sys.modules.pop("json")
+    try:
+        code, out, err = run_cli(capsys, "workload", "--module", "okmod_t34:make", "--json")
+        assert code == 0, err
+        import json as again
+        assert again.__file__ != str(tmp_path / "json.py")
+        assert sys.path.index(str(tmp_path)) > 0
+    finally:
+        sys.modules["json"] = saved
+        sys.modules.pop("okmod_t34", None)
