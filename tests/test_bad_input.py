@@ -354,3 +354,23 @@ def test_an_unimportable_quality_function_fails_the_run_before_anything_is_writt
                    expect=("quality.python", "cannot import no_such_module_i20"))
     assert not (tmp_path / "o").exists()
 
+
+
+# ----------------------------------------------------------------------------- issue 34: files
+@pytest.mark.parametrize("argv, field", [
+    (("workload", "--hf-config", "{fifo}"), "--hf-config"),
+    (("serve", "gpt2", "--trace", "{fifo}", "--requests", "5"), "trace"),
+    (("study", "validate", "{fifo}"), "study file"),
+])
+def test_a_named_pipe_is_refused_not_read_forever(tmp_path, capsys, argv, field):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    one_line_error(capsys, *[a.format(fifo=fifo) for a in argv],
+                   expect=(field, "not a device, pipe or socket"))
+
+
+def test_a_trace_with_a_column_twice_is_refused(tmp_path, capsys):
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,input_len,output_len,input_len\n0,10,5,99\n")
+    one_line_error(capsys, "serve", "gpt2", "--trace", str(trace), "--requests", "1",
+                   expect=("t.csv header", "each column once", "input_len appears"))

@@ -64,9 +64,10 @@ def test_a_cached_workload_reads_back_exactly(cache):
     assert [(o, o.attrs) for o in again.ops] == [(o, o.attrs) for o in w.ops]
     assert list(again.graph.edges(data=True)) == list(w.graph.edges(data=True))
     assert (again.params, again.arch, again.flops) == (w.params, w.arch, w.flops)
-    files = list(cache.iterdir())
+    files = [f for f in cache.iterdir() if f.name != ".signing-key"]
     assert [f.name.endswith(".json.gz") for f in files] == [True]
     assert oct(cache.stat().st_mode & 0o777) == "0o700"
+    assert oct((cache / ".signing-key").stat().st_mode & 0o777) == "0o600"
 
 
 def test_a_corrupt_or_foreign_cache_file_is_rebuilt(cache):
@@ -75,6 +76,47 @@ def test_a_corrupt_or_foreign_cache_file_is_rebuilt(cache):
     for junk in (b"\x1f\x8b garbage", b"{}", path.read_bytes()[:20]):
         path.write_bytes(junk)
         build.clear_memory_cache()
+        with pytest.warns(RuntimeWarning, match="refused"):
+            assert build.build_workload(**ARGS).flops == w.flops
+
+
+def _unsealed_json(path):
+    import gzip
+    from dse.safe_io import unseal
+    return json.loads(gzip.decompress(unseal(path.read_bytes(), path.parent, path.name)))
+
+
+def test_an_edited_or_planted_cache_entry_does_not_verify(cache):
+    """Issue 34: a well-formed entry with doubled FLOPs, or a well-formed entry planted without
+    the cache's key, is refused with one warning and captured again (never silently used)."""
+    import gzip
+    from dse.safe_io import seal
+    w = build.build_workload(**ARGS)
+    path = cache / f"{_key()}.json.gz"
+    data = _unsealed_json(path)
+    for node in data["nodes"]:
+        node["op"]["flops"] *= 2
+    doubled = gzip.compress(json.dumps(data).encode())
+    head = path.read_bytes().partition(b"\n")[0]
+    for planted in (head + b"\n" + doubled, doubled, json.dumps(data).encode()):
+        path.write_bytes(planted)
+        build.clear_memory_cache()
+        with pytest.warns(RuntimeWarning, match="capture cache entry .* refused"):
+            assert build.build_workload(**ARGS).flops == w.flops
+    # signed with this cache's key but a well-formed entry of another shape: refused, not a crash
+    path.write_bytes(seal(gzip.compress(b'{"format": 2, "key": "x", "nodes": [1]}'), cache,
+                          path.name))
+    build.clear_memory_cache()
+    assert build.build_workload(**ARGS).flops == w.flops
+
+
+def test_a_fifo_in_place_of_a_cache_entry_does_not_hang(cache):
+    w = build.build_workload(**ARGS)
+    path = cache / f"{_key()}.json.gz"
+    path.unlink()
+    os.mkfifo(path)
+    build.clear_memory_cache()
+    with pytest.warns(RuntimeWarning, match="not a device, pipe or socket"):
         assert build.build_workload(**ARGS).flops == w.flops
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from dse.errors import BadInput, one_line
+from dse.safe_io import read_regular
 from workloads.limits import int_limit
 
 #: Deepest nesting of lists and objects a config may have [E: real configs nest 3 deep].
@@ -36,15 +37,7 @@ SIZE_ATTRIBUTES = ("num_hidden_layers", "hidden_size", "intermediate_size",
 def read_config(path: str | Path) -> dict[str, Any]:
     """The config file's object, checked as the module docstring says (before transformers)."""
     field = "--hf-config"
-    try:
-        with open(path, "rb") as f:
-            blob = f.read(MAX_BYTES + 1)
-    except FileNotFoundError:
-        raise BadInput(field, str(path), "expected an existing config.json") from None
-    except OSError as exc:
-        raise BadInput(field, str(path), f"expected a readable file ({exc.strerror})") from None
-    if len(blob) > MAX_BYTES:
-        raise BadInput(field, str(path), f"expected a config of at most {MAX_BYTES:,} bytes")
+    blob = read_regular(path, field, MAX_BYTES, "a config.json file")
     try:
         data = json.loads(blob.decode("utf-8"))
     except RecursionError:

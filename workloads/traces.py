@@ -16,6 +16,7 @@ arrival. It comes from
 from __future__ import annotations
 
 import csv
+import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,11 +24,14 @@ from pathlib import Path
 import numpy as np
 
 from dse.errors import BadInput
+from dse.safe_io import read_regular
 from workloads.requests import DISTRIBUTIONS, distribution
 
 ARRIVALS = ("poisson", "gamma")
 #: Most requests a trace may hold [E: 10 million requests take ~250 MB of arrays].
 MAX_REQUESTS = 10_000_000
+#: Largest CSV trace read, bytes (room for MAX_REQUESTS rows of ~25 characters).
+MAX_TRACE_BYTES = 256 * 2**20
 #: Longest request, tokens (prompt + output).
 MAX_TOKENS = 1 << 20
 
@@ -101,13 +105,16 @@ def read_csv_trace(path: str | Path) -> Trace:
     """The trace in the CSV file ``path`` (see the module docstring); one :class:`BadInput`
     line naming the row and column for anything malformed."""
     p = Path(path)
-    if not p.is_file():
-        raise BadInput("trace", str(path), "expected sharegpt, alpaca or an existing CSV file")
+    blob = read_regular(p, "trace", MAX_TRACE_BYTES, "sharegpt, alpaca or a CSV file")
     rows_t, rows_i, rows_o = [], [], []
     try:
-        with open(p, newline="", encoding="utf-8") as f:
+        with io.StringIO(blob.decode("utf-8"), newline="") as f:
             reader = csv.DictReader(f)
             cols = [c.strip() for c in reader.fieldnames or []]
+            twice = sorted({c for c in cols if cols.count(c) > 1})
+            if twice:
+                raise BadInput(f"{p.name} header", ",".join(cols), "expected each column once "
+                               f"({', '.join(twice)} appears more than once)")
             time_col = next((c for c in ("arrival_s", "timestamp") if c in cols), None)
             if time_col is None or "input_len" not in cols or "output_len" not in cols:
                 raise BadInput(f"{p.name} header", ",".join(cols) or "(empty)",
@@ -162,7 +169,7 @@ def trace_from(trace: str, rate: float | None = None, requests: int | None = Non
         if rate is None:
             raise BadInput("rate", rate, "expected a number > 0 (requests/s)")
         return synthetic_trace(str(trace), rate, requests, duration_s, arrival, cv, seed)
-    if not str(trace).endswith(".csv") and not Path(trace).is_file():
+    if not str(trace).endswith(".csv") and not Path(trace).exists():
         raise BadInput("trace", str(trace), "expected sharegpt, alpaca or a CSV file")
     tr = read_csv_trace(trace)
     t, i, o = tr.arrival_s, tr.input_len, tr.output_len

@@ -16,9 +16,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import os
 import re
-import stat
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +26,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from dse.errors import BadInput, redact_url
+from dse.safe_io import read_regular
 from dse.quality import BUILTIN, QualityConfig, load_function
 from dse.study import objectives as obj
 from dse.study.networks import NETWORK_KEY, check_published_coverage, network_dimension
@@ -305,33 +304,11 @@ def load_study(path: str | Path) -> ResolvedStudy:
 def read_study_file(path: str | Path) -> str:
     """The text of a regular file of at most ``MAX_STUDY_BYTES`` (opened without blocking,
     so a named pipe or a device is refused instead of read forever)."""
-    p = str(path)
-    try:
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise BadInput("study file", p, "no such file") from None
-    except IsADirectoryError:
-        raise BadInput("study file", p, "expected a YAML file, not a directory") from None
-    except OSError as exc:
-        raise BadInput("study file", p, exc.strerror or "cannot be read") from None
-    with os.fdopen(fd, "rb") as f:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise BadInput("study file", p, "expected a YAML file, not a directory")
-        if not stat.S_ISREG(mode):
-            raise BadInput("study file", p, "expected a regular YAML file, not a device, pipe "
-                           "or socket")
-        try:
-            blob = f.read(MAX_STUDY_BYTES + 1)
-        except OSError as exc:
-            raise BadInput("study file", p, exc.strerror or "cannot be read") from None
-    if len(blob) > MAX_STUDY_BYTES:
-        raise BadInput("study file", p, f"expected a study file of at most {MAX_STUDY_BYTES:,} "
-                       "bytes")
+    blob = read_regular(path, "study file", MAX_STUDY_BYTES, "a regular YAML file")
     try:
         return blob.decode("utf-8")
     except UnicodeDecodeError:
-        raise BadInput("study file", p, "expected UTF-8 text") from None
+        raise BadInput("study file", str(path), "expected UTF-8 text") from None
 
 
 def load_study_text(text: str, source: str = "study file") -> ResolvedStudy:
