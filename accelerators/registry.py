@@ -80,6 +80,9 @@ def make_accelerator(spec: str, hw: dict | None = None) -> Template:
     """Build a design from ``"template[:preset]"`` and parameter overrides. A plugin
     template's own failure (anything but this project's errors) is one :class:`BadInput`
     naming the plugin."""
+    if not isinstance(spec, str) or not spec.strip() or spec.endswith(":"):
+        raise BadInput("accelerator", spec, "expected TEMPLATE or TEMPLATE:PRESET, e.g. npu or "
+                       "gpu:h200 (" + ", ".join(template_names()) + ")")
     name, _, preset = spec.partition(":")
     cls = get_template(name)
     if name in _TEMPLATES:

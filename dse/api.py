@@ -130,7 +130,7 @@ def _design_or_system(accelerator: str | Template | None, hw: dict[str, Any] | N
     them), else ``(None, system, layout)``."""
     if system is None and parallel is None and devices is None and not sys:
         return (accelerator if isinstance(accelerator, Template) else make_accelerator(
-            accelerator or "npu", hw)), None, None
+            "npu" if accelerator is None else accelerator, hw)), None, None
     from accelerators.system import System as _System
     from workloads.parallel import layout_from
     lay = layout_from(parallel)
@@ -183,7 +183,16 @@ def collective(kind: str, nbytes: float, system: str | "System" = "hgx-h200",
     """The time, algorithm, protocol and bus bandwidth (nccl-tests' definition) of one
     collective of ``nbytes`` on ``devices`` devices of ``system``."""
     from accelerators.system import System as _System
+    from dse.errors import BadInput
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or not nbytes > 0:
+        raise BadInput("bytes", nbytes, "expected a message of more than 0 bytes")
     sysm = system if isinstance(system, _System) else _preset_system(system, devices)
+    members = len(group) if group is not None else sysm.devices
+    if members < 2:
+        raise BadInput("group" if group is not None else "devices",
+                       group if group is not None else members,
+                       "expected at least 2 devices (a collective among one device moves "
+                       "nothing)")
     return sysm.collective(kind, nbytes, group, algorithm)
 
 

@@ -215,7 +215,8 @@ def simulate(model: Optional[str] = typer.Argument(None, help="Zoo model name.")
                              system=system, devices=devices, parallel=parallel,
                              sys=parse_pairs(sys_pairs, "--sys"))
     else:
-        design = api.accelerator(accelerator or "npu", parse_pairs(hw, "--hw"))
+        design = api.accelerator("npu" if accelerator is None else accelerator,
+                                 parse_pairs(hw, "--hw"))
         with _busy(f"simulating {len(w)} ops on {accelerator or 'npu'}"):
             r = api.simulate(w, design)
     if trace:
@@ -518,7 +519,7 @@ def collective(kind: str = typer.Argument(..., help="all_reduce | all_gather | r
     """Time, algorithm and bus bandwidth of one collective on a system."""
     from dse import api
     sysm = api.system(system, devices, sys=parse_pairs(sys_pairs, "--sys"))
-    c = sysm.collective(kind, parse_bytes(nbytes), None, algorithm)
+    c = api.collective(kind, parse_bytes(nbytes), sysm, algorithm=algorithm)
     d = {**c.to_dict(), "system": system, "devices": sysm.devices}
     if as_json:
         _print_json(d)

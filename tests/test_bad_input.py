@@ -374,3 +374,20 @@ def test_a_trace_with_a_column_twice_is_refused(tmp_path, capsys):
     trace.write_text("arrival_s,input_len,output_len,input_len\n0,10,5,99\n")
     one_line_error(capsys, "serve", "gpt2", "--trace", str(trace), "--requests", "1",
                    expect=("t.csv header", "each column once", "input_len appears"))
+
+
+# ----------------------------------------------------------------------------- issue 34: nonsense
+@pytest.mark.parametrize("argv, expect", [
+    (("collective", "all_reduce", "--bytes", "0", "--devices", "2"), ("bytes", "more than 0")),
+    (("collective", "all_reduce", "--bytes", "1MiB", "--devices", "1"), ("devices", "at least 2")),
+    (("simulate", "linear", "-a", ""), ("accelerator", "TEMPLATE:PRESET")),
+    (("simulate", "linear", "-a", "npu:"), ("accelerator", "TEMPLATE:PRESET")),
+    (("workload", "gpt2", "--arch", "n_layer=1e2"), ("arch.n_layer", "an int", "'1e2'")),
+    (("serve", "gpt2", "--seed", "-1", "--requests", "3", "--rate", "1"), ("seed",)),
+    (("simulate", "linear", "-a", "gpu:h100", "--hw", "sms=200", "--hw", "sms_on_die=100"),
+     ("hw.sms_on_die", "at least sms=200")),
+    (("simulate", "linear", "-a", "gpu:h100", "--hw", "memory_devices_on_die=1"),
+     ("hw.memory_devices_on_die", "at least the 5")),
+])
+def test_accepted_nonsense_is_refused(capsys, argv, expect):
+    one_line_error(capsys, *argv, expect=expect)

@@ -76,6 +76,8 @@ def synthetic_trace(lengths: str, rate: float, requests: int | None = None,
     if arrival not in ARRIVALS:
         raise BadInput("arrival", arrival, "expected one of " + ", ".join(ARRIVALS))
     _positive("cv", cv, high=100)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise BadInput("seed", seed, "expected an int in [0, 2**63)")
     if (requests is None) == (duration_s is None):
         raise BadInput("requests", requests, "expected requests or duration_s (one of them)")
     if requests is not None:

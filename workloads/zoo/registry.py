@@ -114,7 +114,9 @@ def _coerce(spec: ModelSpec, key: str, value: Any) -> Any:
         elif isinstance(default, int):
             if isinstance(value, bool):
                 raise ValueError
-            if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+            if isinstance(value, str):   # typed text: an integer literal only ("1e2" is not)
+                if not value.strip().lstrip("+-").isdigit():
+                    raise ValueError
                 value = int(value)  # exact, however long
             if not isinstance(value, int):
                 f = float(value)
