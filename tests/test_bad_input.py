@@ -391,3 +391,37 @@ def test_a_trace_with_a_column_twice_is_refused(tmp_path, capsys):
 ])
 def test_accepted_nonsense_is_refused(capsys, argv, expect):
     one_line_error(capsys, *argv, expect=expect)
+
+
+@pytest.mark.parametrize("architecture, field", [
+    ({"tile": {"choices": [-2.5e-300]}}, "search.architecture.tile.choices[0]"),
+    ({"window": {"choices": [1.5, 2048]}}, "search.architecture.window.choices[0]"),
+    ({"stride": {"choices": [1e30]}}, "search.architecture.stride.choices[0]"),
+])
+def test_study_architecture_values_are_checked_at_load(tmp_path, capsys, architecture, field):
+    path = study_file(tmp_path, workloads=[{"model": "gna"}],
+                      search={"hardware": {"rows": {"choices": [32, 64]}},
+                              "architecture": architecture})
+    one_line_error(capsys, "study", "validate", str(path), expect=(field, "positive sizes"))
+
+
+def test_yaml_is_read_as_yaml_1_2(tmp_path, capsys):
+    """``5_12`` is 512 in YAML 1.1 but a string in YAML 1.2 (what the docs promise); so are
+    ``yes`` / ``on`` (booleans in 1.1 only)."""
+    from dse.study.loader import parse_yaml
+    assert parse_yaml("a: 5_12\nb: yes\nc: on\nd: 1e3\ne: true\nf: 1_000.5") == {
+        "a": "5_12", "b": "yes", "c": "on", "d": 1000.0, "e": True, "f": "1_000.5"}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(TINY_STUDY).replace("trials: 2", "trials: 5_12"))
+    one_line_error(capsys, "study", "validate", str(path), expect=("trials", "5_12"))
+
+
+def test_a_strict_constraint_stays_strict():
+    from dse.study.objectives import parse_constraint
+    lt = parse_constraint("latency_s < 0.02", "constraints[0]", ["latency_s"])
+    le = parse_constraint("latency_s <= 0.02", "constraints[0]", ["latency_s"])
+    assert (lt.op, lt.label) == ("<", "latency_s<0.02")
+    assert lt.violation(0.02) > 0 >= le.violation(0.02)
+    assert lt.violation(0.01) < 0 and lt.violation(0.03) > 0
+    gt = parse_constraint({"metric": "latency_s", "op": ">", "value": 1}, "c", ["latency_s"])
+    assert gt.violation(1.0) > 0 > gt.violation(2.0)

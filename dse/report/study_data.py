@@ -245,7 +245,7 @@ def trial_constraints(trial) -> dict[str, float]:
 
 
 #: A constraint name that states its threshold: ``latency_s<=0.01``, ``area_mm2 >= 1``.
-_BOUND_NAME = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(<=|>=|≤|≥)\s*([-+0-9.eE]+)\s*$")
+_BOUND_NAME = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(<=|>=|≤|≥|<|>)\s*([-+0-9.eE]+)\s*$")
 
 
 def _constraints_from_keys(trials) -> list[Constraint]:
@@ -260,7 +260,8 @@ def _constraints_from_keys(trials) -> list[Constraint]:
             m = _BOUND_NAME.match(name)
             if m:
                 metric, op, value = m.group(1), m.group(2), float(m.group(3))
-                out.append(Constraint(metric, max=value) if op in ("<=", "≤") else Constraint(metric, min=value))
+                out.append(Constraint(metric, max=value) if op in ("<=", "≤", "<")
+                           else Constraint(metric, min=value))
         return out
     return []
 

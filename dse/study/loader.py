@@ -77,18 +77,25 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 # and every user read them as numbers. A copy of the resolver table keeps yaml.SafeLoader as is.
 _UniqueKeyLoader.yaml_implicit_resolvers = {
     k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-_FLOAT_1_2 = re.compile(r"""^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-                            |[0-9][0-9_]*[eE][-+]?[0-9]+
-                            |\.[0-9_]+(?:[eE][-+]?[0-9]+)?)$""", re.X)
-# YAML 1.1 also reads ``1:30`` as 90 (base 60) and ``010`` as 8 (octal); YAML 1.2 has neither,
-# so they stay strings here (and a field that wants a number says so).
+_FLOAT_1_2 = re.compile(r"""^[-+]?(?:[0-9]+\.[0-9]*(?:[eE][-+]?[0-9]+)?
+                            |[0-9]+[eE][-+]?[0-9]+
+                            |\.[0-9]+(?:[eE][-+]?[0-9]+)?)$""", re.X)
+# YAML 1.1 also reads ``1:30`` as 90 (base 60), ``010`` as 8 (octal) and ``5_12`` as 512
+# (underscores between digits); YAML 1.2 has none of them, so they stay strings here (and a
+# field that wants a number says so).
 _NOT_A_NUMBER_1_2 = re.compile(r"^(?:[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?"
-                               r"|[-+]?0[0-9_]+)$")
+                               r"|[-+]?0[0-9_]+"
+                               r"|[-+]?[0-9.]*_[0-9_.]*(?:[eE][-+]?[0-9_]+)?)$")
+# YAML 1.1 reads yes / no / on / off as booleans; YAML 1.2 only true / false.
+_NOT_A_BOOL_1_2 = re.compile(r"^(?:yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF|y|Y|n|N)$")
 for _first in "-+0123456789.":
     _UniqueKeyLoader.yaml_implicit_resolvers.setdefault(_first, []).insert(
         0, ("tag:yaml.org,2002:float", _FLOAT_1_2))
     _UniqueKeyLoader.yaml_implicit_resolvers[_first].insert(
         0, ("tag:yaml.org,2002:str", _NOT_A_NUMBER_1_2))
+for _first in "yYnNoO":
+    _UniqueKeyLoader.yaml_implicit_resolvers.setdefault(_first, []).insert(
+        0, ("tag:yaml.org,2002:str", _NOT_A_BOOL_1_2))
 
 
 class _TooLarge(Exception):

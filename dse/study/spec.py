@@ -226,11 +226,11 @@ _OBJECTIVE_SCHEMA = {
                "additionalProperties": {"enum": ["minimize", "maximize", "min", "max"]}}],
 }
 _CONSTRAINT_SCHEMA = {
-    "description": "'metric <= value' or 'metric >= value', or {metric, op, value}",
+    "description": "'metric <= value', 'metric < value', 'metric >= value', 'metric > value', or {metric, op, value}",
     "anyOf": [{"type": "string"},
               {"type": "object", "additionalProperties": False,
                "required": ["metric", "op", "value"],
-               "properties": {"metric": {"type": "string"}, "op": {"enum": ["<=", ">="]},
+               "properties": {"metric": {"type": "string"}, "op": {"enum": ["<=", "<", ">=", ">"]},
                               "value": {"type": "number"}}}],
 }
 
