@@ -425,3 +425,36 @@ def test_a_strict_constraint_stays_strict():
     assert lt.violation(0.01) < 0 and lt.violation(0.03) > 0
     gt = parse_constraint({"metric": "latency_s", "op": ">", "value": 1}, "c", ["latency_s"])
     assert gt.violation(1.0) > 0 > gt.violation(2.0)
+
+
+@pytest.mark.parametrize("trace, content, expect", [
+    ("missing.csv", None, ("serving.trace", "no such file")),
+    ("bin.csv", b"\x00\x01binary\xff\n", ("serving.trace", "UTF-8")),
+    ("neg.csv", b"arrival_s,input_len,output_len\n0,-5,3\n", ("neg.csv:2.input_len",)),
+    ("passwd", b"root:x:0:0:root:/root:/bin/bash\nbin:x:1:1::/:\n",
+     ("passwd header", "not column names")),
+])
+def test_a_serving_study_checks_its_trace_at_load(tmp_path, capsys, trace, content, expect):
+    if content is not None:
+        (tmp_path / trace).write_bytes(content)
+    path = study_file(tmp_path, workloads=None,
+                      serving={"model": "gpt2", "trace": str(tmp_path / trace), "requests": 5},
+                      search={"hardware": {"rows": {"choices": [8, 16]}}},
+                      objectives=["ttft_p99_s"])
+    data = yaml.safe_load(path.read_text())
+    data.pop("workloads")
+    path.write_text(yaml.safe_dump(data))
+    line = one_line_error(capsys, "study", "run", str(path), "--out", str(tmp_path / "o"),
+                          expect=expect)
+    assert "root:" not in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_default_proxy_never_builds_a_huge_model(tmp_path, capsys):
+    """NASWOT builds real weights: a 12 B vision model is refused at load (counted on the meta
+    device), never built (issue 34: it was killed at 6.1 GiB and the run exited 0)."""
+    path = study_file(tmp_path, workloads=[{"model": "flux-dit", "batch": 1}],
+                      search={"hardware": {"rows": {"choices": [8, 16]}}},
+                      objectives=["latency_s", "quality"])
+    one_line_error(capsys, "study", "validate", str(path),
+                   expect=("quality", "NASWOT", "11.9 B parameters"))

@@ -119,7 +119,7 @@ def read_csv_trace(path: str | Path) -> Trace:
                                f"({', '.join(twice)} appears more than once)")
             time_col = next((c for c in ("arrival_s", "timestamp") if c in cols), None)
             if time_col is None or "input_len" not in cols or "output_len" not in cols:
-                raise BadInput(f"{p.name} header", ",".join(cols) or "(empty)",
+                raise BadInput(f"{p.name} header", _shown_header(cols),
                                "expected columns arrival_s (or timestamp), input_len, output_len")
             reader.fieldnames = cols
             for line, row in enumerate(reader, start=2):
@@ -140,6 +140,14 @@ def read_csv_trace(path: str | Path) -> Trace:
     t = t[order] - t[order][0]
     return Trace(p.name, t, np.array(rows_i, dtype=np.int64)[order],
                  np.array(rows_o, dtype=np.int64)[order])
+
+
+def _shown_header(cols: list[str]) -> str:
+    """A header fit to repeat in a message: its column names when they look like names,
+    else only how many there are (the first line of a file that is no trace stays unshown)."""
+    if cols and all(c.replace("_", "").isalnum() and len(c) <= 32 for c in cols):
+        return ",".join(cols)
+    return f"(a first line of {len(cols)} field(s) that are not column names)"
 
 
 def _cell(p: Path, line: int, row: dict, col: str, kind: type):

@@ -390,6 +390,11 @@ def resolve(data: Any, source: str | None = None) -> ResolvedStudy:
                 raise bad(where, metric, f"expected a quality proxy for {w.model} "
                           f"({w.family} models "
                           "have none built in); give quality: {python: 'package.module:function'}")
+            if not quality.python and not published:   # the reference is always rated
+                from dse.quality import check_proxy_size
+                from workloads.zoo import get_model
+                zoo = get_model(w.model)
+                check_proxy_size(zoo, zoo.resolve_arch(None), BUILTIN[w.family])
     for where, metric in uses:
         if metric == "total_pes":
             from accelerators.registry import get_template
@@ -426,6 +431,7 @@ def _check_forms(spec: StudySpec) -> None:
         if sv.trace in ("sharegpt", "alpaca") and sv.rate is None:
             raise bad("serving.rate", None, "expected a number > 0 (requests/s) for a "
                       f"{sv.trace} trace")
+        _check_trace(sv)
         # the served model's iterations are built from its decode step of batch 1
         spec.workloads = [WorkloadSpec(model=sv.model, phase="decode", batch=1, context=1,
                                        dtype=sv.dtype)]
@@ -761,6 +767,17 @@ def grid_points(study: "ResolvedStudy") -> int:
                       f"{MAX_GRID_POINTS:,} points; this search space makes more (search fewer "
                       "parameters, give int ranges a step, or lower grid_points)")
     return n
+
+
+def _check_trace(sv) -> None:
+    """Read and check the serving study's trace now (a CSV's every row), as each trial will:
+    a missing, unreadable or malformed trace is one line at load, not a study of pruned
+    trials (and nothing of a file that is not a trace reaches the study's outputs)."""
+    from workloads.traces import trace_from
+    try:
+        trace_from(sv.trace, sv.rate, sv.requests, None, sv.arrival, sv.burstiness, sv.seed)
+    except BadInput as exc:
+        raise BadInput(f"serving.trace ({exc.field})", Shown(exc.value), exc.allowed) from None
 
 
 def load_quality_function(study: "ResolvedStudy"):
