@@ -452,3 +452,25 @@ def test_the_working_directory_never_shadows_an_installed_package(tmp_path, caps
     finally:
         sys.modules["json"] = saved
         sys.modules.pop("okmod_t34", None)
+
+
+def test_a_study_never_runs_into_a_folder_holding_another_storages_db(tmp_path, capsys):
+    """Issue 34: outputs from another storage beside a study.db would disagree with it (and
+    `dse report DIR` reads the study.db): refused, nothing overwritten."""
+    study = {"name": "t_mix", "workloads": [{"model": "linear", "batch": 1}],
+             "accelerator": {"template": "npu", "preset": "edge-32x32"},
+             "search": {"hardware": {"rows": {"choices": [8, 16]}}},
+             "objectives": ["latency_s"], "trials": 2}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(study))
+    out = tmp_path / "o"
+    code, _, err = run_cli(capsys, "study", "run", str(path), "--out", str(out), "--no-progress")
+    assert code == 0, err
+    before = (out / "trials.csv").read_bytes()
+    code, _, err = run_cli(capsys, "study", "run", str(path), "--out", str(out), "--no-progress",
+                           "--storage", f"sqlite:///{tmp_path / 'other.db'}")
+    assert code == 2 and err.count("\n") == 1 and "without a study.db of another storage" in err
+    assert (out / "trials.csv").read_bytes() == before and not (tmp_path / "other.db").exists()
+    code, _, err = run_cli(capsys, "study", "run", str(path), "--out", str(out), "--no-progress",
+                           "--storage", f"sqlite:///{out / 'study.db'}", "--trials", "3")
+    assert code == 0, err

@@ -305,7 +305,11 @@ def _reason(trial) -> str | None:
 def read_study(study, storage: str = "") -> StudyData:
     """Every trial of ``study`` as a :class:`TrialRow`, with statuses and the Pareto set."""
     objectives, directions = _objectives(study)
-    trials = study.get_trials(deepcopy=False)
+    try:
+        trials = study.get_trials(deepcopy=False)
+    except Exception as exc:  # a storage written by other code: rows Optuna cannot read back
+        raise BadInput("--storage", storage or study.study_name, "expected trials Optuna can read "
+                       f"back ({type(exc).__name__}: {first_line(exc)})") from None
     constraints = _constraints(study.user_attrs.get("constraints")) or _constraints_from_keys(trials)
     rows: list[TrialRow] = []
     units: dict[str, set[str]] = {}  # metric -> units the trials stored as "<metric>_unit"
