@@ -87,6 +87,15 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) ->
 def _workload_from_flags(model, phase, batch, seq, context, dtype, arch, hf_config,
                          kv_update=None, module=None, strict=False):
     from dse import api
+    given = [f for f, v in (("MODEL", model), ("--hf-config", hf_config), ("--module", module))
+             if v]
+    if len(given) > 1:
+        raise BadInput(given[1], {"MODEL": model, "--hf-config": hf_config,
+                                  "--module": module}[given[1]],
+                       f"expected one source of the model, not both {given[0]} and {given[1]}")
+    if module and arch:
+        raise BadInput("--arch", arch[0], "expected no --arch with --module (your factory "
+                       "builds the module: change it there)")
     if module:   # package.module:factory -> (nn.Module, inputs)
         from workloads.user_module import capture_module, load_factory
         mod, args, kwargs = load_factory(module)

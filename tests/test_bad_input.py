@@ -209,13 +209,13 @@ def test_bad_hugging_face_configs(tmp_path, capsys, config, fragment):
     pytest.importorskip("transformers")
     path = tmp_path / "config.json"
     path.write_text(config if isinstance(config, str) else json.dumps(config))
-    one_line_error(capsys, "workload", "x", "--hf-config", str(path), expect=(fragment,))
+    one_line_error(capsys, "workload", "--hf-config", str(path), expect=(fragment,))
 
 
 def test_transformers_warnings_are_not_printed(capsys):
     pytest.importorskip("transformers")
     # gpt2_tiny's bos/eos token ids lie outside its vocabulary: transformers warns about it
-    code, out, err = run_cli(capsys, "workload", "x", "--hf-config",
+    code, out, err = run_cli(capsys, "workload", "--hf-config",
                              os.path.join(ROOT, "tests", "data", "hf", "gpt2_tiny.json"),
                              "--json")
     assert code == 0 and json.loads(out)["model"] == "hf:gpt2"
@@ -458,3 +458,32 @@ def test_the_default_proxy_never_builds_a_huge_model(tmp_path, capsys):
                       objectives=["latency_s", "quality"])
     one_line_error(capsys, "study", "validate", str(path),
                    expect=("quality", "NASWOT", "11.9 B parameters"))
+
+
+@pytest.mark.parametrize("config, fragment", [
+    ({**GPT2_TINY, "architectures": [1]}, "hf_config.architectures: expected a list of class"),
+    ({**GPT2_TINY, "type_vocab_size": 0}, "hf_config.type_vocab_size: expected an int >= 1"),
+    ({"model_type": "mamba", "num_hidden_layers": 1, "hidden_size": 64, "state_size": 0,
+      "vocab_size": 100}, "hf_config.state_size"),
+    ({"model_type": "mixtral", "num_hidden_layers": 1, "num_local_experts": 4,
+      "num_experts_per_tok": 0}, "hf_config.num_experts_per_tok: expected an int in [1, 4]"),
+    ({"model_type": "mistral", "num_hidden_layers": 1, "sliding_window": -5},
+     "hf_config.sliding_window"),
+    ({"model_type": "llama", "num_hidden_layers": 1, "rope_scaling": {"type": "linear",
+                                                                       "factor": -2}},
+     "hf_config.rope_scaling.factor: expected a number > 0"),
+])
+def test_hugging_face_nonsense_is_refused(tmp_path, capsys, config, fragment):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    one_line_error(capsys, "workload", "--hf-config", str(path), expect=(fragment,))
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (("workload", "gpt2", "--module", "x.y:make"), "not both MODEL and --module"),
+    (("workload", "--hf-config", "c.json", "--module", "x.y:make"),
+     "not both --hf-config and --module"),
+    (("workload", "--module", "x.y:make", "--arch", "n=1"), "no --arch with --module"),
+])
+def test_one_source_of_the_model(capsys, argv, fragment):
+    one_line_error(capsys, *argv, expect=(fragment,))
