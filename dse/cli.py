@@ -102,7 +102,8 @@ def _workload_from_flags(model, phase, batch, seq, context, dtype, arch, hf_conf
         with _busy(f"capturing {module} with torch.export"):
             w = capture_module(mod, args, kwargs, phase=phase or "forward", dtype=dtype,
                                model=module, batch=batch or 1, seq=seq or 0,
-                               context=context or 0, kv_update=kv_update or "in_place")
+                               context=context or 0,
+                           kv_update="in_place" if kv_update is None else kv_update)
         return api.check_unknown_ops(w, strict)
     if model and not hf_config:
         from workloads.build import check_sizes_apply
@@ -218,7 +219,8 @@ def simulate(model: Optional[str] = typer.Argument(None, help="Zoo model name.")
     parallel = {"tp": tp, "pp": pp, "ep": ep, "dp": dp, "sequence_parallel": sp,
                 "microbatches": microbatches, "ep_imbalance": ep_imbalance}
     design = None
-    if system or sys_pairs or devices or tp * pp * ep * dp > 1 or sp:
+    if system is not None or sys_pairs or devices is not None or (tp, pp, ep, dp) != (1, 1, 1, 1) \
+            or sp:
         with _busy(f"simulating {len(w)} ops on {system or 'a system'}"):
             r = api.simulate(w, accelerator=accelerator, hw=parse_pairs(hw, "--hw") or None,
                              system=system, devices=devices, parallel=parallel,
@@ -321,7 +323,7 @@ TpOpt = typer.Option(1, "--tp", help="Tensor-parallel ranks.")
 
 def _target_args(accelerator, hw, system, devices, sys_pairs, tp, pp=1) -> dict[str, Any]:
     sysp = parse_pairs(sys_pairs, "--sys")
-    many = bool(system or sysp or devices or tp * pp > 1)
+    many = bool(system is not None or sysp or devices is not None or (tp, pp) != (1, 1))
     return {"accelerator": accelerator, "hw": parse_pairs(hw, "--hw") or None,
             "system": system, "devices": devices, "sys": sysp or None,
             "parallel": {"tp": tp, "pp": pp} if many else None}

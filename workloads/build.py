@@ -69,6 +69,9 @@ def check_cache_dir() -> Path:
             st = path.stat()
         except OSError:  # not there yet: created private (0700) when the first file is stored
             continue
+        if not stat.S_ISDIR(st.st_mode):
+            raise BadInput("DSE_CACHE_DIR", str(path), "expected a directory (or a path to "
+                           "make one), not a file, pipe or device")
         if st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
             raise BadInput("DSE_CACHE_DIR", str(path), "expected a cache directory only you can "
                            "write (chmod go-w it, or point DSE_CACHE_DIR elsewhere)")
@@ -116,6 +119,14 @@ def resolve(model: str, phase: str | None = None, batch: int | None = None,
         seq = 1
     if phase != "decode":
         context = 0
+    positions = arch_values.get("max_seq")
+    if isinstance(positions, int) and spec.family == "llm":   # as the model's inputs check it
+        if phase == "prefill" and seq > positions:
+            raise BadInput("seq", seq, f"expected at most {positions}: {model} holds "
+                           f"max_seq={positions} tokens")
+        if phase == "decode" and context + 1 > positions:
+            raise BadInput("context", context, f"expected at most {positions - 1}: {model} "
+                           f"holds max_seq={positions} tokens, the new one included")
     return {"model": model, "phase": phase, "batch": batch, "seq": seq, "context": context,
             "dtype": dtype, "arch": arch_values}
 

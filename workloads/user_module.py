@@ -69,6 +69,9 @@ def load_factory(spec: str) -> tuple[torch.nn.Module, tuple, dict]:
         sys.path.append(os.getcwd())
     try:
         mod = importlib.import_module(path)
+    except SystemExit as exc:
+        raise BadInput("--module", spec, f"a module that imports without exiting (it called "
+                       f"sys.exit({exc.code!r}))") from None
     except Exception as exc:  # the user's import failed: one line, not their traceback
         raise BadInput("--module", spec, f"an importable module ({type(exc).__name__}: "
                        f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
@@ -77,6 +80,9 @@ def load_factory(spec: str) -> tuple[torch.nn.Module, tuple, dict]:
         raise BadInput("--module", spec, f"a function {name} in {path}")
     try:
         made = factory()
+    except SystemExit as exc:
+        raise CaptureError(f"--module {spec}: the factory called sys.exit({exc.code!r}); it "
+                           "must return (nn.Module, inputs) or raise") from None
     except Exception as exc:
         raise CaptureError(f"--module {spec}: the factory raised {type(exc).__name__}: "
                            f"{(str(exc).splitlines() or [''])[0]}") from None

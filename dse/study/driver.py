@@ -86,6 +86,8 @@ def resolve_run_args(study: ResolvedStudy, trials: int | None, workers: int,
     if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int)
                                or trials < 1):
         raise BadInput("--trials", Shown(trials), "expected a positive int")
+    if out is not None and not str(out).strip():
+        raise BadInput("--out", Shown(str(out)), "expected a directory path")
     out_dir = Path(out if out is not None else (study.spec.output or f"runs/{study.name}"))
     if out_dir.exists() and not out_dir.is_dir():
         raise BadInput("--out", str(out_dir), "expected a directory, not a file")

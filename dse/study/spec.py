@@ -276,7 +276,8 @@ class StudySpec(_Strict):
     name: Annotated[str, Field(pattern=IDENTIFIER)] = Field(description="study name")
     description: str = ""
     seed: Annotated[int, Field(ge=0, lt=2**32)] = Field(0, description="sampler seed")
-    output: Optional[str] = Field(None, description="output directory (default runs/NAME)")
+    output: Optional[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
+        None, description="output directory (default runs/NAME)")
     workloads: Optional[Annotated[list[WorkloadSpec], Field(min_length=1, max_length=16)]] = Field(
         None, description="one workload, or several for a multi-task study (or `serving`)")
     serving: Optional[ServingSpec] = Field(None, description="score each design by serving a "
