@@ -287,13 +287,18 @@ def _iteration_base(model: str | Workload, dtype: str, arch: dict[str, Any] | No
 POSITION_KEYS = ("max_seq", "max_position_embeddings", "n_positions")
 
 
+def positions_of(base: Workload) -> int | None:
+    """The tokens a sequence of ``base``'s model may hold, where its architecture says."""
+    return next((v for k in POSITION_KEYS if isinstance(v := (base.arch or {}).get(k), int)
+                 and not isinstance(v, bool) and v > 0), None)
+
+
 def check_positions(base: Workload, tokens: int, field: str, what: str) -> None:
     """``tokens`` (a prompt and its output) within the positions ``base``'s model holds, where
     it declares them; one :class:`BadInput` naming ``field`` otherwise (checked before any
     cost model is fitted, so a too-long request costs nothing)."""
     from dse.errors import BadInput
-    most = next((v for k in POSITION_KEYS if isinstance(v := (base.arch or {}).get(k), int)
-                 and not isinstance(v, bool) and v > 0), None)
+    most = positions_of(base)
     if most is not None and tokens > most:
         raise BadInput(field, tokens, f"expected {what} of at most {most} tokens: "
                        f"{base.model} holds {most} positions")
@@ -359,10 +364,11 @@ def serve(model: str | Workload, trace: str = "sharegpt", rate: float | None = N
     if requests is None and duration_s is None and not (
             isinstance(trace, str) and trace.endswith(".csv")):
         requests = 1000
-    tr = trace_from(trace, rate, requests, duration_s, arrival, burstiness, seed)
+    base = _iteration_base(model, dtype, arch)
+    tr = trace_from(trace, rate, requests, duration_s, arrival, burstiness, seed,
+                    max_tokens=positions_of(base))
     sched = make_scheduler(scheduler, max_batch, token_budget)
     longest = int((tr.input_len + tr.output_len).max())
-    base = _iteration_base(model, dtype, arch)
     check_positions(base, longest, "trace", "requests (prompt and output)")
     target = _target(accelerator, hw, system, devices, parallel, sys, fidelity)
     cost = _cost_model(base, target, max(sched.token_budget, sched.max_batch, longest))

@@ -412,7 +412,7 @@ def test_a_factory_that_exits_is_one_line_naming_it(tmp_path, capsys, monkeypatc
     monkeypatch.syspath_prepend(str(tmp_path))
     code, out, err = run_cli(capsys, "workload", "--module", "exiter_t34:make")
     assert code == 2 and out == ""
-    assert err.count("\n") == 1 and "module exiter_t34 called sys.exit(0)" in err
+    assert err.count("\n") == 1 and "exiter_t34:make: the factory called sys.exit(0)" in err
 
 
 def test_a_quality_function_that_exits_stops_the_study_with_one_line(tmp_path, capsys,

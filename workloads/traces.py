@@ -16,6 +16,7 @@ arrival. It comes from
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 from dataclasses import dataclass
@@ -169,16 +170,20 @@ def _cell(p: Path, line: int, row: dict, col: str, kind: type):
 
 def trace_from(trace: str, rate: float | None = None, requests: int | None = None,
                duration_s: float | None = None, arrival: str = "poisson", cv: float = 1.0,
-               seed: int = 0) -> Trace:
+               seed: int = 0, max_tokens: int | None = None) -> Trace:
     """A named synthetic trace (``sharegpt`` / ``alpaca``) or a CSV file's; a CSV trace keeps
     its own timestamps (``rate`` rescales them when given) and ``requests`` / ``duration_s``
-    cut it."""
+    cut it. ``max_tokens`` (the model's positions) clips a synthetic request's prompt and
+    output to fit, as serving benchmarks keep only requests the model can hold."""
     if not isinstance(trace, (str, Path)) or not str(trace):
         raise BadInput("trace", trace, "expected sharegpt, alpaca or a CSV file")
     if str(trace) in DISTRIBUTIONS:
         if rate is None:
             raise BadInput("rate", rate, "expected a number > 0 (requests/s)")
-        return synthetic_trace(str(trace), rate, requests, duration_s, arrival, cv, seed)
+        dist = distribution(str(trace))
+        if max_tokens is not None and max_tokens < dist.max_len:
+            dist = dataclasses.replace(dist, max_len=max(2, int(max_tokens)))
+        return synthetic_trace(dist, rate, requests, duration_s, arrival, cv, seed)
     if not str(trace).endswith(".csv") and not Path(trace).exists():
         raise BadInput("trace", str(trace), "expected sharegpt, alpaca or a CSV file")
     tr = read_csv_trace(trace)
