@@ -528,6 +528,12 @@ class GPU(Template):
             return ("hw.memory_capacity_bytes", hw.memory_capacity_bytes,
                     f"expected at most the {self.memory.capacity_bytes / 1e9:g} GB of "
                     f"{self.memory.devices} {hw.memory_kind} {self.memory.standard.device}s")
+        if hw.sms_on_die and hw.sms_on_die < hw.sms:
+            return ("hw.sms_on_die", hw.sms_on_die, f"expected at least sms={hw.sms} (the die "
+                    "holds every enabled SM; 0: sms)")
+        if hw.memory_devices_on_die and hw.memory_devices_on_die < self.memory.devices:
+            return ("hw.memory_devices_on_die", hw.memory_devices_on_die, "expected at least "
+                    f"the {self.memory.devices} memory devices installed (0: as many)")
         if hw.calibration:
             load_calibration(hw.calibration)
         if hw.runtime != "kernels" and not hw.host_profile:

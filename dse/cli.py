@@ -87,6 +87,15 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) ->
 def _workload_from_flags(model, phase, batch, seq, context, dtype, arch, hf_config,
                          kv_update=None, module=None, strict=False, formats=None):
     from dse import api
+    given = [f for f, v in (("MODEL", model), ("--hf-config", hf_config), ("--module", module))
+             if v]
+    if len(given) > 1:
+        raise BadInput(given[1], {"MODEL": model, "--hf-config": hf_config,
+                                  "--module": module}[given[1]],
+                       f"expected one source of the model, not both {given[0]} and {given[1]}")
+    if module and arch:
+        raise BadInput("--arch", arch[0], "expected no --arch with --module (your factory "
+                       "builds the module: change it there)")
     if formats is not None:
         from workloads.formats import formatted, parse_formats
         spec = parse_formats(formats, dtype, "--formats")   # a bad value fails before capture
@@ -98,7 +107,8 @@ def _workload_from_flags(model, phase, batch, seq, context, dtype, arch, hf_conf
         with _busy(f"capturing {module} with torch.export"):
             w = capture_module(mod, args, kwargs, phase=phase or "forward", dtype=dtype,
                                model=module, batch=batch or 1, seq=seq or 0,
-                               context=context or 0, kv_update=kv_update or "in_place")
+                               context=context or 0,
+                               kv_update="in_place" if kv_update is None else kv_update)
         return api.check_unknown_ops(w, strict)
     if model and not hf_config:
         from workloads.build import check_sizes_apply
@@ -220,13 +230,15 @@ def simulate(model: Optional[str] = typer.Argument(None, help="Zoo model name.")
     parallel = {"tp": tp, "pp": pp, "ep": ep, "dp": dp, "sequence_parallel": sp,
                 "microbatches": microbatches, "ep_imbalance": ep_imbalance}
     design = None
-    if system or sys_pairs or devices or tp * pp * ep * dp > 1 or sp:
+    if system is not None or sys_pairs or devices is not None or (tp, pp, ep, dp) != (1, 1, 1, 1) \
+            or sp:
         with _busy(f"simulating {len(w)} ops on {system or 'a system'}"):
             r = api.simulate(w, accelerator=accelerator, hw=parse_pairs(hw, "--hw") or None,
                              system=system, devices=devices, parallel=parallel,
                              sys=parse_pairs(sys_pairs, "--sys"))
     else:
-        design = api.accelerator(accelerator or "npu", parse_pairs(hw, "--hw"))
+        design = api.accelerator("npu" if accelerator is None else accelerator,
+                                 parse_pairs(hw, "--hw"))
         with _busy(f"simulating {len(w)} ops on {accelerator or 'npu'}"):
             r = api.simulate(w, design)
     if trace:
@@ -330,7 +342,7 @@ def _formats_flag(formats: str | None, dtype: str):
 
 def _target_args(accelerator, hw, system, devices, sys_pairs, tp, pp=1) -> dict[str, Any]:
     sysp = parse_pairs(sys_pairs, "--sys")
-    many = bool(system or sysp or devices or tp * pp > 1)
+    many = bool(system is not None or sysp or devices is not None or (tp, pp) != (1, 1))
     return {"accelerator": accelerator, "hw": parse_pairs(hw, "--hw") or None,
             "system": system, "devices": devices, "sys": sysp or None,
             "parallel": {"tp": tp, "pp": pp} if many else None}
@@ -541,7 +553,7 @@ def collective(kind: str = typer.Argument(..., help="all_reduce | all_gather | r
     """Time, algorithm and bus bandwidth of one collective on a system."""
     from dse import api
     sysm = api.system(system, devices, sys=parse_pairs(sys_pairs, "--sys"))
-    c = sysm.collective(kind, parse_bytes(nbytes), None, algorithm)
+    c = api.collective(kind, parse_bytes(nbytes), sysm, algorithm=algorithm)
     d = {**c.to_dict(), "system": system, "devices": sysm.devices}
     if as_json:
         _print_json(d)
@@ -605,6 +617,24 @@ def main(argv: list[str] | None = None) -> None:
         _fail(exc.format_message().replace("\n", " "))
     except OSError as exc:  # the machine refused (a full disk, no permission, a missing path)
         _fail(f"{exc.filename}: {exc.strerror}" if exc.filename else first_line(exc))
+    except SystemExit as exc:  # dse's own commands never exit: user code or a plugin did
+        module = _exiting_module(exc)
+        if module.split(".")[0] in _OWN_EXITS:
+            raise
+        _fail(f"module {module} called sys.exit({exc.code!r}) while dse ran it; a factory, "
+              "quality function or plugin must return or raise, not exit")
+
+
+#: Packages whose ``sys.exit`` is the CLI's own (rich on a closed pipe, click, typer, dse).
+_OWN_EXITS = {"dse", "accelerators", "workloads", "simulators", "rich", "click", "typer"}
+
+
+def _exiting_module(exc: BaseException) -> str:
+    """The module whose code raised ``exc`` (the innermost frame's), for the message."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_globals.get("__name__", "?") if tb is not None else "?"
 
 
 def _fail(message: str) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import random
-import time
 
 import networkx as nx
 import pytest
@@ -312,16 +311,9 @@ def test_datasheet_h100_is_consistent_with_the_calibrated_h200(presets):
     assert 1.2 < r_memory < 1.9                       # 4.8 / 3.35 = 1.43 more bandwidth
 
 
-def test_cost_is_fast():
-    g = make_accelerator("gpu:h200")
+def test_cost_is_deterministic_across_designs():
+    """A second design of the same preset costs every op the same (speed: see
+    ``benchmarks/cost_speed.py``; no timing in tests)."""
     ops = sample_ops(seed=1, count=1000)
-    t = time.perf_counter()
-    for op in ops:
-        g.cost(op)
-    first = time.perf_counter() - t
-    t = time.perf_counter()
-    for _ in range(5):
-        for op in ops:
-            g.cost(op)
-    again = (time.perf_counter() - t) / 5
-    assert first < 1.0 and again < 0.05, (first, again)
+    first = [make_accelerator("gpu:h200").cost(op) for op in ops]
+    assert first == [make_accelerator("gpu:h200").cost(op) for op in ops]

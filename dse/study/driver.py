@@ -86,6 +86,8 @@ def resolve_run_args(study: ResolvedStudy, trials: int | None, workers: int,
     if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int)
                                or trials < 1):
         raise BadInput("--trials", Shown(trials), "expected a positive int")
+    if out is not None and not str(out).strip():
+        raise BadInput("--out", Shown(str(out)), "expected a directory path")
     out_dir = Path(out if out is not None else (study.spec.output or f"runs/{study.name}"))
     if out_dir.exists() and not out_dir.is_dir():
         raise BadInput("--out", str(out_dir), "expected a directory, not a file")
@@ -101,6 +103,13 @@ def resolve_run_args(study: ResolvedStudy, trials: int | None, workers: int,
             raise BadInput(where, url, "expected a SQLite file in an existing directory")
         if db.exists() and not db.is_file():
             raise BadInput(where, url, "expected a SQLite file, not a directory or device")
+    own_db = out_dir / "study.db"
+    if own_db.exists() and not (is_sqlite(url) and sqlite_path(url).resolve()
+                                == own_db.resolve()):
+        raise BadInput("--out", str(out_dir), f"expected a folder without a study.db of another "
+                       f"storage (its trials.csv, pareto.csv and report would then disagree "
+                       f"with the study.db beside them): use another --out, or "
+                       f"--storage sqlite:///{own_db} to resume that study")
     target = trials if trials is not None else study.spec.trials
     if study.spec.sampler.name == "grid":  # the grid sampler visits each point once
         target = min(target, grid_points(study))
