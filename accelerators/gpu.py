@@ -186,7 +186,10 @@ RT_CORE_MM2_45NM = 0.7 / 2 / tech.area_scale(12)
 #:   GA100 whitepaper: 108 SMs, 1410 MHz, fp32 19.5, bf16/fp16 tensor 312 TFLOP/s, int8 624
 #:   TOPS, no fp8; 80 GB HBM2e 2,039 GB/s or 40 GB HBM2 1,555 GB/s (five stacks of six
 #:   sites; the 40 GB part's HBM2 runs at 2.43 Gb/s, over JEDEC HBM2's 2.4 bin, so its stacks
-#:   are costed as HBM2E [E]); 40 MB L2; 400 W; GA100 826 mm^2, 128 SMs on the die.
+#:   are costed as HBM2E [E]); 40 MB L2; 400 W; GA100 826 mm^2, 128 SMs on the die. Their
+#:   compute-bound GEMMs load ``calibration/a100.json``: ``tensor_efficiency`` and
+#:   ``tile_cost`` fitted on published A100 measurements (Vidur's MLP profiles of five models;
+#:   held-out 70B-class models within 3.9 % median, benchmarks/a100_gemm_calibration.py).
 #: * ``h100`` (SXM5 80 GB) and ``h100-pcie`` (80 GB): NVIDIA H100 datasheet and Hopper
 #:   whitepaper: SXM5 132 SMs, 1980 MHz, fp32 67, bf16/fp16 989, fp8 1,979 TFLOP/s, int8 1,979
 #:   TOPS, HBM3 3.35 TB/s, 700 W; PCIe 114 SMs, 1755 MHz, fp32 51, bf16/fp16 756, fp8 1,513,
@@ -241,7 +244,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                  memory_device_gb=16, l2_bytes=40 * 2**20, tdp_w=400.0, idle_power_w=50.0,
                  sms_on_die=128, tensor_macs_per_sm=1024, fp32_lanes_per_sm=64,
                  l1_kb_per_sm=192, node_nm=7, host_interface="pcie4x16", peer_links=12,
-                 peer_link_phy_mm2=1.888),
+                 peer_link_phy_mm2=1.888, calibration="a100"),
     "a100-40gb": dict(sms=108, clock_hz=1.41e9, peak_bf16_flops=312e12,
                       peak_fp16_flops=312e12, peak_fp32_flops=19.5e12, peak_fp8_flops=0.0,
                       peak_int8_ops=624e12, memory_bandwidth_Bps=1.555e12,
@@ -249,7 +252,8 @@ PRESETS: dict[str, dict[str, Any]] = {
                       memory_devices_on_die=6, memory_device_gb=8, l2_bytes=40 * 2**20,
                       tdp_w=400.0, idle_power_w=50.0, sms_on_die=128, tensor_macs_per_sm=1024,
                       fp32_lanes_per_sm=64, l1_kb_per_sm=192, node_nm=7,
-                      host_interface="pcie4x16", peer_links=12, peer_link_phy_mm2=1.888),
+                      host_interface="pcie4x16", peer_links=12, peer_link_phy_mm2=1.888,
+                      calibration="a100"),
     "h100": dict(sms=132, clock_hz=1.98e9, peak_bf16_flops=989e12, peak_fp16_flops=989e12,
                  peak_fp32_flops=67e12, peak_fp8_flops=1979e12, peak_int8_ops=1979e12,
                  memory_bandwidth_Bps=3.35e12, memory_capacity_bytes=81559 * MIB,
