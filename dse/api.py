@@ -179,12 +179,14 @@ _preset_system = system
 
 def collective(kind: str, nbytes: float, system: str | "System" = "hgx-h200",
                devices: int | None = None, algorithm: str | None = None,
-               group: list[int] | None = None) -> "CollectiveCost":
+               group: list[int] | None = None, call: str = "device") -> "CollectiveCost":
     """The time, algorithm, protocol and bus bandwidth (nccl-tests' definition) of one
-    collective of ``nbytes`` on ``devices`` devices of ``system``."""
+    collective of ``nbytes`` on ``devices`` devices of ``system``; ``call``: device time
+    alone, or issued from PyTorch (``eager_b2b``, ``eager_call``, ``graph_b2b``,
+    ``graph_call``) with the link's measured per-call latency."""
     from accelerators.system import System as _System
     sysm = system if isinstance(system, _System) else _preset_system(system, devices)
-    return sysm.collective(kind, nbytes, group, algorithm)
+    return sysm.collective(kind, nbytes, group, algorithm, call=call)
 
 
 def systems() -> list[dict[str, Any]]:
