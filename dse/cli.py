@@ -309,12 +309,13 @@ SysOpt = typer.Option(None, "--sys", help="System parameter KEY=VALUE (repeatabl
 TpOpt = typer.Option(1, "--tp", help="Tensor-parallel ranks.")
 
 
-def _target_args(accelerator, hw, system, devices, sys_pairs, tp, pp=1) -> dict[str, Any]:
+def _target_args(accelerator, hw, system, devices, sys_pairs, tp, pp=1, dp=1) -> dict[str, Any]:
     sysp = parse_pairs(sys_pairs, "--sys")
-    many = bool(system or sysp or devices or tp * pp > 1)
+    many = bool(system or sysp or devices or (tp, pp, dp) != (1, 1, 1))
     return {"accelerator": accelerator, "hw": parse_pairs(hw, "--hw") or None,
             "system": system, "devices": devices, "sys": sysp or None,
-            "parallel": {"tp": tp, "pp": pp} if many else None}
+            "parallel": ({"tp": tp, "pp": pp, **({"dp": dp} if dp != 1 else {})}
+                         if many else None)}
 
 
 @app.command()
@@ -376,6 +377,18 @@ def serve(model: str = typer.Argument(..., help="Zoo model name (an LLM)."),
           accelerator: Optional[str] = AccelOpt, hw: Optional[list[str]] = HwOpt,
           system: Optional[str] = SystemOpt, devices: Optional[int] = DevicesOpt,
           sys_pairs: Optional[list[str]] = SysOpt, tp: int = TpOpt,
+          pp: int = typer.Option(1, "--pp", help="Pipeline stages of a replica (batches in "
+                                 "flight, one per stage)."),
+          dp: int = typer.Option(1, "--dp", help="Replicas behind a router."),
+          router: str = typer.Option("round_robin", "--router", help="round_robin | "
+                                     "least_loaded (fewest outstanding requests)."),
+          preemption: str = typer.Option("recompute", "--preemption", help="recompute | swap "
+                                         "(KV to host memory over the host link)."),
+          swap_space: Optional[str] = typer.Option(None, "--swap-space", help="Host swap "
+                                                   "space per device, e.g. 4GiB (vLLM's default)."),
+          memory_utilization: Optional[float] = typer.Option(
+              None, "--memory-utilization", help="Share of device memory for weights, "
+              "activations and KV cache (vLLM's gpu_memory_utilization; default 0.9)."),
           dtype: str = DtypeOpt, arch: Optional[list[str]] = ArchOpt,
           chrome_trace: Optional[Path] = typer.Option(None, "--chrome-trace", help="Write the "
                                                       "iterations as a Chrome trace (Perfetto)."),
@@ -400,8 +413,11 @@ def serve(model: str = typer.Argument(..., help="Zoo model name (an LLM)."),
               max_batch=max_batch, token_budget=token_budget, block_size=block_size,
               arrival=arrival, burstiness=burstiness, seed=seed, slo_ttft_s=slo_ttft,
               slo_tpot_s=slo_tpot, dtype=dtype, arch=parse_pairs(arch, "--arch") or None,
-              log_iterations=chrome_trace is not None,
-              **_target_args(accelerator, hw, system, devices, sys_pairs, tp))
+              log_iterations=chrome_trace is not None, preemption=preemption, router=router,
+              swap_space_bytes=(parse_bytes(swap_space, "--swap-space")
+                                if swap_space is not None else None),
+              memory_utilization=memory_utilization,
+              **_target_args(accelerator, hw, system, devices, sys_pairs, tp, pp, dp))
     sweep = None
     with _busy(f"serving {trace} on {system or accelerator or 'npu'}"):
         if sweep_rates:
@@ -429,16 +445,22 @@ def serve(model: str = typer.Argument(..., help="Zoo model name (an LLM)."),
         t.add_row(name, *(_si(d[k], "s") for k in ("p50", "p90", "p99", "mean")))
     out.print(t)
     good = (f"   goodput {r.goodput_req_s:.3g} req/s" if r.goodput_req_s is not None else "")
-    out.print(f"throughput {r.throughput_tok_s:,.4g} tokens/s, {r.throughput_req_s:.3g} req/s"
-              f"{good}   completed {r.completed}, rejected {r.rejected}")
+    good_run = (f", goodput {r.goodput_run_req_s:.3g} req/s" if r.goodput_run_req_s
+                is not None else "")
+    out.print(f"over the arrival window ({_si(r.window_s, 's')}): throughput "
+              f"{r.throughput_tok_s:,.4g} tokens/s, {r.throughput_req_s:.3g} req/s{good}")
+    out.print(f"over the whole run ({_si(r.span_s, 's')}): throughput "
+              f"{r.throughput_run_tok_s:,.4g} tokens/s, {r.throughput_run_req_s:.3g} req/s"
+              f"{good_run}   completed {r.completed}, rejected {r.rejected}")
     out.print(f"energy {_si(r.energy_per_token_j, 'J')} per token   cost "
               f"${r.cost_per_mtok_usd:.3g} per million tokens (${r.cost_usd:,.0f} over "
               f"{r.lifetime_years:g} years + ${r.usd_per_kwh:g}/kWh)")
     kv = r.kv_cache
     out.print(f"KV cache {kv['capacity_tokens']:,} tokens ({kv['blocks']:,} blocks of "
               f"{kv['block_size']}), peak {100 * kv['peak_occupancy']:.1f}% full   "
-              f"preemptions {r.preemptions}   iterations {r.iterations:,}   most running "
-              f"{r.max_running}")
+              f"preemptions {r.preemptions}"
+              + (f" (swapped {r.swaps}, {_si(r.swapped_bytes, 'B')})" if r.swaps else "")
+              + f"   iterations {r.iterations:,}   most running {r.max_running}")
     if sweep:
         t = Table(box=None, padding=(0, 1), title="against the arrival rate")
         for col in ("rate req/s", "tokens/s", "served req/s", "p99 TTFT", "p99 TPOT",

@@ -98,7 +98,7 @@ class ServingResult:
     ``queue``: at the same instants as the KV occupancy, the requests running (admitted,
     holding KV blocks: the batch of the next decode) and those waiting to be admitted;
     ``per_request``: arrival, lengths, first-token and finish times, tokens generated,
-    preemptions of every request."""
+    preemptions, swaps and the replica of every request."""
 
     model: str
     trace: str
@@ -334,6 +334,7 @@ class _Run:
         self.log: dict[str, list] = {"start_s": [], "latency_s": [], "prefill_tokens": [],
                                      "decodes": [], "replica": []}
         self.samples: list[tuple] = []
+        self.replica = np.zeros(n, dtype=np.int64)
 
     def next_seq(self) -> int:
         self.seq += 1
@@ -431,6 +432,7 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
                 else:
                     to = min(replicas, key=_Replica.outstanding)
                 to.pending.append(nxt)
+                run.replica[nxt] = to.index
                 to.wake(a)
                 run.in_system += 1
             nxt += 1
@@ -553,7 +555,8 @@ def _result(cost: IterationCostModel, trace: Trace, scheduler: Scheduler,
         per_request={"arrival_s": arrival.tolist(), "input_len": trace.input_len.tolist(),
                      "output_len": trace.output_len.tolist(), "first_token_s": first.tolist(),
                      "finish_s": finish.tolist(), "generated": generated.tolist(),
-                     "preemptions": preemptions.tolist(), "swaps": swaps.tolist()},
+                     "preemptions": preemptions.tolist(), "swaps": swaps.tolist(),
+                     "replica": run.replica.tolist()},
         iteration_log=run.log if run.log_iterations else {},
         queue={"timeline_s": list(timeline), "running": [samples[i][2] for i in idx],
                "waiting": [samples[i][3] for i in idx]})
