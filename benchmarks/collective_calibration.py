@@ -1,12 +1,18 @@
 """Fit the collective model on one set of the project's own NVLink measurements and report it
 on another machine's (hardware it was not fitted on), both ways.
 
-Data (measured on lent GPUs, shipped under tests/data/): ``multi_gpu_h100x2.json`` (two H100
-SXM, NVLink 4, torch 2.11 + NCCL 2.28; ``benchmarks/multi_gpu_measure.py``) and
-``multi_gpu_h100x4.json`` (four); their collectives rows give, per collective and size, the
-eager back-to-back time per call (``time_s``) and a single synchronised call
-(``call_time_s``). A ``benchmarks/collective_measure.py`` result (``--extra FILE``: its merged
-JSON) adds CUDA-graph rows at more sizes.
+Data (measured on lent GPUs, shipped under tests/data/), three machines, all NVLink 4 through
+NVSwitch, torch 2.11 + NCCL 2.28, NVLink SHARP off:
+
+* ``multi_gpu_h100x2.json`` (two H100 SXM) and ``multi_gpu_h100x4.json`` (four;
+  ``benchmarks/multi_gpu_measure.py``): per collective and size (4 KiB to 1 GiB, powers of
+  4), the eager back-to-back time per call and a single synchronised call;
+* ``collectives_h200x2.json`` (two H200 SXM; ``benchmarks/collective_measure.py``): the same
+  two modes and the CUDA-graph ones (back to back in one graph; one call per replay), at
+  every power of two.
+
+The shipped calibration is the fit on the two H200s (the one set with every mode), reported
+on the H100 machines it did not see; the table also shows every other direction.
 
 What is fitted (:func:`accelerators.collective_calibration.fit`): per collective and algorithm
 the share of the model's NVLink rate reached (rows of 16 MiB and more), and the per-call
@@ -15,8 +21,8 @@ of rows of 1 MiB and more on the set not fitted, for back-to-back and for single
 issue's target: within 20 %). NVLink SHARP is off on the lent machines, so all-reduce is
 compared as NCCL ran it there: ring.
 
-Usage: python benchmarks/collective_calibration.py [--extra FILE] [--write 2|4] [--json]
-(``--write N`` stores the fit on the N-GPU set as accelerators/calibration/collectives_nvlink4.json)
+Usage: python benchmarks/collective_calibration.py [--write] [--json]
+(``--write`` stores the fit on the two H200s as accelerators/calibration/collectives_nvlink4.json)
 """
 
 from __future__ import annotations
@@ -30,8 +36,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-SETS = {2: ROOT / "tests" / "data" / "multi_gpu_h100x2.json",
-        4: ROOT / "tests" / "data" / "multi_gpu_h100x4.json"}
+SETS = {"2x H100": ROOT / "tests" / "data" / "multi_gpu_h100x2.json",
+        "4x H100": ROOT / "tests" / "data" / "multi_gpu_h100x4.json",
+        "2x H200": ROOT / "tests" / "data" / "collectives_h200x2.json"}
+SHIPPED = "2x H200"
 #: The algorithm NCCL runs each collective with on the lent machines (NVLS off).
 ALGORITHM = {"all_reduce": "ring", "all_gather": "ring", "reduce_scatter": "ring",
              "broadcast": "ring", "all_to_all": "direct", "send_recv": "direct"}
@@ -95,37 +103,31 @@ def report(cal: dict, rows: list[dict]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--extra", type=Path, help="a merged collective_measure.py result")
-    ap.add_argument("--write", type=int, choices=(2, 4), help="store the fit on this set")
+    ap.add_argument("--write", action="store_true", help="store the fit on the two H200s")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     from accelerators.collective_calibration import fit
     sets = {n: load_rows(p) for n, p in SETS.items()}
-    if args.extra:
-        for r in load_rows(args.extra):
-            sets.setdefault(r["world"], []).append(r)
     cals = {n: fit(rows, raw_model) for n, rows in sets.items()}
     table = []
     for fit_on, cal in cals.items():
         for on, rows in sets.items():
             for mode, e in report(cal, rows).items():
-                table.append({"fitted_on": f"{fit_on} GPUs", "reported_on": f"{on} GPUs",
+                table.append({"fitted_on": fit_on, "reported_on": on,
                               "held_out": fit_on != on, "mode": mode, **e})
     if args.write:
-        cal = cals[args.write]
-        out = {"schema": 1, "link": LINK, **cal,
+        out = {"schema": 1, "link": LINK, **cals[SHIPPED],
                "source": (f"fitted by benchmarks/collective_calibration.py on "
-                          f"{SETS[args.write].relative_to(ROOT)} ({args.write} H100 SXM, NVLink 4, "
-                          "torch 2.11 + NCCL 2.28, NVLS off)"),
-               "held_out": [t for t in table if t["held_out"] and
-                            t["fitted_on"] == f"{args.write} GPUs"]}
+                          f"{SETS[SHIPPED].relative_to(ROOT)} (2 H200 SXM, NVLink 4 through "
+                          "NVSwitch, torch 2.11 + NCCL 2.28.9, NVLS off)"),
+               "held_out": [t for t in table if t["held_out"] and t["fitted_on"] == SHIPPED]}
         path = ROOT / "accelerators" / "calibration" / f"collectives_{LINK}.json"
         path.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
     if args.json:
         print(json.dumps({"fits": cals, "table": table}, indent=2))
         return 0
     for n, cal in cals.items():
-        print(f"fit on {n} GPUs: loss (share 1 - loss / p) " + ", ".join(
+        print(f"fit on {n}: loss (share 1 - loss / p) " + ", ".join(
             f"{k} {v:.3f}" for k, v in cal["loss"].items()) + "; per call " + ", ".join(
             f"{k} {v * 1e6:.1f} us" for k, v in cal["call_latency_s"].items()))
     print(f"{'fitted on':<11}{'reported on':<13}{'mode':<12}{'rows':>5}{'median |err|':>14}"
