@@ -38,6 +38,7 @@ host memory and back (``preemption="swap"``) crosses each device's host link
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -202,6 +203,10 @@ class IterationCostModel:
             fitted = self._fit(base, rep)
         self.g_latency = np.array(fitted["g_latency_s"], dtype=float)
         self.g_energy = np.array(fitted["g_energy_j"], dtype=float)
+        self._grid_list = [float(x) for x in self.grid]
+        self._lat_list = [float(x) for x in self.g_latency]
+        self._en_list = [float(x) for x in self.g_energy]
+        self._decode_cost: dict[tuple[int, int], tuple[float, float]] = {}
         # the attention ops of a rank's share of every layer, grouped by what they compute
         share = rep.layer_share(base)
         groups: dict[str, list] = {}
@@ -321,8 +326,33 @@ class IterationCostModel:
             raise BadInput("iteration tokens", tokens, f"expected at most {self.max_tokens}")
         if tokens < 1:
             return 0.0, 0.0
-        return (float(np.interp(tokens, self.grid, self.g_latency)),
-                float(np.interp(tokens, self.grid, self.g_energy)))
+        grid = self._grid_list
+        i = bisect.bisect_left(grid, tokens)
+        if grid[i] == tokens:
+            return self._lat_list[i], self._en_list[i]
+        x0, x1 = grid[i - 1], grid[i]
+        f = (tokens - x0) / (x1 - x0)
+        lat, en = self._lat_list, self._en_list
+        return lat[i - 1] + f * (lat[i] - lat[i - 1]), en[i - 1] + f * (en[i] - en[i - 1])
+
+    def _decode_attention(self, decodes: int, mean: int) -> tuple[float, float]:
+        """(latency s, dynamic energy J) of every attention layer's decode attention for
+        ``decodes`` requests of ``mean`` KV tokens each, kept per pair: the templates cost a
+        decode batch by its count and mean length (their latency is exact for any lengths of
+        that mean; the KV bytes, and so the energy, are those of ``decodes x mean`` tokens,
+        within half a token per request of the batch's)."""
+        key = (decodes, mean)
+        hit = self._decode_cost.get(key)
+        if hit is None:
+            if len(self._decode_cost) > 500_000:
+                self._decode_cost.clear()
+            lat = energy = 0.0
+            for (op, n), one in zip(self.attention, self._decode_one):
+                c = self.device.cost(_decode_op(one, decodes, decodes * mean, mean))
+                lat += n * c.latency_s
+                energy += n * c.total_energy_j * self._per_layer_devices
+            hit = self._decode_cost[key] = (lat, energy)
+        return hit
 
     def cost(self, decodes: int, decode_kv_tokens: int,
              chunks: Sequence[tuple[int, int]] = ()) -> tuple[float, float]:
@@ -338,16 +368,16 @@ class IterationCostModel:
             costs = [dev.cost(scale_op(op, seqs)) for op in self.lm_head]
             hit = self._lm_cost[seqs] = (
                 sum(c.latency_s for c in costs),
-                sum(c.total_energy_j for c in costs) * self.target.devices)
+                sum(c.total_energy_j for c in costs) * self._per_layer_devices)
         lat += hit[0]
         energy += hit[1]
-        mean = max(1, round(decode_kv_tokens / decodes)) if decodes else 0
-        for (op, n), one in zip(self.attention, self._decode_one):
-            if decodes:
-                c = dev.cost(_decode_op(one, decodes, decode_kv_tokens, mean))
-                lat += n * c.latency_s
-                energy += n * c.total_energy_j * self._per_layer_devices
-            if chunks:
+        if decodes:
+            a_lat, a_energy = self._decode_attention(
+                decodes, max(1, round(decode_kv_tokens / decodes)))
+            lat += a_lat
+            energy += a_energy
+        if chunks:
+            for op, n in self.attention:
                 c = dev.cost(prefill_attention(op, chunks))
                 lat += n * c.latency_s
                 energy += n * c.total_energy_j * self._per_layer_devices
