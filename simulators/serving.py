@@ -593,7 +593,7 @@ def _advance(s: State, batch: Batch, now: float, first: np.ndarray,
         s.kv_tokens[d] += 1
         s.generated[d] += 1
         ended = d[s.generated[d] >= s.output_len[d]]
-        done_now.extend(int(r) for r in ended)
+        done_now.extend(ended.tolist())
     if flown:
         keep = d[~np.isin(d, ended)] if len(ended) else d
         if joined:
