@@ -536,11 +536,12 @@ def collective(kind: str = typer.Argument(..., help="all_reduce | all_gather | r
                devices: Optional[int] = typer.Option(None, "--devices", help="Devices taking part (default: the preset's)."),
                algorithm: Optional[str] = typer.Option(None, "--algorithm", help="auto | nccl | ring | tree | direct | two_shot | switch_reduce | torus | hierarchical (default: the system's)."),
                sys_pairs: Optional[list[str]] = typer.Option(None, "--sys", help="System parameter KEY=VALUE (repeatable)."),
+               call: str = typer.Option("device", "--call", help="device (time on the GPUs) | eager_b2b | eager_call | graph_b2b | graph_call (issued from PyTorch, with the link's measured per-call latency)."),
                as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Time, algorithm and bus bandwidth of one collective on a system."""
     from dse import api
     sysm = api.system(system, devices, sys=parse_pairs(sys_pairs, "--sys"))
-    c = sysm.collective(kind, parse_bytes(nbytes), None, algorithm)
+    c = sysm.collective(kind, parse_bytes(nbytes), None, algorithm, call=call)
     d = {**c.to_dict(), "system": system, "devices": sysm.devices}
     if as_json:
         _print_json(d)
