@@ -172,12 +172,16 @@ class ServingResult:
         """Iterations as spans on one track (args: prefill tokens, decodes), KV occupancy and
         the requests running and waiting as counters; times in us."""
         log = self.iteration_log
+        replicas = sorted(set(log.get("replica", []))) or [0]
         events: list[dict[str, Any]] = [
-            {"name": "thread_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "iterations"}}]
-        for t, dur, p, d in zip(log.get("start_s", []), log.get("latency_s", []),
-                                log.get("prefill_tokens", []), log.get("decodes", [])):
+            {"name": "thread_name", "ph": "M", "pid": 0, "tid": i,
+             "args": {"name": "iterations" if len(replicas) == 1 else f"replica {i}"}}
+            for i in replicas]
+        for t, dur, p, d, i in zip(log.get("start_s", []), log.get("latency_s", []),
+                                   log.get("prefill_tokens", []), log.get("decodes", []),
+                                   log.get("replica", []) or [0] * len(log.get("start_s", []))):
             events.append({"name": "prefill" if p and not d else "decode" if not p else "mixed",
-                           "ph": "X", "pid": 0, "tid": 0, "ts": t * 1e6, "dur": dur * 1e6,
+                           "ph": "X", "pid": 0, "tid": i, "ts": t * 1e6, "dur": dur * 1e6,
                            "args": {"prefill_tokens": p, "decodes": d}})
         for t, occ in zip(self.kv_cache["timeline_s"], self.kv_cache["occupancy"]):
             events.append({"name": "kv_occupancy", "ph": "C", "pid": 0, "ts": t * 1e6,
@@ -199,10 +203,13 @@ class RateSweep:
     results: list[ServingResult]
 
     def rows(self) -> list[dict[str, Any]]:
-        """Per rate: throughput (output tokens/s, requests/s), goodput (requests/s), TTFT and
-        TPOT p50 / p99 and end-to-end p99 (s), preemptions, rejected requests."""
+        """Per rate: throughput (output tokens/s, requests/s; over the arrival window and, with
+        ``_run``, the whole run), goodput (requests/s), TTFT and TPOT p50 / p99 and end-to-end
+        p99 (s), preemptions, rejected requests."""
         return [{"rate_req_s": rate, "throughput_tok_s": r.throughput_tok_s,
                  "throughput_req_s": r.throughput_req_s, "goodput_req_s": r.goodput_req_s,
+                 "throughput_run_tok_s": r.throughput_run_tok_s,
+                 "throughput_run_req_s": r.throughput_run_req_s,
                  "ttft_p50_s": r.ttft_s["p50"], "ttft_p99_s": r.ttft_s["p99"],
                  "tpot_p50_s": r.tpot_s["p50"], "tpot_p99_s": r.tpot_s["p99"],
                  "e2e_p99_s": r.e2e_s["p99"], "preemptions": r.preemptions,
