@@ -37,9 +37,12 @@ from workloads import build, ir
 SCHEMA = 1
 #: Largest file read, bytes [E: a fit is ~10 kB; activations add a few entries].
 MAX_FILE_BYTES = 4 * 2**20
-#: Sources whose change changes a fit (relative to the repository root).
-_SOURCES = ("accelerators", "simulators", "workloads/iteration.py", "workloads/parallel.py",
-            "workloads/footprint.py", "workloads/requests.py")
+#: Sources whose change changes a fit (relative to the repository root): the templates and
+#: their calibrations, the engines the body is simulated with, the cost model, the graphs.
+_SOURCES = ("accelerators", "simulators/iteration_cost.py", "simulators/engine.py",
+            "simulators/system_engine.py", "simulators/fast.py", "simulators/channel.py",
+            "workloads/iteration.py", "workloads/parallel.py", "workloads/footprint.py",
+            "workloads/requests.py")
 _CODE: list[str] = []
 
 

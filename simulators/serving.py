@@ -45,7 +45,7 @@ import heapq
 import math
 import time as _time
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -162,11 +162,9 @@ class ServingResult:
             "arrival_s", "first_token_s", "finish_s", "output_len")))
 
     def to_dict(self, per_request: bool = False) -> dict[str, Any]:
-        d = asdict(self)
-        d.pop("iteration_log")
-        if not per_request:
-            d.pop("per_request")
-        return d
+        skip = {"iteration_log"} | (set() if per_request else {"per_request"})
+        return {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self)
+                if f.name not in skip}
 
     def to_chrome_trace(self) -> dict[str, Any]:
         """Iterations as spans on one track (args: prefill tokens, decodes), KV occupancy and
