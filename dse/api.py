@@ -206,9 +206,11 @@ _preset_system = system
 
 def collective(kind: str, nbytes: float, system: str | "System" = "hgx-h200",
                devices: int | None = None, algorithm: str | None = None,
-               group: list[int] | None = None) -> "CollectiveCost":
+               group: list[int] | None = None, call: str = "device") -> "CollectiveCost":
     """The time, algorithm, protocol and bus bandwidth (nccl-tests' definition) of one
-    collective of ``nbytes`` on ``devices`` devices of ``system``."""
+    collective of ``nbytes`` on ``devices`` devices of ``system``; ``call``: device time
+    alone, or issued from PyTorch (``eager_b2b``, ``eager_call``, ``graph_b2b``,
+    ``graph_call``) with the link's measured per-call latency."""
     from accelerators.system import System as _System
     from dse.errors import BadInput
     if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or not nbytes > 0:
@@ -220,7 +222,7 @@ def collective(kind: str, nbytes: float, system: str | "System" = "hgx-h200",
                        group if group is not None else members,
                        "expected at least 2 devices (a collective among one device moves "
                        "nothing)")
-    return sysm.collective(kind, nbytes, group, algorithm)
+    return sysm.collective(kind, nbytes, group, algorithm, call=call)
 
 
 def systems() -> list[dict[str, Any]]:
@@ -369,7 +371,9 @@ def serve(model: str | Workload, trace: str = "sharegpt", rate: float | None = N
           memory_utilization: float | None = None, arrival: str = "poisson",
           burstiness: float = 1.0, seed: int = 0, slo_ttft_s: float | None = None,
           slo_tpot_s: float | None = None, fidelity: str = "fast",
-          log_iterations: bool = False, formats: "str | dict[str, str] | None" = None
+          log_iterations: bool = False, formats: "str | dict[str, str] | None" = None,
+          preemption: str = "recompute", router: str = "round_robin",
+          swap_space_bytes: float | None = None
           ) -> "ServingResult":
     """Serve a request trace with zoo ``model`` on a design or a system (as :func:`generate`):
     ``trace`` ``sharegpt`` / ``alpaca`` (lengths like those datasets, arrivals ``poisson`` or
@@ -377,7 +381,11 @@ def serve(model: str | Workload, trace: str = "sharegpt", rate: float | None = N
     (``arrival_s,input_len,output_len``); ``requests`` or ``duration_s`` bound it.
     ``scheduler``: ``continuous`` (vLLM, prefill first), ``chunked`` (Sarathi) or ``static``,
     with ``max_batch`` requests and ``token_budget`` tokens per iteration; a paged KV cache of
-    ``block_size``-token blocks in what the design's memory holds beside the weights.
+    ``block_size``-token blocks in what the design's memory holds beside the weights and
+    activations at ``memory_utilization`` (vLLM's ``gpu_memory_utilization``, default 0.9);
+    ``preemption`` ``recompute`` or ``swap`` (into ``swap_space_bytes`` of host memory per
+    device, default vLLM's 4 GiB). On a system, ``parallel`` may set ``pp`` (pipelined
+    batches) and ``dp`` (replicas behind a ``router``: ``round_robin`` or ``least_loaded``).
     Returns a :class:`~simulators.serving.ServingResult` (TTFT / TPOT / E2E percentiles,
     throughput, goodput under the SLOs, energy and cost per million tokens, KV occupancy,
     preemptions).
@@ -388,8 +396,10 @@ def serve(model: str | Workload, trace: str = "sharegpt", rate: float | None = N
     """
     from simulators.iteration_cost import MEMORY_UTILIZATION
     from simulators.schedulers import make_scheduler
-    from simulators.serving import simulate_serving
+    from simulators.serving import SWAP_SPACE_BYTES, check_serving_options, simulate_serving
     from workloads.traces import trace_from
+    swap = SWAP_SPACE_BYTES if swap_space_bytes is None else swap_space_bytes
+    check_serving_options(preemption, router, swap)
     if requests is None and duration_s is None and not (
             isinstance(trace, str) and trace.endswith(".csv")):
         requests = 1000
@@ -401,9 +411,12 @@ def serve(model: str | Workload, trace: str = "sharegpt", rate: float | None = N
     check_positions(base, longest, "trace", "requests (prompt and output)")
     target = _target(accelerator, hw, system, devices, parallel, sys, fidelity)
     cost = _cost_model(base, target, max(sched.token_budget, sched.max_batch, longest))
-    return simulate_serving(cost, tr, sched, block_size,
-                            memory_utilization or MEMORY_UTILIZATION, slo_ttft_s, slo_tpot_s,
-                            log_iterations=log_iterations)
+    r = simulate_serving(cost, tr, sched, block_size,
+                         MEMORY_UTILIZATION if memory_utilization is None else memory_utilization,
+                         slo_ttft_s, slo_tpot_s, log_iterations=log_iterations,
+                         preemption=preemption, router=router, swap_space_bytes=swap)
+    _keep_cost_model(cost)      # with the activations it sized
+    return r
 
 
 #: Arrival rates a sweep may hold, at most [E: a readable plot; each rate is one serving run].
@@ -448,21 +461,37 @@ def serve_sweep(model: str | Workload, rates: Any, **kwargs: Any) -> "RateSweep"
 
 def _cost_model(base: Workload, target: "Target", max_tokens: int):
     """The iteration cost model of ``base`` on ``target``, its grid rounded up to whole
-    tiles so nearby token limits share one (kept for the process: a study or a rate sweep
-    fits each design once)."""
-    from simulators.iteration_cost import GRID_STEP, IterationCostModel
+    tiles so nearby token limits share one, kept for the process (a study or a rate sweep
+    fits each design once) and on disk (:mod:`simulators.cost_cache`: a fresh process reads
+    the fit instead of redoing it)."""
+    from simulators import cost_cache
+    from simulators.iteration_cost import GRID_STEP, IterationCostModel, token_grid
     import json
-    limit = -(-max_tokens // 1024) * 1024
+    limit = max(-(-max_tokens // 1024) * 1024, GRID_STEP)
     key = (id(base), json.dumps(target.describe(), sort_keys=True, default=str),
            target.fidelity, limit)
     hit = _COST_MODELS.get(key)
     if hit is not None and hit[0] is base:
         return hit[1]
-    model = IterationCostModel(base, target, max(limit, GRID_STEP))
+    disk_key = cost_cache.key(base, target, limit)
+    fitted = cost_cache.load(disk_key, [float(x) for x in token_grid(limit)], target.stages)
+    model = IterationCostModel(base, target, limit, fitted=fitted)
+    model.cache_key = disk_key
+    if fitted is None:
+        _keep_cost_model(model)
     if len(_COST_MODELS) > 64:
         _COST_MODELS.clear()
     _COST_MODELS[key] = (base, model)
     return model
+
+
+def _keep_cost_model(model) -> None:
+    """Write ``model``'s fit to the disk cache when it holds something the file lacks."""
+    from simulators import cost_cache
+    fitted = model.fitted()
+    if model.cache_key and model.stored != set(fitted["activation_bytes"]):
+        cost_cache.store(model.cache_key, fitted)
+        model.stored = set(fitted["activation_bytes"])
 
 
 _COST_MODELS: dict[tuple, tuple] = {}

@@ -340,12 +340,13 @@ def _formats_flag(formats: str | None, dtype: str):
     return parse_formats(formats, dtype, "--formats")
 
 
-def _target_args(accelerator, hw, system, devices, sys_pairs, tp, pp=1) -> dict[str, Any]:
+def _target_args(accelerator, hw, system, devices, sys_pairs, tp, pp=1, dp=1) -> dict[str, Any]:
     sysp = parse_pairs(sys_pairs, "--sys")
-    many = bool(system is not None or sysp or devices is not None or (tp, pp) != (1, 1))
+    many = bool(system is not None or sysp or devices is not None or (tp, pp, dp) != (1, 1, 1))
     return {"accelerator": accelerator, "hw": parse_pairs(hw, "--hw") or None,
             "system": system, "devices": devices, "sys": sysp or None,
-            "parallel": {"tp": tp, "pp": pp} if many else None}
+            "parallel": ({"tp": tp, "pp": pp, **({"dp": dp} if dp != 1 else {})}
+                         if many else None)}
 
 
 @app.command()
@@ -409,6 +410,18 @@ def serve(model: str = typer.Argument(..., help="Zoo model name (an LLM)."),
           accelerator: Optional[str] = AccelOpt, hw: Optional[list[str]] = HwOpt,
           system: Optional[str] = SystemOpt, devices: Optional[int] = DevicesOpt,
           sys_pairs: Optional[list[str]] = SysOpt, tp: int = TpOpt,
+          pp: int = typer.Option(1, "--pp", help="Pipeline stages of a replica (batches in "
+                                 "flight, one per stage)."),
+          dp: int = typer.Option(1, "--dp", help="Replicas behind a router."),
+          router: str = typer.Option("round_robin", "--router", help="round_robin | "
+                                     "least_loaded (fewest outstanding requests)."),
+          preemption: str = typer.Option("recompute", "--preemption", help="recompute | swap "
+                                         "(KV to host memory over the host link)."),
+          swap_space: Optional[str] = typer.Option(None, "--swap-space", help="Host swap "
+                                                   "space per device, e.g. 4GiB (vLLM's default)."),
+          memory_utilization: Optional[float] = typer.Option(
+              None, "--memory-utilization", help="Share of device memory for weights, "
+              "activations and KV cache (vLLM's gpu_memory_utilization; default 0.9)."),
           dtype: str = DtypeOpt, arch: Optional[list[str]] = ArchOpt,
           formats: Optional[str] = FormatsOpt,
           chrome_trace: Optional[Path] = typer.Option(None, "--chrome-trace", help="Write the "
@@ -435,8 +448,11 @@ def serve(model: str = typer.Argument(..., help="Zoo model name (an LLM)."),
               arrival=arrival, burstiness=burstiness, seed=seed, slo_ttft_s=slo_ttft,
               slo_tpot_s=slo_tpot, dtype=dtype, arch=parse_pairs(arch, "--arch") or None,
               formats=_formats_flag(formats, dtype),
-              log_iterations=chrome_trace is not None,
-              **_target_args(accelerator, hw, system, devices, sys_pairs, tp))
+              log_iterations=chrome_trace is not None, preemption=preemption, router=router,
+              swap_space_bytes=(parse_bytes(swap_space, "--swap-space")
+                                if swap_space is not None else None),
+              memory_utilization=memory_utilization,
+              **_target_args(accelerator, hw, system, devices, sys_pairs, tp, pp, dp))
     sweep = None
     with _busy(f"serving {trace} on {system or accelerator or 'npu'}"):
         if sweep_rates:
@@ -464,16 +480,22 @@ def serve(model: str = typer.Argument(..., help="Zoo model name (an LLM)."),
         t.add_row(name, *(_si(d[k], "s") for k in ("p50", "p90", "p99", "mean")))
     out.print(t)
     good = (f"   goodput {r.goodput_req_s:.3g} req/s" if r.goodput_req_s is not None else "")
-    out.print(f"throughput {r.throughput_tok_s:,.4g} tokens/s, {r.throughput_req_s:.3g} req/s"
-              f"{good}   completed {r.completed}, rejected {r.rejected}")
+    good_run = (f", goodput {r.goodput_run_req_s:.3g} req/s" if r.goodput_run_req_s
+                is not None else "")
+    out.print(f"over the arrival window ({_si(r.window_s, 's')}): throughput "
+              f"{r.throughput_tok_s:,.4g} tokens/s, {r.throughput_req_s:.3g} req/s{good}")
+    out.print(f"over the whole run ({_si(r.span_s, 's')}): throughput "
+              f"{r.throughput_run_tok_s:,.4g} tokens/s, {r.throughput_run_req_s:.3g} req/s"
+              f"{good_run}   completed {r.completed}, rejected {r.rejected}")
     out.print(f"energy {_si(r.energy_per_token_j, 'J')} per token   cost "
               f"${r.cost_per_mtok_usd:.3g} per million tokens (${r.cost_usd:,.0f} over "
               f"{r.lifetime_years:g} years + ${r.usd_per_kwh:g}/kWh)")
     kv = r.kv_cache
     out.print(f"KV cache {kv['capacity_tokens']:,} tokens ({kv['blocks']:,} blocks of "
               f"{kv['block_size']}), peak {100 * kv['peak_occupancy']:.1f}% full   "
-              f"preemptions {r.preemptions}   iterations {r.iterations:,}   most running "
-              f"{r.max_running}")
+              f"preemptions {r.preemptions}"
+              + (f" (swapped {r.swaps}, {_si(r.swapped_bytes, 'B')})" if r.swaps else "")
+              + f"   iterations {r.iterations:,}   most running {r.max_running}")
     if sweep:
         t = Table(box=None, padding=(0, 1), title="against the arrival rate")
         for col in ("rate req/s", "tokens/s", "served req/s", "p99 TTFT", "p99 TPOT",
@@ -549,11 +571,12 @@ def collective(kind: str = typer.Argument(..., help="all_reduce | all_gather | r
                devices: Optional[int] = typer.Option(None, "--devices", help="Devices taking part (default: the preset's)."),
                algorithm: Optional[str] = typer.Option(None, "--algorithm", help="auto | nccl | ring | tree | direct | two_shot | switch_reduce | torus | hierarchical (default: the system's)."),
                sys_pairs: Optional[list[str]] = typer.Option(None, "--sys", help="System parameter KEY=VALUE (repeatable)."),
+               call: str = typer.Option("device", "--call", help="device (time on the GPUs) | eager_b2b | eager_call | graph_b2b | graph_call (issued from PyTorch, with the link's measured per-call latency)."),
                as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Time, algorithm and bus bandwidth of one collective on a system."""
     from dse import api
     sysm = api.system(system, devices, sys=parse_pairs(sys_pairs, "--sys"))
-    c = api.collective(kind, parse_bytes(nbytes), sysm, algorithm=algorithm)
+    c = api.collective(kind, parse_bytes(nbytes), sysm, algorithm=algorithm, call=call)
     d = {**c.to_dict(), "system": system, "devices": sysm.devices}
     if as_json:
         _print_json(d)

@@ -245,10 +245,10 @@ def _workload(params, kv_bytes, model="fake"):
 def test_capacity_check():
     w = _workload(params=7_000_000_000, kv_bytes=8e9)  # 14 GB of weights + 8 GB of KV cache
     reason = make_accelerator("gpu:t4").check(w)
-    assert reason and "holds 16 GB" in reason and "KV cache 8 GB" in reason
+    assert reason and "holds 16.1 GB" in reason and "KV cache 8 GB" in reason   # 15,360 MiB
     assert make_accelerator("gpu:h200").check(w) is None
-    huge = _workload(params=70_000_000_000, kv_bytes=4e9)  # 140 GB of weights
-    assert "holds 141 GB" in make_accelerator("gpu:h200").check(huge)
+    huge = _workload(params=74_000_000_000, kv_bytes=4e9)  # 148 GB of weights
+    assert "holds 151 GB" in make_accelerator("gpu:h200").check(huge)     # 143,771 MiB
     from dse.errors import InfeasibleDesign
     with pytest.raises(InfeasibleDesign):
         simulate(huge, make_accelerator("gpu:h200"))
