@@ -197,16 +197,18 @@ def _rss_mib(pid: int) -> float:
     return 0.0
 
 
-def _start(case: Case, where: Path, out: Path, err: Path) -> int:
+def _start(case: Case, where: Path, out: Path, err: Path, env: dict[str, str]) -> int:
     if case.fresh:
         exe = shutil.which("dse", path=str(Path(sys.executable).parent)) or "dse"
         with open(out, "wb") as fo, open(err, "wb") as fe:
             proc = subprocess.Popen([exe, *case.argv], cwd=where, stdout=fo, stderr=fe,
-                                    env={**os.environ, **case.env}, start_new_session=True)
+                                    env={**os.environ, **env, **case.env},
+                                    start_new_session=True)
         return proc.pid
     pid = os.fork()
     if pid == 0:
         os.setsid()
+        os.environ.update(env)
         _child(case, where, out, err)
     return pid
 
@@ -217,7 +219,7 @@ def run_cases(cases: list[Case], timeout_s: float = 60.0, memory_gib: float = 6.
     base = Path(tempfile.mkdtemp(prefix="hostile-", dir=work))
     cache = base / "cache"
     cache.mkdir(mode=0o700)
-    os.environ.setdefault("DSE_CACHE_DIR", str(cache))
+    env = {"DSE_CACHE_DIR": str(cache)}     # the children's (this process's stays as it is)
     warm()
     pending = list(enumerate(cases))
     running: dict[int, tuple[int, Case, Path, float, float]] = {}
@@ -230,7 +232,7 @@ def run_cases(cases: list[Case], timeout_s: float = 60.0, memory_gib: float = 6.
                 where = base / f"case{i}"
                 where.mkdir()
                 _write_files(case, where)
-                pid = _start(case, where, base / f"case{i}.out", base / f"case{i}.err")
+                pid = _start(case, where, base / f"case{i}.out", base / f"case{i}.err", env)
                 running[pid] = (i, case, where, time.monotonic(), 0.0)
             time.sleep(0.02)
             for pid in list(running):

@@ -631,8 +631,9 @@ def main(argv: list[str] | None = None) -> None:
         _fail(str(exc))
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except typer.Abort:
-        _fail("aborted")
+    except (typer.Abort, KeyboardInterrupt):
+        sys.stderr.write("error: interrupted\n")
+        sys.exit(130)
     except click_exc.NoArgsIsHelpError as exc:
         sys.stdout.write(exc.format_message() + "\n")
         sys.exit(0)

@@ -474,3 +474,40 @@ def test_a_study_never_runs_into_a_folder_holding_another_storages_db(tmp_path, 
     code, _, err = run_cli(capsys, "study", "run", str(path), "--out", str(out), "--no-progress",
                            "--storage", f"sqlite:///{out / 'study.db'}", "--trials", "3")
     assert code == 0, err
+
+
+def test_a_full_disk_while_the_study_database_is_written_is_one_line(tmp_path, capsys,
+                                                                      monkeypatch):
+    """Issue 34: SQLite's "database or disk is full" mid-run (92-151 lines of traceback) is
+    one line that says the stored trials are kept; a second run resumes to the count."""
+    import sqlalchemy.exc
+    from dse.study import driver
+    study = {"name": "t_full", "workloads": [{"model": "linear", "batch": 1}],
+             "accelerator": {"template": "npu", "preset": "edge-32x32"},
+             "search": {"hardware": {"rows": {"choices": [8, 16, 32]}}},
+             "objectives": ["latency_s"], "trials": 3}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(study))
+    real = driver.run_worker
+    calls = {"n": 0}
+
+    def full_disk(job, on_trial=None, resolved=None):
+        def counted(t):
+            calls["n"] += 1
+            if on_trial:
+                on_trial(t)
+            if calls["n"] == 1:
+                raise sqlalchemy.exc.OperationalError("INSERT ...", {},
+                                                      Exception("database or disk is full"))
+        return real(job, on_trial=counted, resolved=resolved)
+
+    monkeypatch.setattr(driver, "run_worker", full_disk)
+    code, _, err = run_cli(capsys, "study", "run", str(path), "--out", str(tmp_path / "o"),
+                           "--no-progress")
+    assert code == 2 and err.count("\n") == 1, err
+    assert "database or disk is full" in err and "run again to resume" in err
+    monkeypatch.setattr(driver, "run_worker", real)
+    code, out, err = run_cli(capsys, "study", "run", str(path), "--out", str(tmp_path / "o"),
+                             "--no-progress", "--json")
+    assert code == 0, err
+    assert json.loads(out)["states"]["COMPLETE"] == 3

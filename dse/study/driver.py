@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import sqlalchemy.exc
 
-from dse.errors import BadInput, redact_url
+from dse.errors import BadInput, first_line, redact_url
 from dse.files import atomic_write_text
 from dse.study.loader import (ResolvedStudy, check_storage_url, grid_points,
                               load_quality_function)
@@ -205,6 +206,10 @@ def run_study(study: ResolvedStudy, trials: int | None = None, workers: int = 1,
         except KeyboardInterrupt:  # keep what finished: write the files, then stop
             write_outputs(s.get_trials(deepcopy=False), study, out_dir)
             raise
+        except sqlalchemy.exc.SQLAlchemyError as exc:   # a full disk, a lost server
+            raise BadInput(where, redact_url(url), "expected a storage that can be written "
+                           f"({first_line(exc)}); the trials stored so far are kept: free the "
+                           "space (or reconnect) and run again to resume") from None
         session_s = time.perf_counter() - started
         all_trials = s.get_trials(deepcopy=False)
         trials_csv, pareto_csv, front = write_outputs(all_trials, study, out_dir)
