@@ -15,8 +15,9 @@ each stage's weights and KV bytes per token, the activations sized) is a small J
 
 The same trust rules as the capture cache: JSON only (reading a file cannot run code), a cache
 directory another user could write is refused (one :class:`BadInput` line), files written
-atomically, and a file that is corrupt, oversized or not of this key's shape is ignored (the
-model is refitted and the file replaced).
+atomically and sealed with the cache's key (:mod:`dse.safe_io`), read only if regular, and a
+file that is corrupt, oversized, unsealed or not of this key's shape is ignored (the model is
+refitted and the file replaced).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from dse.errors import BadInput
+from dse.safe_io import read_regular, seal, unseal
 from workloads import build, ir
 
 #: Version of the file's layout.
@@ -110,13 +112,13 @@ def _numbers(v: Any, n: int | None = None) -> bool:
 def load(k: str, grid: list[float], stages: int) -> dict | None:
     """The fit stored under key ``k`` if it has this grid and these stages, else None."""
     path = _checked_dir() / f"{k}.json"
-    try:
-        with open(path, "rb") as f:
-            blob = f.read(MAX_FILE_BYTES + 1)
-        if len(blob) > MAX_FILE_BYTES:
-            return None
-        d = json.loads(blob)
-    except (OSError, ValueError, RecursionError):
+    if not path.exists():
+        return None
+    try:     # a regular file, sealed with the cache's key (dse.safe_io), else refitted
+        blob = unseal(read_regular(path, "cost-model cache", MAX_FILE_BYTES),
+                      path.parent, path.name)
+        d = json.loads(blob) if blob is not None else None
+    except (BadInput, OSError, ValueError, RecursionError):
         return None
     if not isinstance(d, dict) or d.get("key") != k or d.get("schema") != SCHEMA:
         return None
@@ -137,8 +139,9 @@ def store(k: str, fitted: dict) -> None:
     d = _checked_dir()
     tmp = None
     try:
-        blob = json.dumps({"schema": SCHEMA, "key": k, **fitted}, sort_keys=True).encode()
         d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        blob = seal(json.dumps({"schema": SCHEMA, "key": k, **fitted}, sort_keys=True).encode(),
+                    d, f"{k}.json")
         fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
             f.write(blob)

@@ -157,7 +157,8 @@ def test_cost_model_is_kept_on_disk_and_trusted_like_the_capture_cache(tmp_path,
     kw = dict(trace="alpaca", rate=50.0, requests=100, **SMALL)
     first = api.serve("llama2-7b", **kw)
     files = list((tmp_path / "c" / "cost_models").glob("*.json"))
-    assert len(files) == 1 and "activation_bytes" in json.loads(files[0].read_text())
+    sealed = files[0].read_bytes()      # a seal line (dse.safe_io), then the JSON
+    assert len(files) == 1 and b"activation_bytes" in sealed.partition(b"\n")[2]
     api._COST_MODELS.clear()
 
     def refit(*a, **k):
@@ -168,10 +169,16 @@ def test_cost_model_is_kept_on_disk_and_trusted_like_the_capture_cache(tmp_path,
     a.pop("sim_wall_s"), b.pop("sim_wall_s")
     assert a == b
     files[0].write_text('{"schema": 1, "key": "x", "g_latency_s": "rm -rf /"}')   # corrupt
+    # ... and a well-formed fit with doubled latencies, planted without the cache's key
+    planted = json.loads(sealed.partition(b"\n")[2])
+    planted["g_latency_s"] = [2 * x for x in planted["g_latency_s"]]
     monkeypatch.undo()
     monkeypatch.setenv("DSE_CACHE_DIR", str(tmp_path / "c"))
     api._COST_MODELS.clear()
     assert api.serve("llama2-7b", **kw).ttft_s == first.ttft_s    # refitted, same result
+    files[0].write_text(json.dumps(planted))
+    api._COST_MODELS.clear()
+    assert api.serve("llama2-7b", **kw).ttft_s == first.ttft_s    # refused, refitted
     os.chmod(tmp_path / "c" / "cost_models", 0o777)
     api._COST_MODELS.clear()
     with pytest.raises(BadInput, match="DSE_CACHE_DIR"):
