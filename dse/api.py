@@ -16,7 +16,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -373,7 +373,8 @@ def serve(model: str | Workload, trace: str = "sharegpt", rate: float | None = N
           slo_tpot_s: float | None = None, fidelity: str = "fast",
           log_iterations: bool = False, formats: "str | dict[str, str] | None" = None,
           preemption: str = "recompute", router: str = "round_robin",
-          swap_space_bytes: float | None = None
+          swap_space_bytes: float | None = None,
+          progress: "Callable[[int, int], None] | None" = None
           ) -> "ServingResult":
     """Serve a request trace with zoo ``model`` on a design or a system (as :func:`generate`):
     ``trace`` ``sharegpt`` / ``alpaca`` (lengths like those datasets, arrivals ``poisson`` or
@@ -414,7 +415,8 @@ def serve(model: str | Workload, trace: str = "sharegpt", rate: float | None = N
     r = simulate_serving(cost, tr, sched, block_size,
                          MEMORY_UTILIZATION if memory_utilization is None else memory_utilization,
                          slo_ttft_s, slo_tpot_s, log_iterations=log_iterations,
-                         preemption=preemption, router=router, swap_space_bytes=swap)
+                         preemption=preemption, router=router, swap_space_bytes=swap,
+                         progress=progress)
     _keep_cost_model(cost)      # with the activations it sized
     return r
 

@@ -454,7 +454,10 @@ def serve(model: str = typer.Argument(..., help="Zoo model name (an LLM)."),
               memory_utilization=memory_utilization,
               **_target_args(accelerator, hw, system, devices, sys_pairs, tp, pp, dp))
     sweep = None
-    with _busy(f"serving {trace} on {system or accelerator or 'npu'}"):
+    what = f"serving {trace} on {system or accelerator or 'npu'}"
+    with _busy(what) as status:
+        kw["progress"] = lambda done, total: status.update(
+            f"{what}: {done:,} of {total:,} requests done...")
         if sweep_rates:
             sweep = api.serve_sweep(model, sweep_rates, **kw)
         r = (sweep.results[sweep.rates.index(rate)] if sweep and rate in sweep.rates

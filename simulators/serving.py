@@ -46,7 +46,7 @@ import math
 import time as _time
 from collections import deque
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -377,12 +377,14 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
                      lifetime_years: float = LIFETIME_YEARS, usd_per_kwh: float = USD_PER_KWH,
                      log_iterations: bool = False, preemption: str = "recompute",
                      router: str = "round_robin",
-                     swap_space_bytes: float = SWAP_SPACE_BYTES) -> ServingResult:
+                     swap_space_bytes: float = SWAP_SPACE_BYTES,
+                     progress: Callable[[int, int], None] | None = None) -> ServingResult:
     """Serve ``trace`` with ``scheduler`` on the design or system ``cost`` models (see the
     module docstring): one replica per data-parallel rank of the target (each a copy of
     ``scheduler``), arrivals shared by ``router`` (:data:`ROUTERS`), preemption by
     ``preemption`` (``recompute`` or ``swap`` into ``swap_space_bytes`` of host memory per
-    device)."""
+    device). ``progress(done, total)`` is called as every further 1 % of the requests ends
+    (a long run shows how far it is)."""
     for key, v, lo, hi in (("block_size", block_size, 1, 4096),):
         if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
             raise BadInput(key, v, f"expected an int in [{lo}, {hi}]")
@@ -421,6 +423,8 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
     run = _Run(n, float(arrival[-1]) if n else 0.0, log_iterations)
     nxt, turn = 0, 0
     every = max(1, n // 50)
+    report_every = max(1, n // 100)
+    next_report = report_every
     while run.finished + run.rejected + run.rejected_late < n:
         a = float(arrival[nxt]) if nxt < n else math.inf
         rep = min(replicas, key=lambda x: x.t)
@@ -450,6 +454,9 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
         run.in_system -= run.rejected_late - late
         if run.iterations != before and (run.iterations % every == 0 or not run.samples):
             run.samples.append(_sample(now, replicas, arrival, nxt))
+        if progress is not None and run.finished >= next_report:
+            progress(run.finished, n)
+            next_report = run.finished + report_every
     end = max((float(x) for x in finish if not np.isnan(x)), default=run.clock)
     run.advance(end)
     if run.iterations and run.samples[-1][0] != end:
