@@ -44,6 +44,9 @@ LLM = [("gpt2", {"n_layer": 1}), ("tinyllama-1.1b", {"n_layer": 1}),
        ("llama3-8b", {"n_layer": 1}), ("mixtral-8x7b", {"n_layer": 1})]
 VISION = [("resnet18", {}), ("vit-b16", {"n_layer": 1}), ("mobilenetv2", {})]
 OTHER = [("bert-base", {"n_layer": 1}), ("nerf", {}), ("gna", {})]
+#: Number formats a workload may take (per tensor role).
+FORMATS = ["weights=int4_g128", "weights=fp8_e4m3,activations=fp8_e4m3,kv=fp8_e4m3",
+           "weights=mxfp4,kv=fp8_e4m3"]
 #: Parameters never drawn (they name files or change what a run means).
 FIXED = {"calibration", "host_profile", "runtime", "gpu"}
 #: Largest value drawn for these (the declared range allows designs that take minutes to
@@ -114,6 +117,8 @@ def random_case(rng: random.Random, llm_only: bool = False, pool: dict | None = 
     model, arch = rng.choice(llms if llm_only else llms + pool["other"])
     dtype = rng.choice(["bf16", "bf16", "fp16", "fp32", "fp8", "int8"])
     kw: dict[str, Any] = {"dtype": dtype, "arch": dict(arch) or None}
+    if rng.random() < 0.2:   # number formats per tensor role (workloads/formats.py)
+        kw["formats"] = rng.choice(FORMATS)
     if (model, arch) in llms:
         if llm_only or rng.random() < 0.5:
             kw.update(phase="decode", batch=rng.choice([1, 2, 8, 32]),
@@ -212,7 +217,8 @@ def _llm_pair(template, rng):
     case = random_case(rng, llm_only=True, pool=_POOL[0])
     d = random_design(template, rng)
     base = api.workload(case.model, phase="decode", batch=1, context=1,
-                        dtype=case.kwargs["dtype"], arch=case.kwargs["arch"])
+                        dtype=case.kwargs["dtype"], arch=case.kwargs["arch"],
+                        formats=case.kwargs.get("formats"))
     return case, d, base, rng.choice(["fast", "event"])
 
 
