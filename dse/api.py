@@ -426,4 +426,4 @@ def accelerators() -> list[dict[str, Any]]:
 
 # disaggregated pools, heterogeneous fleets, speculative decoding (docs/architecture.md,
 # "Disaggregated pools, fleets and speculative decoding")
-from dse.serving_api import serve_disaggregated  # noqa: E402,F401
+from dse.serving_api import fleet, serve_disaggregated, speculate  # noqa: E402,F401

@@ -18,6 +18,9 @@ _REPRODUCTIONS = {
     "waferllm": "dse.reproduce.waferllm",
     "gna": "dse.reproduce.gna",
     "nasaic": "dse.reproduce.nasaic",
+    "melange": "dse.reproduce.melange",
+    "distserve": "dse.reproduce.distserve",
+    "speculative": "dse.reproduce.speculative",
 }
 
 
