@@ -303,11 +303,13 @@ class Point:
     params: dict[str, Any] = field(default_factory=dict)
     sys: dict[str, Any] = field(default_factory=dict)
     parallel: dict[str, Any] = field(default_factory=dict)
+    pool: dict[str, Any] = field(default_factory=dict)
 
     def key(self) -> str:
         """A canonical string of everything that decides the evaluation."""
         return json.dumps([self.design, self.hw, self.arch, self.assign, self.sys,
-                           self.parallel], sort_keys=True, default=str)
+                           self.parallel] + ([self.pool] if self.pool else []),
+                          sort_keys=True, default=str)
 
 
 @dataclass
@@ -323,6 +325,8 @@ class SearchSpace:
     alternatives: bool = False
     fixed_sys: dict[str, Any] = field(default_factory=dict)
     fixed_parallel: dict[str, Any] = field(default_factory=dict)
+    #: a disaggregated study's fixed pool values (``pool.*`` dimensions search the rest)
+    fixed_pool: dict[str, Any] = field(default_factory=dict)
     #: workload label -> published network name -> its full architecture (the ``network`` key)
     networks: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
@@ -346,7 +350,7 @@ class SearchSpace:
             if self.segments else {}
         many_designs = len(self.designs) > 1
         many_workloads = len(self.workloads) > 1
-        sysv, par = dict(self.fixed_sys), dict(self.fixed_parallel)
+        sysv, par, pool = dict(self.fixed_sys), dict(self.fixed_parallel), dict(self.fixed_pool)
         for name, v in values.items():
             parts = name.split(".")
             if parts[0] == "hw":
@@ -364,9 +368,11 @@ class SearchSpace:
                 sysv[parts[1]] = v
             elif parts[0] == "par":
                 par[parts[1]] = v
+            elif parts[0] == "pool":
+                pool[parts[1]] = v
         if self.alternatives:
             hw = {design: hw[design]}
-        return Point(design, hw, arch, assign, dict(values), sysv, par)
+        return Point(design, hw, arch, assign, dict(values), sysv, par, pool)
 
     def distributions(self) -> dict[str, BaseDistribution]:
         return {d.name: d.distribution() for d in self.dimensions}
