@@ -460,8 +460,17 @@ def _check_forms(spec: StudySpec) -> None:
         if section.trace in DISTRIBUTIONS and section.rate is None:
             raise bad(f"{form}.rate", None, "expected a number > 0 (requests/s) for a "
                       f"{section.trace} trace")
-        if section.slo_ttft_s is None and section.slo_tpot_s is None and form == "fleet":
-            raise bad("fleet.slo_tpot_s", None, "expected a TPOT or TTFT objective, s")
+        if form == "fleet":
+            if section.slo_ttft_s is None and section.slo_tpot_s is None:
+                raise bad("fleet.slo_tpot_s", None, "expected a TPOT or TTFT objective, s")
+            names = [e.name for e in section.menu]
+            for i, n in enumerate(names):
+                if n in names[:i] or n == "design":
+                    raise bad(f"fleet.menu[{i}].name", n, "expected a name of its own (not "
+                              "'design': the study's accelerator joins the menu as that)")
+            if section.price_basis is not None and section.price_basis not in names:
+                raise bad("fleet.price_basis", section.price_basis, "expected a menu entry: "
+                          + ", ".join(names))
         spec.workloads = [WorkloadSpec(model=section.model, phase="decode", batch=1,
                                        context=1, dtype=section.dtype)]
     if spec.serving is not None:
