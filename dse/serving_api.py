@@ -104,12 +104,15 @@ def _positive(field: str, value: Any, high: float = 1e9) -> float:
     return float(value)
 
 
-def derived_price_usd_per_h(target, lifetime_years: float = 3.0,
-                            usd_per_kwh: float = 0.10) -> float:
+def derived_price_usd_per_h(target, lifetime_years: float | None = None,
+                            usd_per_kwh: float | None = None) -> float:
     """A device's price when the menu gives none: its capital cost (die, memory, package:
     :mod:`accelerators.physical`) over ``lifetime_years`` of continuous use plus its TDP's
     energy, US$/h (a manufacturing cost, not a cloud price: give ``price_usd_per_h`` to
     compare with rented GPUs)."""
+    from simulators.serving import LIFETIME_YEARS, USD_PER_KWH
+    lifetime_years = LIFETIME_YEARS if lifetime_years is None else lifetime_years
+    usd_per_kwh = USD_PER_KWH if usd_per_kwh is None else usd_per_kwh
     phys = (target.design or target.system).physical()
     if phys is None or not math.isfinite(float(phys.cost_usd)):
         raise BadInput("price_usd_per_h", None, f"expected a price: {target.device.name} "

@@ -44,13 +44,9 @@ from dse.errors import BadInput
 from simulators.channel import FluidChannel
 from simulators.iteration_cost import IterationCostModel
 from simulators.replicas import Outcome, percentiles
+from simulators.serving import BLOCK_SIZE, LIFETIME_YEARS, USD_PER_KWH
 from workloads.traces import Trace
 
-#: Tokens per KV block [D vLLM default block_size = 16].
-BLOCK_SIZE = 16
-#: Years a design's cost is amortised over and US$/kWh, as :mod:`simulators.serving` [E].
-LIFETIME_YEARS = 3.0
-USD_PER_KWH = 0.10
 _YEAR_S = 365.25 * 86400
 
 

@@ -356,8 +356,7 @@ def check_routing(routing: Any, buckets: list[Bucket], names: list[str]) -> np.n
 def simulate_fleet(devices: list[MenuDevice], counts: dict[str, int], weights: np.ndarray,
                    trace: Trace, which: np.ndarray, slo_ttft_s: float | None,
                    slo_tpot_s: float | None, scheduler: Callable[[], Any],
-                   memory_utilization: float = 0.9, lifetime_years: float = 3.0,
-                   usd_per_kwh: float = 0.10) -> Outcome:
+                   memory_utilization: float = 0.9) -> Outcome:
     """Serve ``trace`` (each request's bucket in ``which``) on ``counts`` instances per device
     type, routed by ``weights`` (bucket x type): see the module docstring, step 4."""
     from simulators.serving import simulate_serving
@@ -381,8 +380,7 @@ def simulate_fleet(devices: list[MenuDevice], counts: dict[str, int], weights: n
         lambda k, tr: simulate_serving(flat[k].cost, tr, scheduler(),
                                        memory_utilization=memory_utilization),
         len(flat), lambda k: flat[k].cost.static_w if flat[k].cost else 0.0,
-        lambda k: flat[k].cost.target.cost_usd() if flat[k].cost else 0.0, lifetime_years,
-        usd_per_kwh)
+        lambda k: flat[k].cost.target.cost_usd() if flat[k].cost else 0.0)
 
 
 def fleet_cost_usd_per_h(counts: dict[str, int], devices: list[MenuDevice]) -> float:

@@ -23,16 +23,9 @@ from typing import Any, Callable
 import numpy as np
 
 from dse.errors import BadInput
+from simulators.serving import LIFETIME_YEARS, USD_PER_KWH
+from simulators.serving import _percentiles as percentiles
 from workloads.traces import Trace
-
-
-def percentiles(x: np.ndarray) -> dict[str, float]:
-    """p50 / p90 / p99 / mean of ``x`` (NaN when empty)."""
-    if not len(x):
-        return {"p50": float("nan"), "p90": float("nan"), "p99": float("nan"),
-                "mean": float("nan")}
-    p50, p90, p99 = np.percentile(x, [50, 90, 99])
-    return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(x.mean())}
 
 
 @dataclass
@@ -142,14 +135,13 @@ def sub_trace(trace: Trace, mask: np.ndarray, name: str) -> Trace:
 
 def serve_instances(trace: Trace, assignment: np.ndarray, serve: Callable[[int, Trace], Any],
                     instances: int, static_w: Callable[[int], float],
-                    capital_usd: Callable[[int], float], lifetime_years: float,
-                    usd_per_kwh: float) -> Outcome:
+                    capital_usd: Callable[[int], float]) -> Outcome:
     """Serve the requests of ``trace`` that ``assignment`` gives each of ``instances``
     instances with ``serve(k, sub_trace) -> ServingResult`` and gather them: per-request
     times back in trace order, energy (each result's dynamic energy plus every instance's
     static power ``static_w(k)`` over the whole span: an instance with no request still idles)
-    and cost (``capital_usd(k)`` amortised over ``lifetime_years`` for the span, plus
-    energy at ``usd_per_kwh``)."""
+    and cost (``capital_usd(k)`` amortised over :data:`simulators.serving.LIFETIME_YEARS` for
+    the span, plus energy at :data:`simulators.serving.USD_PER_KWH`)."""
     n = len(trace)
     first, finish = np.full(n, np.nan), np.full(n, np.nan)
     generated = np.zeros(n, dtype=np.int64)
@@ -175,14 +167,13 @@ def serve_instances(trace: Trace, assignment: np.ndarray, serve: Callable[[int, 
     static = sum(static_w(k) for k in range(instances))
     out.energy_j = dyn + static * span
     out.usd = (sum(capital_usd(k) for k in range(instances)) * span
-               / (lifetime_years * 365.25 * 86400) + out.energy_j / 3.6e6 * usd_per_kwh)
+               / (LIFETIME_YEARS * 365.25 * 86400) + out.energy_j / 3.6e6 * USD_PER_KWH)
     out.extra = {"preemptions": preempt}
     return out
 
 
 def serve_replicas(cost, trace: Trace, count: int, scheduler: Callable[[], Any],
-                   memory_utilization: float = 0.9, lifetime_years: float = 3.0,
-                   usd_per_kwh: float = 0.10) -> Outcome:
+                   memory_utilization: float = 0.9) -> Outcome:
     """``trace`` served by ``count`` identical colocated instances (each prefills and decodes,
     :func:`simulators.serving.simulate_serving` with a fresh ``scheduler()``) behind
     :func:`route_least_work`."""
@@ -192,5 +183,4 @@ def serve_replicas(cost, trace: Trace, count: int, scheduler: Callable[[], Any],
         trace, assignment,
         lambda _k, tr: simulate_serving(cost, tr, scheduler(),
                                         memory_utilization=memory_utilization),
-        count, lambda _k: cost.static_w, lambda _k: cost.target.cost_usd(), lifetime_years,
-        usd_per_kwh)
+        count, lambda _k: cost.static_w, lambda _k: cost.target.cost_usd())

@@ -319,12 +319,16 @@ class Evaluator:
         unusable = next(m["unusable"] for m in f.menu if m["name"] == "design")
         if unusable:
             raise InfeasibleDesign(unusable)
-        alone = fleet(base, menu, confirm=False, **kw)
+        try:
+            alone = fleet(base, menu, confirm=False, **kw)
+            alone_cost, alone_counts = alone.cost_usd_per_h, alone.counts
+        except DSEError:            # the menu alone cannot serve the traffic: all saved
+            alone_cost, alone_counts = float("inf"), None
         share = sum(b.share * f.routing[b.label].get("design", 0.0) for b in f.buckets)
         described["fleet"] = {"counts": f.counts, "price_usd_per_h": price,
-                              "menu_only": alone.counts}
+                              "menu_only": alone_counts}
         c = f.confirm or {}
-        return {**f.metrics(), "saving_vs_menu": 1.0 - f.cost_usd_per_h / alone.cost_usd_per_h,
+        return {**f.metrics(), "saving_vs_menu": 1.0 - f.cost_usd_per_h / alone_cost,
                 "design_share": share, "latency_s": c.get("e2e_s", {}).get("mean", float("nan")),
                 "energy_j": c.get("energy_per_token_j", float("nan")),
                 "avg_power_w": float("nan"), "edp": float("nan"),
