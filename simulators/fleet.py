@@ -126,61 +126,61 @@ _PROFILES: dict[str, float] = {}
 def steady_state(cost, input_len: int, output_len: int, rate: float, max_batch: int = 256,
                  token_budget: int = 2048, kv_tokens: int | None = None,
                  _memo: dict | None = None) -> dict[str, float] | None:
-    """Continuous batching (prefill first) of requests of one size at ``rate`` requests/s, in
-    steady state: ``B`` requests decode at once, each decode iteration takes ``d(B)`` (the
-    cost model at the mean context ``input + output / 2``), and prompts arriving during one
-    are prefilled together (``m`` of them, at most ``token_budget`` tokens) before the next,
-    taking a share ``rho`` of the time. Little's law closes it: ``B = rate (output - 1)
-    TPOT`` with ``TPOT = d(B) / (1 - rho)``, solved by fixed-point iteration. Returns TPOT,
-    TTFT (the iteration under way plus the prompt's own prefill), ``B`` and ``rho`` (s, s,
-    requests, share), or None when the instance cannot keep up (``rho >= 1``, or ``B`` past
-    ``max_batch`` or what the KV cache holds at the requests' mean length)."""
+    """Continuous batching (prefill first, vLLM v0) of requests of one size at ``rate``
+    requests/s, in steady state. A cycle is one decode iteration of the ``B`` requests decoding
+    (``d(B)``, the cost model at the mean context ``input + output / 2``) and one prefill
+    iteration of the ``m`` prompts that arrived during the previous cycle (``p(m)``, at most
+    ``token_budget`` tokens), so ``m = rate (d(B) + p(m))``; prefills take a share ``rho = rate
+    p(m) / m`` of the time, each decoding request gains one token per cycle, ``TPOT = d(B) /
+    (1 - rho)``, and Little's law closes it: ``B = rate (output - 1) TPOT``. Solved by
+    fixed-point iteration (``d`` and ``p`` interpolated between whole counts). Returns TPOT,
+    TTFT (a cycle's wait plus the prompt's own prefill), ``B``, ``m`` and ``rho`` (s, s,
+    requests, prompts, share), or None when the instance cannot keep up (``rho >= 1``, or
+    ``B`` past ``max_batch`` or what the KV cache holds at the requests' mean length)."""
     memo = {} if _memo is None else _memo
     ctx = input_len + output_len // 2
     cap = float(max_batch)
     if kv_tokens is not None:
         cap = min(cap, kv_tokens / (input_len + output_len / 2))
+    m_max = max(1.0, float(token_budget // input_len))
+
+    def interp(key: str, x: float, f) -> float:
+        lo = max(1, int(x))
+        frac = min(max(x - lo, 0.0), 1.0)
+        vals = []
+        for k in ((lo, lo + 1) if frac > 0 else (lo,)):
+            if (key, k) not in memo:
+                memo[(key, k)] = f(k)
+            vals.append(memo[(key, k)])
+        return vals[0] + frac * (vals[-1] - vals[0])
 
     def d(b: float) -> float:
-        lo = max(1, int(b))
-        out = []
-        for k in (lo, lo + 1):
-            if k not in memo:
-                memo[k] = cost.cost(k, k * ctx)[0]
-            out.append(memo[k])
-        f = min(max(b - lo, 0.0), 1.0)
-        return out[0] + f * (out[1] - out[0])
+        return interp("d", b, lambda k: cost.cost(k, k * ctx)[0])
 
-    def prefill(m: int) -> float:
-        key = ("p", m)
-        if key not in memo:
-            memo[key] = cost.cost(0, 0, [(0, input_len)] * m)[0]
-        return memo[key]
+    def p(m: float) -> float:
+        return interp("p", m, lambda k: cost.cost(0, 0, [(0, input_len)] * k)[0])
 
     if output_len <= 1:
-        m = 1
-        rho = rate * prefill(1)
-        return None if rho >= 1 else {"tpot_s": 0.0, "ttft_s": prefill(1), "batch": 0.0,
-                                      "rho": rho}
-    b = 1.0
-    rho = 0.0
-    m = 1
-    for _ in range(200):
-        m = int(max(1, min(round(rate * d(b)), token_budget // input_len or 1)))
-        rho = rate * prefill(m) / m
+        rho = rate * p(1.0)
+        return None if rho >= 1 else {"tpot_s": 0.0, "ttft_s": p(1.0), "batch": 0.0,
+                                      "prompts": 1.0, "rho": rho}
+    b, m = 1.0, 1.0
+    for _ in range(400):
+        nm = min(m_max, max(1.0, rate * (d(b) + p(m))))
+        rho = rate * p(nm) / nm
         if rho >= 1.0:
             return None
         nb = rate * (output_len - 1) * d(b) / (1.0 - rho)
         if nb > cap:
             return None
-        if abs(nb - b) <= 1e-4 * max(b, 1.0):
-            b = nb
+        done = abs(nb - b) <= 1e-4 * max(b, 1.0) and abs(nm - m) <= 1e-4 * m
+        b, m = nb, nm
+        if done:
             break
-        b = nb
     else:
         return None                               # no fixed point: B grows without bound
-    tpot = d(b) / (1.0 - rho)
-    return {"tpot_s": tpot, "ttft_s": d(b) + prefill(m), "batch": b, "rho": rho}
+    return {"tpot_s": d(b) / (1.0 - rho), "ttft_s": d(b) + 2.0 * p(m), "batch": b,
+            "prompts": m, "rho": rho}
 
 
 def profile(cost, bucket: Bucket, slo_tpot_s: float | None, slo_ttft_s: float | None,
