@@ -59,7 +59,6 @@ SLICE_FACTOR = 4
 ATTAINMENT = 0.99
 #: HiGHS time limit, s.
 SOLVER_TIME_LIMIT_S = 60.0
-_HOUR_S = 3600.0
 
 
 @dataclass(frozen=True)
