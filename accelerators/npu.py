@@ -22,15 +22,17 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from accelerators import systolic, technology as tech
+from accelerators import mac_formats, systolic, technology as tech
+from accelerators.mac_formats import operand_modes
 from accelerators.base import OpCost, Param, Resources, Template
 from accelerators.composite import cost_composite
 from accelerators.memory_standards import STANDARD_NAMES, MemorySystem, memory_system
-from accelerators.physical import HOST_INTERFACES, Floorplan, control_mm2
+from accelerators.physical import HOST_INTERFACES, MAX_CHIPLETS, Floorplan, control_mm2
 from dse.errors import BadInput, InfeasibleDesign
 from workloads import ir
+from workloads.formats import op_formats
 from workloads.gna import op_tiles
-from workloads.ir import DTYPE_BYTES, Op
+from workloads.ir import Op
 
 #: Bytes of one partial sum held in the ofmap scratchpad / accumulators: 32-bit accumulation
 #: for every input type [P Jouppi et al., ISCA 2017: TPU v1 keeps 4 MiB of 32-bit accumulators
@@ -38,11 +40,14 @@ from workloads.ir import DTYPE_BYTES, Op
 ACC_BYTES = 4
 
 
-def _register_bytes_per_mac(b: int) -> int:
+def _register_bytes_per_mac(b: float, stationary: float | None = None) -> float:
     """Register-file bytes touched per MAC inside a PE [E]: the moving operand is read and
-    written to the next PE's pipeline register (2 x b), the stationary one read (b), and the
-    partial sum read and written (2 x ACC_BYTES)."""
-    return 3 * b + 2 * ACC_BYTES
+    written to the next PE's pipeline register (2 x b), the stationary one read (b, or
+    ``stationary`` B when its element differs), and the partial sum read and written
+    (2 x ACC_BYTES)."""
+    if stationary is None:
+        return 3 * b + 2 * ACC_BYTES
+    return 2 * b + stationary + 2 * ACC_BYTES
 
 
 #: Vector-unit lane operations per element, by op kind [E, counted from the usual kernels]:
@@ -71,8 +76,9 @@ PARAMS = (
     Param("arrays", int, "", 1, "identical systolic arrays sharing one op's tiles", 1, 64,
           log=True),
     Param("clock_hz", float, "Hz", 1.0e9, "array and vector clock", 1.0e8, 3.0e9, log=True),
-    Param("dtype", str, "", "bf16", "datapath and storage element type",
-          choices=tuple(DTYPE_BYTES)),
+    Param("dtype", str, "", "bf16", "MAC datapath (accelerators.mac_formats); without number "
+          "formats in the workload also its storage element type",
+          choices=mac_formats.MAC_FORMATS),
     Param("ifmap_sram_kb", int, "KiB", 8192, "input-activation scratchpad (double-buffered)",
           1, 131072, log=True),
     Param("filter_sram_kb", int, "KiB", 4096, "weight scratchpad (double-buffered)",
@@ -94,6 +100,9 @@ PARAMS = (
     Param("vector_lanes", int, "lanes", 1024, "vector-unit elements per cycle (softmax, norm, "
           "elementwise, reductions, data movement)", 1, 65536, log=True),
     Param("node_nm", int, "nm", 7, "process node", choices=tech.NODES_NM),
+    Param("chiplets", int, "dies", 0, "logic dies the design is split into (each within the "
+          "reticle, joined on an interposer by die-to-die links); 0: the count that costs "
+          "least (shown in results as dies)", 0, MAX_CHIPLETS),
 )
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -108,7 +117,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # 24 MiB Unified Buffer (activations) -> ifmap, 4 MiB of 32-bit accumulators -> ofmap,
     # weight FIFO of four 64 KiB tiles -> filter, 8 GiB DDR3 at 34 GB/s (two DDR3-2133
     # channels of 4 GB), 256-wide activation pipeline -> vector lanes.
-    "tpu-v1-like": dict(rows=256, cols=256, dataflow="ws", arrays=1, clock_hz=7.0e8,
+    "tpu-v1-like": dict(chiplets=1, rows=256, cols=256, dataflow="ws", arrays=1, clock_hz=7.0e8,
                         dtype="int8", ifmap_sram_kb=24576, filter_sram_kb=256,
                         ofmap_sram_kb=4096, dram_bandwidth_Bps=3.4e10, dram="ddr3",
                         vector_lanes=256, node_nm=28),
@@ -120,12 +129,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     # photos; the template runs them at the standard's 2.4 Gb/s, 1.23 TB/s) [E]; the 32 MiB
     # split 16 / 8 / 8 MiB over ifmap / filter / ofmap [E]; a PCIe 3 x16 host link, the PCIe 4
     # PHY standing in [E]. Not modelled: its four ICI links.
-    "tpu-v2": dict(rows=128, cols=128, dataflow="ws", arrays=2, clock_hz=7.0e8, dtype="bf16",
+    "tpu-v2": dict(chiplets=1, rows=128, cols=128, dataflow="ws", arrays=2, clock_hz=7.0e8, dtype="bf16",
                    ifmap_sram_kb=16384, filter_sram_kb=8192, ofmap_sram_kb=8192, dram="hbm2",
                    dram_devices=4, dram_device_gb=4, vector_lanes=2048, node_nm=16),
     # TPUv3 [P same sources: 16 nm, 940 MHz, two TensorCores of two 128x128 MXUs, 32 MiB on
     # chip, 32 GiB HBM at 900 GB/s]; four 8-GB HBM2 stacks [E], the rest as TPUv2.
-    "tpu-v3": dict(rows=128, cols=128, dataflow="ws", arrays=4, clock_hz=9.4e8, dtype="bf16",
+    "tpu-v3": dict(chiplets=1, rows=128, cols=128, dataflow="ws", arrays=4, clock_hz=9.4e8, dtype="bf16",
                    ifmap_sram_kb=16384, filter_sram_kb=8192, ofmap_sram_kb=8192, dram="hbm2",
                    dram_devices=4, dram_device_gb=8, vector_lanes=2048, node_nm=16),
     # TPUv4i [P Jouppi et al., ISCA 2021: 7 nm, 1,050 MHz, one TensorCore of four 128x128 bf16
@@ -133,7 +142,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # GB/s = two 4-GB stacks at 2.4 Gb/s, TDP 175 W]; CMEM and vector memory taken as ifmap
     # and filter 64 MiB each and ofmap 16 MiB [E]; one 128 x 8 vector unit; host PCIe [E].
     # Not modelled: its two ICI links.
-    "tpu-v4i": dict(rows=128, cols=128, dataflow="ws", arrays=4, clock_hz=1.05e9,
+    "tpu-v4i": dict(chiplets=1, rows=128, cols=128, dataflow="ws", arrays=4, clock_hz=1.05e9,
                     dtype="bf16", ifmap_sram_kb=65536, filter_sram_kb=65536,
                     ofmap_sram_kb=16384, dram="hbm2", dram_devices=2, dram_device_gb=4,
                     vector_lanes=1024, node_nm=7),
@@ -155,7 +164,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # 52.4 TFLOP/s) [E]; shared SRAM as ifmap + filter, local memories as ofmap [E]; eight
     # x32 LPDDR5 devices of 8 GB, run at the standard's 6.4 Gb/s (205 GB/s) [E]; a 512-bit
     # SIMD unit per PE (32 fp16 lanes) [E]; the PCIe 4 x16 PHY stands in for x8 [E].
-    "mtia-v1": dict(rows=32, cols=16, dataflow="ws", arrays=64, clock_hz=8.0e8, dtype="fp16",
+    "mtia-v1": dict(chiplets=1, rows=32, cols=16, dataflow="ws", arrays=64, clock_hz=8.0e8, dtype="fp16",
                     ifmap_sram_kb=65536, filter_sram_kb=65536, ofmap_sram_kb=8192,
                     dram="lpddr5", dram_devices=8, dram_device_gb=8, vector_lanes=2048,
                     node_nm=7),
@@ -173,7 +182,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # and the HBM2_8Gb_x128 device]; node 7 nm [E: TPUv4's, whose eight 128x128 MXUs it
     # mirrors; at 22 nm its arrays alone would take 360 mm^2, ~2,400 mm^2 of die with what an
     # npu leaves uncounted (physical.CONTROL_OVERHEAD)].
-    "neupims-npu": dict(rows=128, cols=128, dataflow="ws", arrays=8, clock_hz=1.0e9,
+    "neupims-npu": dict(chiplets=1, rows=128, cols=128, dataflow="ws", arrays=8, clock_hz=1.0e9,
                         dtype="bf16", ifmap_sram_kb=512, filter_sram_kb=512, ofmap_sram_kb=1024,
                         dram_bandwidth_Bps=1.024e12, dram="hbm2", vector_lanes=1024,
                         node_nm=7),
@@ -252,22 +261,31 @@ class NPU(Template):
     def __init__(self, preset: str | None = None, **values: Any):
         super().__init__(preset, **values)
         hw = self.hw
-        self._b = DTYPE_BYTES[hw.dtype]
+        self._b = mac_formats.storage_bytes(hw.dtype)
         self._sram_bytes = {"ifmap": hw.ifmap_sram_kb * 1024, "filter": hw.filter_sram_kb * 1024,
                             "ofmap": hw.ofmap_sram_kb * 1024}
         node = hw.node_nm
         self._sram_j = {k: tech.sram_energy_j_per_byte(v, node) for k, v in self._sram_bytes.items()}
         self._reg_j = tech.register_energy_j_per_byte(node)
-        self._mac_j = tech.mac_energy_j(hw.dtype, node)
-        self._vec_j = tech.vector_op_energy_j(hw.dtype, node)
+        self._mac_j = mac_formats.mac_energy_j(hw.dtype, node)
+        self._vec_j = tech.vector_op_energy_j(mac_formats.vector_format(hw.dtype), node)
         self.memory: MemorySystem = memory_system(hw.dram, hw.dram_devices, hw.dram_device_gb,
                                                   0.0 if hw.dram_devices else
                                                   hw.dram_bandwidth_Bps)
         # plain attributes: read on every cost() call
         self._rows, self._cols, self._arrays, self._df = hw.rows, hw.cols, hw.arrays, hw.dataflow
-        self._clock, self._bw, self._lanes = hw.clock_hz, self.memory.bandwidth_Bps, hw.vector_lanes
+        # DRAM streams at the standard's sustained share of the interface (one rule for every
+        # template, memory_standards.SUSTAINED_FRACTION)
+        self._clock, self._lanes = hw.clock_hz, hw.vector_lanes
+        self._bw = self.memory.sustained_bandwidth_Bps
         self._caps = {p: v / 2 for p, v in self._sram_bytes.items()}   # double buffering
-        self._dram_j = self.physical().memory_energy_j_per_byte
+        phys = self.physical()
+        self._dram_j = phys.memory_energy_j_per_byte
+        # the logic the energy tables do not count, charged per unit for the time it is busy
+        # (physical.uncounted_logic_w), split by the units' counted logic
+        pe_mm2, lane_mm2 = self._unit_logic_mm2()
+        self._active_w = {"array": phys.active_w * pe_mm2 / (pe_mm2 + lane_mm2),
+                          "vector": phys.active_w * lane_mm2 / (pe_mm2 + lane_mm2)}
         self._problem = self._scratchpad_problem()
         self._cache: dict[tuple, OpCost] = {}
 
@@ -325,13 +343,55 @@ class NPU(Template):
         return npu_vector.cost_many(designs, ops)
 
     def _scale(self, op: Op) -> float:
-        """Factor from the op's captured element size to this design's dtype."""
-        return element_scale(op, self._b)
+        """Factor from the op's captured element size to this design's dtype (1 for an op in
+        number formats: its bytes are already what moves)."""
+        return 1.0 if "formats" in op.attrs else element_scale(op, self._b)
+
+    def operand_bytes(self, op: Op) -> tuple[float, float, float]:
+        """Bytes per element of a GEMM-class op's activation operand, its other operand
+        (weights, or the KV cache of attention) and its output: its number formats', or this
+        design's element for an op without formats."""
+        f = op_formats(op)
+        if f is None:
+            return self._b, self._b, self._b
+        x, y = f.operands(op.kind)
+        return x.bits_per_element / 8, y.bits_per_element / 8, float(op.bytes_per_element)
+
+    def elements(self, op: Op) -> tuple[float, float, float, str, str]:
+        """:meth:`operand_bytes` and how the MAC array takes each operand (``native`` or
+        ``dequant``, :func:`operand_modes`; ``vector`` for both when the array cannot and the
+        vector lanes run the op, :func:`accelerators.mac_formats.vector_fallback`);
+        :class:`InfeasibleDesign` when neither can."""
+        modes = operand_modes(self.hw.dtype, op)
+        if isinstance(modes, str):
+            if not mac_formats.vector_fallback(self.hw.dtype, op):
+                raise InfeasibleDesign(modes)
+            modes = ("vector", "vector")
+        return (*self.operand_bytes(op), *modes)
+
+    def format_problem(self, workload: ir.Workload) -> str | None:
+        """The array's formats, with its vector lanes running what the array cannot."""
+        return mac_formats.workload_problem(self.hw.dtype, workload, vector_lanes=True)
+
+    def _vector_gemm_cost(self, op: Op, macs: float, extra_ops: float = 0.0) -> OpCost:
+        """A GEMM-class op on the vector lanes (operands the array does not take): one MAC per
+        lane per cycle in the lanes' format, operands staged through the scratchpads once."""
+        hw = self.hw
+        lane_ops = macs + extra_ops
+        cycles = math.ceil(lane_ops / hw.vector_lanes)
+        read, written = float(op.bytes_read), float(op.bytes_written)
+        chunk = hw.vector_lanes * op.bytes_per_element
+        mac_j = tech.mac_energy_j(mac_formats.vector_format(hw.dtype), hw.node_nm)
+        sram = 2 * (read + written)
+        return self._finish("vector", cycles, read + written, min(read, chunk),
+                            min(written, chunk), compute_j=macs * mac_j + extra_ops * self._vec_j,
+                            sram_j=sram * self._sram_j["ifmap"], sram_bytes=sram,
+                            reg_bytes=lane_ops * 3 * op.bytes_per_element)
 
     # GEMM / conv ------------------------------------------------------------------------------
     def _gemm_shape(self, op: Op) -> tuple[int, int, int, int, float]:
         """``(gemms, m, n, k, a_bytes_per_gemm)`` of a matmul or conv op."""
-        a, b = op.attrs, self._b
+        a, b = op.attrs, self.operand_bytes(op)[0]
         try:
             if op.kind == ir.CONV:
                 groups = int(a.get("groups", 1) or 1)
@@ -359,9 +419,13 @@ class NPU(Template):
         gemms, m, n, k, a_bytes = self._gemm_shape(op)
         return self._gemm_cost(op, gemms, m, n, k, a_bytes)
 
-    def _gemm_parts(self, gemms: int, m: int, n: int, k: int, a_bytes: float):
-        """Cycles, DRAM re-fetch bytes, SRAM energy, fill/drain bytes of ``gemms`` GEMMs."""
-        b, rows, cols, arrays, df = self._b, self._rows, self._cols, self._arrays, self._df
+    def _gemm_parts(self, gemms: int, m: int, n: int, k: int, a_bytes: float,
+                    elems: tuple | None = None):
+        """Cycles, DRAM re-fetch bytes, SRAM energy, fill/drain bytes of ``gemms`` GEMMs
+        (``elems``: :meth:`elements`' weight and output bytes per element; this design's
+        element by default); also the SRAM reads of each operand."""
+        rows, cols, arrays, df = self._rows, self._cols, self._arrays, self._df
+        b, bc = (self._b, self._b) if elems is None else (elems[1], elems[2])
         if self._problem:
             raise InfeasibleDesign(self._problem)
         cycles = systolic.gemm_compute_cycles(df, rows, cols, m, n, k, gemms, arrays)
@@ -373,13 +437,14 @@ class NPU(Template):
             rows, cols * arrays, rows)
         if tiling is None:
             raise InfeasibleDesign(f"no tile of the {m}x{n}x{k} GEMM fits the scratchpads")
-        b_bytes, c_bytes = k * n * b, m * n * b
+        b_bytes, c_bytes = k * n * b, m * n * bc
         refetch = gemms * ((tiling.a_passes - 1) * a_bytes + (tiling.b_passes - 1) * b_bytes)
         acc = systolic.gemm_sram_accesses(df, rows, cols, m, n, k)
         ej = self._sram_j
-        sram_j = gemms * (acc.ifmap_reads * b * ej["ifmap"] + acc.filter_reads * b * ej["filter"]
+        ba = b if elems is None else elems[0]
+        sram_j = gemms * (acc.ifmap_reads * ba * ej["ifmap"] + acc.filter_reads * b * ej["filter"]
                           + (acc.ofmap_writes + acc.ofmap_reads) * ACC_BYTES * ej["ofmap"])
-        sram_bytes = gemms * (b * (acc.ifmap_reads + acc.filter_reads)
+        sram_bytes = gemms * (ba * acc.ifmap_reads + b * acc.filter_reads
                               + ACC_BYTES * (acc.ofmap_writes + acc.ofmap_reads))
         # DMA side: what crosses DRAM is written into / read out of a scratchpad once
         dma = (tiling.a_passes * a_bytes, tiling.b_passes * b_bytes, c_bytes)
@@ -387,21 +452,31 @@ class NPU(Template):
         sram_bytes += gemms * sum(dma)
         rk, edge_m, edge_n = min(k, rows), min(m, rows), min(n, cols * arrays)
         fill = a_bytes / (m * k) * edge_m * rk + rk * edge_n * b
-        drain = edge_m * edge_n * b
+        drain = edge_m * edge_n * bc
         dims_bytes = gemms * (a_bytes + b_bytes + c_bytes)
-        return cycles, psum_stall, refetch, sram_j, sram_bytes, fill, drain, dims_bytes
+        reads = (gemms * acc.ifmap_reads, gemms * acc.filter_reads)
+        return cycles, psum_stall, refetch, sram_j, sram_bytes, fill, drain, dims_bytes, reads
 
     def _gemm_cost(self, op: Op, gemms: int, m: int, n: int, k: int, a_bytes: float) -> OpCost:
         if min(gemms, m, n, k) <= 0:
             return self._vector_cost(op)
-        cycles, psum_stall, refetch, sram_j, sram_bytes, fill, drain, dims_bytes = self._gemm_parts(
-            gemms, m, n, k, a_bytes)
+        elems = self.elements(op)
+        if elems[3] == "vector":
+            return self._vector_gemm_cost(op, float(gemms * m * n * k))
+        (cycles, psum_stall, refetch, sram_j, sram_bytes, fill, drain, dims_bytes,
+         reads) = self._gemm_parts(gemms, m, n, k, a_bytes, elems)
         compulsory = op.total_bytes * self._scale(op) or dims_bytes
         macs = gemms * m * n * k
         return self._finish("array", cycles, compulsory + refetch, fill, drain,
                             stall_cycles=psum_stall,
-                            compute_j=macs * self._mac_j, sram_j=sram_j, sram_bytes=sram_bytes,
-                            reg_bytes=macs * _register_bytes_per_mac(self._b))
+                            compute_j=macs * self._mac_j + self._dequant_j(elems, reads),
+                            sram_j=sram_j, sram_bytes=sram_bytes,
+                            reg_bytes=macs * _register_bytes_per_mac(elems[0], elems[1]))
+
+    def _dequant_j(self, elems: tuple, reads: tuple) -> float:
+        """Energy of scaling operands the array does not take natively into its format on
+        their way from the scratchpad: one multiply (a MAC's energy [E]) per element read."""
+        return self._mac_j * sum(r for r, mode in zip(reads, elems[3:]) if mode == "dequant")
 
     # attention --------------------------------------------------------------------------------
     def _attention_cost(self, op: Op, work_fraction: float | None = None,
@@ -411,8 +486,15 @@ class NPU(Template):
         while the array computes the next, so the op takes the longer of the two and holds
         both units. Causal masking skips the fraction of work ``causal_flops / flops``; a
         sparse op passes its own ``work_fraction`` and the vector unit's ``mask_ops``."""
-        hw, b = self.hw, self._b
+        hw = self.hw
+        elems = self.elements(op)
+        b, bkv, bc = elems[:3]
         batch, heads, kv_heads, sq, skv, d, dv, frac = attention_dims(op)
+        if elems[3] == "vector":
+            frac = frac if work_fraction is None else work_fraction
+            scores = batch * heads * sq * skv * frac
+            return self._vector_gemm_cost(op, scores * (d + dv), scores * VECTOR_OPS_PER_ELEMENT[
+                ir.SOFTMAX] + mask_ops)
         frac = frac if work_fraction is None else work_fraction
         g = batch * heads
         if self._problem:
@@ -427,38 +509,41 @@ class NPU(Template):
 
         # DRAM: Q, O once; K and V once per block of Q rows unless one group's K, V fit on chip.
         group_rows = sq * max(1, heads // max(1, kv_heads))
-        kv_group = skv * (d + dv) * b
+        kv_group = skv * (d + dv) * bkv
         cap_i, cap_f, cap_o = (self._sram_bytes[p] / 2 for p in ("ifmap", "filter", "ofmap"))
         tile_q = min(group_rows, int(cap_i // (d * b)),
                      int(cap_o // ((min(skv, hw.cols * hw.arrays) + dv) * ACC_BYTES)))
         passes = 1 if kv_group <= cap_f else math.ceil(group_rows / max(1, tile_q))
         kv_bytes = batch * kv_heads * kv_group
-        q_o_bytes = g * sq * (d + dv) * b
+        q_o_bytes = g * sq * (d * b + dv * bc)
         compulsory = op.total_bytes * self._scale(op) or (q_o_bytes + kv_bytes)
         refetch = (passes - 1) * kv_bytes * frac   # causal: later Q blocks need a K/V prefix
 
         # SRAM: the two GEMMs' operand streams, scores written/read once in 32 bit, P in b bytes.
         acc1 = systolic.gemm_sram_accesses(hw.dataflow, hw.rows, hw.cols, sq, skv, d)
         acc2 = systolic.gemm_sram_accesses(hw.dataflow, hw.rows, hw.cols, sq, dv, skv)
-        per = lambda x, y: x * b * self._sram_j["ifmap"] + y * b * self._sram_j["filter"]
+        per = lambda x, y: x * b * self._sram_j["ifmap"] + y * bkv * self._sram_j["filter"]
         sram_j = g * frac * (per(acc1.ifmap_reads + acc2.ifmap_reads,
                                  acc1.filter_reads + acc2.filter_reads)
                              + (acc1.ofmap_writes + acc1.ofmap_reads + acc2.ofmap_writes
                                 + acc2.ofmap_reads) * ACC_BYTES * self._sram_j["ofmap"])
-        sram_j += scores * (2 * ACC_BYTES * self._sram_j["ofmap"] + 2 * b * self._sram_j["ifmap"])
-        sram_bytes = g * frac * (b * (acc1.ifmap_reads + acc2.ifmap_reads + acc1.filter_reads
-                                      + acc2.filter_reads)
+        sram_j += scores * (2 * ACC_BYTES * self._sram_j["ofmap"] + 2 * bc * self._sram_j["ifmap"])
+        sram_bytes = g * frac * (b * (acc1.ifmap_reads + acc2.ifmap_reads)
+                                 + bkv * (acc1.filter_reads + acc2.filter_reads)
                                  + ACC_BYTES * (acc1.ofmap_writes + acc1.ofmap_reads
                                                 + acc2.ofmap_writes + acc2.ofmap_reads))
-        sram_bytes += scores * 2 * (ACC_BYTES + b)
+        sram_bytes += scores * 2 * (ACC_BYTES + bc)
         macs = g * sq * skv * (d + dv) * frac
         rows = min(sq, hw.rows)
-        fill = rows * d * b + min(skv, hw.cols * hw.arrays) * d * b
-        drain = rows * dv * b
+        fill = rows * d * b + min(skv, hw.cols * hw.arrays) * d * bkv
+        drain = rows * dv * bc
+        reads = (g * frac * (acc1.ifmap_reads + acc2.ifmap_reads),
+                 g * frac * (acc1.filter_reads + acc2.filter_reads))
         return self._finish("array", cycles, compulsory + refetch, fill, drain,
-                            compute_j=macs * self._mac_j + vector_ops * self._vec_j,
+                            compute_j=macs * self._mac_j + vector_ops * self._vec_j
+                            + self._dequant_j(elems, reads),
                             sram_j=sram_j, sram_bytes=sram_bytes,
-                            reg_bytes=macs * _register_bytes_per_mac(b) + vector_ops * 3 * b,
+                            reg_bytes=macs * _register_bytes_per_mac(b, bkv) + vector_ops * 3 * bc,
                             also_holds=("vector",))
 
     def _sparse_attention_cost(self, op: Op) -> OpCost:
@@ -480,7 +565,8 @@ class NPU(Template):
     def _vector_cost(self, op: Op) -> OpCost:
         """Lane operations over ``vector_lanes``; data staged through ifmap (in) and ofmap (out)
         scratchpads; ops that make several passes re-read their input on chip."""
-        hw, b = self.hw, self._b
+        hw = self.hw
+        b = op.bytes_per_element if "formats" in op.attrs else self._b
         lane_ops, read, written, dram, read_x, reg_bytes = vector_parts(op, b)
         cycles = math.ceil(lane_ops / hw.vector_lanes)
         sram_j = read_x * self._sram_j["ifmap"] + written * 2 * self._sram_j["ofmap"]
@@ -504,6 +590,8 @@ class NPU(Template):
         drain_bytes = min(drain_bytes, dram_bytes - fill_bytes)
         overlap_s = (dram_bytes - fill_bytes - drain_bytes) / bw
         latency_s = fill_bytes / bw + max(busy_s, overlap_s) + drain_bytes / bw
+        active_w = self._active_w[unit] + sum(self._active_w[u] for u in also_holds)
+        compute_j = compute_j + active_w * latency_s
         return OpCost(
             unit=unit, latency_s=latency_s, compute_s=compute_s, clock_hz=clock,
             traffic={"dram": dram_bytes},
@@ -523,17 +611,16 @@ class NPU(Template):
         """Systolic PEs (:func:`technology.pe_area_mm2`) and vector lanes, the three
         scratchpads, their peak power (every PE and lane busy each cycle, the arrays' operand
         and partial-sum streams through the scratchpads), leakage, and the memory system."""
-        hw, b = self.hw, DTYPE_BYTES[self.hw.dtype]
+        hw, b = self.hw, self._b
         node = hw.node_nm
         pes = hw.rows * hw.cols * hw.arrays
-        compute = (pes * tech.pe_area_mm2(hw.dtype, node) + VECTOR_LANE_AREA_PER_MAC
-                   * hw.vector_lanes * tech.mac_area_mm2(hw.dtype, node))
+        compute = sum(self._unit_logic_mm2())
         sram_bytes = sum(self._sram_bytes.values())
         sram = tech.sram_area_mm2(sram_bytes, node)
         sram_j = self._sram_j
-        per_cycle_j = (pes * (tech.mac_energy_j(hw.dtype, node) + _register_bytes_per_mac(b)
+        per_cycle_j = (pes * (self._mac_j + _register_bytes_per_mac(b)
                               * tech.register_energy_j_per_byte(node))
-                       + hw.vector_lanes * tech.vector_op_energy_j(hw.dtype, node)
+                       + hw.vector_lanes * self._vec_j
                        + hw.arrays * (hw.rows * b * sram_j["ifmap"]
                                       + 2 * hw.cols * ACC_BYTES * sram_j["ofmap"])
                        + hw.vector_lanes * 2 * b * sram_j["ifmap"])
@@ -541,4 +628,12 @@ class NPU(Template):
                          peak_dynamic_w=per_cycle_j * hw.clock_hz,
                          leakage_w=tech.leakage_w(compute + control_mm2(compute, sram),
                                                   sram_bytes, node),
-                         memory=self.memory, host_interface=hw.host_interface)
+                         memory=self.memory, host_interface=hw.host_interface,
+                         dies=hw.chiplets, clock_hz=hw.clock_hz)
+
+    def _unit_logic_mm2(self) -> tuple[float, float]:
+        """Counted logic of the arrays' PEs and of the vector lanes, mm^2."""
+        hw = self.hw
+        vec = mac_formats.vector_format(hw.dtype)
+        return (hw.rows * hw.cols * hw.arrays * mac_formats.pe_area_mm2(hw.dtype, hw.node_nm),
+                VECTOR_LANE_AREA_PER_MAC * hw.vector_lanes * tech.mac_area_mm2(vec, hw.node_nm))

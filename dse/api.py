@@ -43,7 +43,8 @@ def workload(model: str | torch.nn.Module | None = None, phase: str | None = Non
              dtype: str = "bf16", arch: dict[str, Any] | None = None,
              hf_config: str | dict | None = None, module: torch.nn.Module | None = None,
              inputs: Any = None, kv_input: str = "kv_cache", strict: bool = False,
-             kv_update: str | None = None) -> Workload:
+             kv_update: str | None = None, formats: "str | dict[str, str] | None" = None
+             ) -> Workload:
     """Capture (or fetch from the cache) the workload of zoo ``model``, of a Hugging Face
     config (a config.json path or its dict; ``arch`` overrides its fields), or of your own
     ``module`` on ``inputs`` (a tuple of arguments, a dict of keyword arguments or a tensor;
@@ -55,7 +56,15 @@ def workload(model: str | torch.nn.Module | None = None, phase: str | None = Non
 
     Ops the capture cannot classify are listed in ``w.unknown_ops`` and warned about (their
     FLOPs are missing; they are costed by their bytes); ``strict=True`` raises instead.
+
+    ``formats`` puts the workload's tensors in a number format per role
+    (``"weights=int4_g128,activations=fp8_e4m3,kv=fp8_e4m3"`` or a dict; roles not given
+    stay in ``dtype``; :mod:`workloads.formats`).
     """
+    if formats is not None:
+        from workloads.formats import formatted
+        return formatted(workload(model, phase, batch, seq, context, dtype, arch, hf_config,
+                                  module, inputs, kv_input, strict, kv_update), formats)
     if isinstance(model, torch.nn.Module):
         model, module = None, model
     if module is not None:
@@ -100,7 +109,8 @@ def simulate(model: str | Workload | torch.nn.Module | None = None,
              kv_input: str = "kv_cache", kv_update: str | None = None,
              system: "str | System | None" = None,
              devices: int | None = None, parallel: "dict[str, Any] | Layout | None" = None,
-             sys: dict[str, Any] | None = None) -> Result:
+             sys: dict[str, Any] | None = None,
+             formats: "str | dict[str, str] | None" = None) -> Result:
     """Simulate a model (zoo name, captured :class:`Workload`, Hugging Face config or your own
     ``nn.Module`` with its ``inputs``) on a design (default ``npu``), or on a system of
     devices: ``system`` a preset name (``hgx-h200``, see :func:`systems`) or a
@@ -108,13 +118,17 @@ def simulate(model: str | Workload | torch.nn.Module | None = None,
     uses), ``parallel`` the layout (``{"tp": 2, "pp": 1, "ep": 1, "dp": 1, "sp": False,
     "microbatches": 0, "ep_imbalance": 1.0}``), ``sys`` system parameter overrides;
     ``accelerator`` / ``hw`` then replace the preset's device. A system result is a
-    :class:`~simulators.system_engine.SystemResult`.
+    :class:`~simulators.system_engine.SystemResult`. ``formats``: a number format per tensor
+    role (see :func:`workload`).
 
     Zoo and config captures are cached, so many designs in one process pay them once.
     """
     w = model if isinstance(model, Workload) else workload(
         model, phase=phase, batch=batch, seq=seq, context=context, dtype=dtype, arch=arch,
         hf_config=hf_config, inputs=inputs, kv_input=kv_input, kv_update=kv_update)
+    if formats is not None:
+        from workloads.formats import formatted
+        w = formatted(w, formats)
     design, sysm, lay = _design_or_system(accelerator, hw, system, devices, parallel, sys)
     if design is not None:
         return _simulate(w, design)
@@ -220,10 +234,12 @@ class StepCost:
 @lru_cache(maxsize=4096)
 def _step(model: str, system_name: str | None, devices: int | None, accelerator: str | None,
           hw: tuple, sys: tuple, parallel: tuple, phase: str, batch: int, seq: int | None,
-          context: int | None, dtype: str, arch: tuple) -> StepCost:
+          context: int | None, dtype: str, arch: tuple, formats: str | None = None
+          ) -> StepCost:
     r = simulate(model, accelerator=accelerator, hw=dict(hw) or None, arch=dict(arch) or None,
                  phase=phase, batch=batch, seq=seq, context=context, dtype=dtype,
-                 system=system_name, devices=devices, parallel=dict(parallel), sys=dict(sys))
+                 system=system_name, devices=devices, parallel=dict(parallel), sys=dict(sys),
+                 formats=formats)
     tokens = batch if phase == "decode" else batch * (seq or 1)
     return StepCost(r.latency_s, r.energy_j, getattr(r, "communication_s", 0.0),
                     getattr(r, "fill_latency_s", r.latency_s), r.throughput, tokens)
@@ -233,13 +249,18 @@ def step(model: str, system: str | None = "hgx-h200", parallel: dict[str, Any] |
          phase: str = "decode", batch: int = 1, seq: int | None = None,
          context: int | None = None, dtype: str = "bf16", devices: int | None = None,
          accelerator: str | None = None, hw: dict[str, Any] | None = None,
-         sys: dict[str, Any] | None = None, arch: dict[str, Any] | None = None) -> StepCost:
+         sys: dict[str, Any] | None = None, arch: dict[str, Any] | None = None,
+         formats: "str | dict[str, str] | None" = None) -> StepCost:
     """The cost of one prefill or decode iteration of zoo ``model`` on a system (cached per
     distinct argument set): what a request-level serving loop asks for each step."""
     def key(d):
         return tuple(sorted((d or {}).items()))
+    fkey = None
+    if formats is not None:
+        from workloads.formats import parse_formats
+        fkey = parse_formats(formats, dtype).key()
     return _step(model, system, devices, accelerator, key(hw), key(sys), key(parallel), phase,
-                 batch, seq, context, dtype, key(arch))
+                 batch, seq, context, dtype, key(arch), fkey)
 
 
 def _target(accelerator: str | Template | None, hw: dict[str, Any] | None,
@@ -254,11 +275,17 @@ def _target(accelerator: str | Template | None, hw: dict[str, Any] | None,
     return Target(system=sysm, layout=lay, fidelity="event")
 
 
-def _iteration_base(model: str | Workload, dtype: str, arch: dict[str, Any] | None) -> Workload:
-    """The decode step of batch 1 every serving iteration is built from."""
+def _iteration_base(model: str | Workload, dtype: str, arch: dict[str, Any] | None,
+                    formats: "str | dict[str, str] | None" = None) -> Workload:
+    """The decode step of batch 1 every serving iteration is built from (its tensors in
+    ``formats`` when given)."""
     if isinstance(model, Workload):
-        return model
-    return workload(model, phase="decode", batch=1, context=1, dtype=dtype, arch=arch)
+        if formats is None:
+            return model
+        from workloads.formats import formatted
+        return formatted(model, formats)
+    return workload(model, phase="decode", batch=1, context=1, dtype=dtype, arch=arch,
+                    formats=formats)
 
 
 def generate(model: str | Workload, input_len: int = 128, output_len: int = 128,
@@ -267,7 +294,8 @@ def generate(model: str | Workload, input_len: int = 128, output_len: int = 128,
              dtype: str = "bf16", system: "str | System | None" = None,
              devices: int | None = None, parallel: "dict[str, Any] | Layout | None" = None,
              sys: dict[str, Any] | None = None, fidelity: str = "fast",
-             exact: bool = False) -> "Generation":
+             exact: bool = False, formats: "str | dict[str, str] | None" = None
+             ) -> "Generation":
     """Generate ``output_len`` tokens for ``batch`` prompts of ``input_len`` tokens of zoo
     ``model`` on a design (``accelerator``, ``hw``) or a system (as :func:`simulate`): TTFT,
     TPOT (mean and per step), end-to-end latency, tokens/s and energy per token
@@ -281,8 +309,8 @@ def generate(model: str | Workload, input_len: int = 128, output_len: int = 128,
     from simulators.generation import check_lengths, generate as _generate
     check_lengths(input_len, output_len, batch)
     target = _target(accelerator, hw, system, devices, parallel, sys, fidelity)
-    return _generate(_iteration_base(model, dtype, arch), target, input_len, output_len,
-                     batch, exact=exact)
+    return _generate(_iteration_base(model, dtype, arch, formats), target, input_len,
+                     output_len, batch, exact=exact)
 
 
 def serve(model: str | Workload, trace: str = "sharegpt", rate: float | None = None,
@@ -296,7 +324,8 @@ def serve(model: str | Workload, trace: str = "sharegpt", rate: float | None = N
           memory_utilization: float | None = None, arrival: str = "poisson",
           burstiness: float = 1.0, seed: int = 0, slo_ttft_s: float | None = None,
           slo_tpot_s: float | None = None, fidelity: str = "fast",
-          log_iterations: bool = False) -> "ServingResult":
+          log_iterations: bool = False, formats: "str | dict[str, str] | None" = None
+          ) -> "ServingResult":
     """Serve a request trace with zoo ``model`` on a design or a system (as :func:`generate`):
     ``trace`` ``sharegpt`` / ``alpaca`` (lengths like those datasets, arrivals ``poisson`` or
     ``gamma`` with coefficient of variation ``burstiness`` at ``rate`` requests/s) or a CSV file
@@ -323,7 +352,7 @@ def serve(model: str | Workload, trace: str = "sharegpt", rate: float | None = N
     sched = make_scheduler(scheduler, max_batch, token_budget)
     longest = int((tr.input_len + tr.output_len).max())
     target = _target(accelerator, hw, system, devices, parallel, sys, fidelity)
-    cost = _cost_model(_iteration_base(model, dtype, arch), target,
+    cost = _cost_model(_iteration_base(model, dtype, arch, formats), target,
                        max(sched.token_budget, sched.max_batch, longest))
     return simulate_serving(cost, tr, sched, block_size,
                             memory_utilization or MEMORY_UTILIZATION, slo_ttft_s, slo_tpot_s,

@@ -85,8 +85,13 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) ->
 
 
 def _workload_from_flags(model, phase, batch, seq, context, dtype, arch, hf_config,
-                         kv_update=None, module=None, strict=False):
+                         kv_update=None, module=None, strict=False, formats=None):
     from dse import api
+    if formats is not None:
+        from workloads.formats import formatted, parse_formats
+        spec = parse_formats(formats, dtype, "--formats")   # a bad value fails before capture
+        return formatted(_workload_from_flags(model, phase, batch, seq, context, dtype, arch,
+                                              hf_config, kv_update, module, strict), spec)
     if module:   # package.module:factory -> (nn.Module, inputs)
         from workloads.user_module import capture_module, load_factory
         mod, args, kwargs = load_factory(module)
@@ -121,6 +126,9 @@ KvUpdateOpt = typer.Option(None, "--kv-update", help="in_place | concat: how dec
                            "KV cache (default: as the model does; zoo in_place, HF concat).")
 ModuleOpt = typer.Option(None, "--module", help="Your own model: package.module:factory, a "
                          "function returning (nn.Module, inputs).")
+FormatsOpt = typer.Option(None, "--formats", help="Number format per tensor role, e.g. "
+                          "weights=int4_g128,activations=fp8_e4m3,kv=fp8_e4m3 (roles: weights, "
+                          "activations, kv, head, attention; unlisted roles stay in --dtype).")
 
 
 @app.command()
@@ -130,7 +138,7 @@ def workload(model: Optional[str] = typer.Argument(
              seq: Optional[int] = SeqOpt, context: Optional[int] = ContextOpt,
              dtype: str = DtypeOpt, arch: Optional[list[str]] = ArchOpt,
              hf_config: Optional[Path] = HfOpt, kv_update: Optional[str] = KvUpdateOpt,
-             module: Optional[str] = ModuleOpt,
+             module: Optional[str] = ModuleOpt, formats: Optional[str] = FormatsOpt,
              strict: bool = typer.Option(False, "--strict", help="Unknown ops are an error."),
              as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Capture a model with torch.export and summarise its op graph."""
@@ -139,13 +147,15 @@ def workload(model: Optional[str] = typer.Argument(
         warnings.simplefilter("ignore")
         w = _workload_from_flags(model, phase, batch, seq, context, dtype, arch,
                                  str(hf_config) if hf_config else None, kv_update, module,
-                                 strict)
+                                 strict, formats)
     s = w.summary()
     if as_json:
         _print_json(s)
         return
     out.print(f"[bold]{s['model']}[/] {s['phase']} batch={s['batch']} seq={s['seq']} "
               f"context={s['context']} dtype={s['dtype']}")
+    if s.get("formats"):
+        out.print("formats " + " ".join(f"{k}={v}" for k, v in s["formats"].items()))
     out.print(f"params {s['params']:,}   ops {s['ops']}   FLOPs {_si(s['flops'], 'FLOP')}   "
               f"weights {_si(s['bytes']['weights'], 'B')}   activations "
               f"{_si(s['bytes']['activations'], 'B')}   KV cache {_si(s['bytes']['kv_cache'], 'B')}")
@@ -186,7 +196,7 @@ def simulate(model: Optional[str] = typer.Argument(None, help="Zoo model name.")
              seq: Optional[int] = SeqOpt, context: Optional[int] = ContextOpt,
              dtype: str = DtypeOpt, arch: Optional[list[str]] = ArchOpt,
              hf_config: Optional[Path] = HfOpt, kv_update: Optional[str] = KvUpdateOpt,
-             module: Optional[str] = ModuleOpt,
+             module: Optional[str] = ModuleOpt, formats: Optional[str] = FormatsOpt,
              as_json: bool = typer.Option(False, "--json", help="Print the Result as JSON."),
              trace: Optional[Path] = typer.Option(None, "--trace", help="Write a Chrome trace (Perfetto)."),
              report: Optional[Path] = typer.Option(None, "--report", help="Write a one-design HTML report."),
@@ -205,7 +215,8 @@ def simulate(model: Optional[str] = typer.Argument(None, help="Zoo model name.")
     from dse import api
     from dse.files import atomic_write_text, output_errors
     w = _workload_from_flags(model, phase, batch, seq, context, dtype, arch,
-                             str(hf_config) if hf_config else None, kv_update, module)
+                             str(hf_config) if hf_config else None, kv_update, module,
+                             formats=formats)
     parallel = {"tp": tp, "pp": pp, "ep": ep, "dp": dp, "sequence_parallel": sp,
                 "microbatches": microbatches, "ep_imbalance": ep_imbalance}
     design = None
@@ -309,6 +320,14 @@ SysOpt = typer.Option(None, "--sys", help="System parameter KEY=VALUE (repeatabl
 TpOpt = typer.Option(1, "--tp", help="Tensor-parallel ranks.")
 
 
+def _formats_flag(formats: str | None, dtype: str):
+    """``--formats`` checked (one line naming ``--formats`` when bad), or None."""
+    if formats is None:
+        return None
+    from workloads.formats import parse_formats
+    return parse_formats(formats, dtype, "--formats")
+
+
 def _target_args(accelerator, hw, system, devices, sys_pairs, tp, pp=1) -> dict[str, Any]:
     sysp = parse_pairs(sys_pairs, "--sys")
     many = bool(system or sysp or devices or tp * pp > 1)
@@ -327,6 +346,7 @@ def generate(model: str = typer.Argument(..., help="Zoo model name (an LLM)."),
              sys_pairs: Optional[list[str]] = SysOpt, tp: int = TpOpt,
              pp: int = typer.Option(1, "--pp", help="Pipeline stages."),
              dtype: str = DtypeOpt, arch: Optional[list[str]] = ArchOpt,
+             formats: Optional[str] = FormatsOpt,
              exact: bool = typer.Option(False, "--exact", help="Simulate every decode step "
                                         "(default: a few, interpolated within 1 %)."),
              as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
@@ -336,6 +356,7 @@ def generate(model: str = typer.Argument(..., help="Zoo model name (an LLM)."),
     with _busy(f"generating {output_len} tokens of {model}"):
         g = api.generate(model, input_len, output_len, batch, dtype=dtype,
                          arch=parse_pairs(arch, "--arch") or None, exact=exact,
+                         formats=_formats_flag(formats, dtype),
                          **_target_args(accelerator, hw, system, devices, sys_pairs, tp, pp))
     if as_json:
         _print_json(g.to_dict())
@@ -377,6 +398,7 @@ def serve(model: str = typer.Argument(..., help="Zoo model name (an LLM)."),
           system: Optional[str] = SystemOpt, devices: Optional[int] = DevicesOpt,
           sys_pairs: Optional[list[str]] = SysOpt, tp: int = TpOpt,
           dtype: str = DtypeOpt, arch: Optional[list[str]] = ArchOpt,
+          formats: Optional[str] = FormatsOpt,
           chrome_trace: Optional[Path] = typer.Option(None, "--chrome-trace", help="Write the "
                                                       "iterations as a Chrome trace (Perfetto)."),
           rates: Optional[str] = typer.Option(None, "--rates", help="Also serve the trace at "
@@ -400,6 +422,7 @@ def serve(model: str = typer.Argument(..., help="Zoo model name (an LLM)."),
               max_batch=max_batch, token_budget=token_budget, block_size=block_size,
               arrival=arrival, burstiness=burstiness, seed=seed, slo_ttft_s=slo_ttft,
               slo_tpot_s=slo_tpot, dtype=dtype, arch=parse_pairs(arch, "--arch") or None,
+              formats=_formats_flag(formats, dtype),
               log_iterations=chrome_trace is not None,
               **_target_args(accelerator, hw, system, devices, sys_pairs, tp))
     sweep = None
@@ -531,7 +554,7 @@ def collective(kind: str = typer.Argument(..., help="all_reduce | all_gather | r
 # ----------------------------------------------------------------------------- reproduce
 @app.command()
 def reproduce(name: str = typer.Argument(..., help="pim-gpt | neupims | ngpc | waferllm | gna | "
-                                          "nasaic | melange | distserve | speculative"),
+                                          "nasaic | formats | melange | distserve | speculative"),
               as_json: bool = typer.Option(False, "--json", help='Print {"rows": [...]}.'),
               gpu_hw: Optional[list[str]] = typer.Option(
                   None, "--gpu-hw", help="GPU baseline KEY=VALUE (pim-gpt), e.g. runtime=eager "

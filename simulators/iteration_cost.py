@@ -40,6 +40,7 @@ from accelerators.base import Template
 from dse.errors import BadInput, InfeasibleDesign
 from workloads import ir
 from workloads.footprint import memory_footprint
+from workloads.formats import kv_element_bytes
 from workloads.iteration import (attention_ops, decode_attention, logit_ops, prefill_attention,
                                  scale_op, scale_tokens, token_wise)
 from workloads.parallel import Layout, replace
@@ -167,7 +168,7 @@ class IterationCostModel:
         self.kv_bytes_per_token = float(sum(
             int(op.attrs.get("kv_heads", op.attrs["heads"]))
             * (int(op.attrs["head_dim"]) + int(op.attrs.get("value_dim", op.attrs["head_dim"])))
-            * op.bytes_per_element for op in attention_ops(share)))
+            * kv_element_bytes(op) for op in attention_ops(share)))
         self.activation_bytes = float(memory_footprint(
             target.share(scale_tokens(base, self.max_tokens))).activation_bytes)
 

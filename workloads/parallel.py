@@ -222,6 +222,9 @@ def resident_weights(op: Op) -> int:
         return math.prod(op.input_shapes[0])
     if op.kind == MOE and op.attrs.get("params_per_expert") and op.attrs.get("experts"):
         return int(op.attrs["params_per_expert"]) * int(op.attrs["experts"])
+    if "formats" in op.attrs:   # weight bytes in a number format (workloads.formats)
+        from workloads.formats import weight_elements
+        return weight_elements(op)
     return op.weight_bytes // max(op.bytes_per_element, 1)
 
 

@@ -34,6 +34,7 @@ from dse.study.networks import NETWORK_KEY, check_published_coverage, network_di
 from dse.study.space import (Dimension, Fixed, SearchSpace, Shown, Target, _NOTHING, bad,
                              parse_range)
 from dse.study.spec import StudySpec
+from workloads.formats import parse_formats
 
 #: Samplers and the module each needs beyond Optuna.
 SAMPLER_NEEDS = {"gp": "scipy", "qmc": "scipy", "cmaes": "cmaes"}
@@ -256,6 +257,8 @@ class ResolvedWorkload:
     dtype: str
     weight: float
     arch_defaults: dict[str, Any]
+    #: tensor role -> number format the study file fixes for this workload
+    formats: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -393,7 +396,8 @@ def resolve(data: Any, source: str | None = None) -> ResolvedStudy:
                 constraints.append(obj.Constraint(key, "<=", float(value)))
     q = spec.quality
     quality = QualityConfig(python=q.python, tokens=q.tokens, tokens_per_param=q.tokens_per_param,
-                            steps=q.steps, source=q.source, table=q.table) if q else QualityConfig()
+                            steps=q.steps, source=q.source, table=q.table,
+                            method=q.method) if q else QualityConfig()
     published = quality.source == "published"
     uses = [(f"objectives[{i}]", o.metric) for i, o in enumerate(objectives)] + \
            [(f"constraints[{i}]", c.metric) for i, c in enumerate(constraints)]
@@ -418,8 +422,11 @@ def resolve(data: Any, source: str | None = None) -> ResolvedStudy:
                 if "rows" not in params or "cols" not in params:
                     raise bad(where, metric, "expected sub-accelerators with a PE count (rows x "
                               f"cols); {d.name} ({d.template}) has none")
-    if published and rated:
-        check_published_coverage(space, workloads, rated, _table(spec))
+    llms = {w.label for w in workloads if w.family == "llm"}
+    if published and rated - llms:
+        check_published_coverage(space, workloads, rated - llms, _table(spec))
+    if published and rated & llms:
+        _check_format_table(spec, [w for w in workloads if w.label in rated & llms])
     _check_sampler(spec, objectives)
     if spec.storage is not None:
         spec.storage = check_storage_url(spec.storage, "storage")
@@ -484,7 +491,7 @@ def _check_forms(spec: StudySpec) -> None:
                       f"{sv.trace} trace")
         # the served model's iterations are built from its decode step of batch 1
         spec.workloads = [WorkloadSpec(model=sv.model, phase="decode", batch=1, context=1,
-                                       dtype=sv.dtype)]
+                                       dtype=sv.dtype, formats=sv.formats)]
     given = [k for k in ("accelerator", "accelerators", "sub_accelerators")
              if getattr(spec, k) is not None]
     if len(given) != 1:
@@ -539,10 +546,12 @@ def _resolve_workload(i: int, w) -> ResolvedWorkload:
                                context=w.context, dtype=w.dtype)
     except BadInput as exc:
         raise _remap(where, exc) from None
+    fm = parse_formats(w.formats, args["dtype"], f"{where}.formats") if w.formats else None
     return ResolvedWorkload(label=w.label, model=w.model, family=model.family,
                             phase=args["phase"], batch=args["batch"],
                             seq=w.seq, context=w.context, dtype=args["dtype"],
-                            weight=w.weight, arch_defaults=dict(args["arch"]))
+                            weight=w.weight, arch_defaults=dict(args["arch"]),
+                            formats=dict(fm.roles) if fm else {})
 
 
 def _design_field(spec: StudySpec, i: int) -> str:
@@ -704,6 +713,7 @@ def _build_space(spec: StudySpec, designs: list[ResolvedDesign],
             fixed_arch[wlabel][akey] = got.value
         else:
             dims.append(got)
+    fixed_formats = _format_dimensions(spec, dims)
     segments = 0
     if spec.heterogeneous:
         segments = spec.assignment.segments if spec.assignment else 1
@@ -714,11 +724,71 @@ def _build_space(spec: StudySpec, designs: list[ResolvedDesign],
     if not dims and not (spec.system is not None and (spec.search.system
                                                       or spec.search.parallel)):
         raise bad("search", spec.search.model_dump(), "expected at least one searched "
-                  "parameter in search.hardware, search.architecture, search.system or "
-                  "search.parallel")
+                  "parameter in search.hardware, search.architecture, search.formats, "
+                  "search.system or search.parallel")
     return SearchSpace(dimensions=dims, designs=names, workloads=labels, fixed_hw=fixed_hw,
                        fixed_arch=fixed_arch, segments=segments, alternatives=spec.alternatives,
-                       networks=networks)
+                       networks=networks, fixed_formats=fixed_formats)
+
+
+def _format_dimensions(spec: StudySpec, dims: list[Dimension]) -> dict[str, str]:
+    """``search.formats``: a categorical ``fmt.ROLE`` per role given a list of formats
+    (appended to ``dims``); the roles given one format, returned fixed."""
+    from workloads.formats import ROLES, get_format
+
+    raw = spec.search.formats
+    if isinstance(raw, list):   # whole assignments: one categorical over them
+        schemes = []
+        for i, item in enumerate(raw):
+            fm = parse_formats(item, "bf16", f"search.formats[{i}]") if isinstance(
+                item, dict) else None
+            if fm is None:
+                raise bad(f"search.formats[{i}]", item, "expected a mapping of role -> format")
+            text = ",".join(f"{r}={n}" for r, n in fm.roles) or "base"
+            if text not in schemes:
+                schemes.append(text)
+        if len(schemes) == 1:
+            return dict(p.split("=") for p in schemes[0].split(",")) if schemes[0] != "base" \
+                else {}
+        dims.append(Dimension("fmt.scheme", "search.formats", "categorical",
+                              choices=tuple(schemes)))
+        return {}
+    if not isinstance(raw, dict):
+        raise bad("search.formats", raw, "expected a mapping of tensor role -> format(s), or "
+                  "a list of such mappings")
+    fixed: dict[str, str] = {}
+    for role, value in raw.items():
+        where = f"search.formats.{role}"
+        if role not in ROLES:
+            raise bad(where, role, "expected a tensor role: " + ", ".join(ROLES))
+        if isinstance(value, dict) and set(value) == {"choices"}:
+            value = value["choices"]
+        values = value if isinstance(value, list) else [value]
+        if not values or not all(isinstance(v, str) for v in values):
+            raise bad(where, value, "expected a format name or a list of format names")
+        names = []
+        for v in values:
+            name = get_format(v, where).name
+            if name not in names:
+                names.append(name)
+        if len(names) == 1:
+            fixed[role] = names[0]
+        else:
+            dims.append(Dimension(f"fmt.{role}", where, "categorical", choices=tuple(names)))
+    return fixed
+
+
+def _check_format_table(spec: StudySpec, workloads: list[ResolvedWorkload]) -> None:
+    """With ``quality: published`` on LLM workloads: the format-quality table loads and holds
+    each model's 16-bit baseline (format combinations it lacks become pruned trials)."""
+    from dse.quality.format_quality import load_format_table
+
+    table = load_format_table(spec.quality.table if spec.quality else None)
+    for w in workloads:
+        if not any(e.model == w.model and not e.formats for e in table.entries):
+            raise bad("quality", "published", f"expected {w.model} in the format-quality table "
+                      f"{table.path}, which covers: "
+                      + ", ".join(sorted({e.model for e in table.entries})))
 
 
 def _table(spec: StudySpec):

@@ -303,12 +303,15 @@ class Point:
     params: dict[str, Any] = field(default_factory=dict)
     sys: dict[str, Any] = field(default_factory=dict)
     parallel: dict[str, Any] = field(default_factory=dict)
+    #: tensor role -> number format (``search.formats``; every workload's tensors)
+    formats: dict[str, str] = field(default_factory=dict)
     pool: dict[str, Any] = field(default_factory=dict)
 
     def key(self) -> str:
         """A canonical string of everything that decides the evaluation."""
         return json.dumps([self.design, self.hw, self.arch, self.assign, self.sys,
-                           self.parallel] + ([self.pool] if self.pool else []),
+                           self.parallel] + ([self.formats] if self.formats else [])
+                          + ([{"pool": self.pool}] if self.pool else []),
                           sort_keys=True, default=str)
 
 
@@ -329,6 +332,8 @@ class SearchSpace:
     fixed_pool: dict[str, Any] = field(default_factory=dict)
     #: workload label -> published network name -> its full architecture (the ``network`` key)
     networks: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    #: tensor role -> number format that ``search.formats`` fixes
+    fixed_formats: dict[str, str] = field(default_factory=dict)
 
     def names(self) -> list[str]:
         return [d.name for d in self.dimensions]
@@ -351,6 +356,7 @@ class SearchSpace:
         many_designs = len(self.designs) > 1
         many_workloads = len(self.workloads) > 1
         sysv, par, pool = dict(self.fixed_sys), dict(self.fixed_parallel), dict(self.fixed_pool)
+        fmts = dict(self.fixed_formats)
         for name, v in values.items():
             parts = name.split(".")
             if parts[0] == "hw":
@@ -368,11 +374,8 @@ class SearchSpace:
                 sysv[parts[1]] = v
             elif parts[0] == "par":
                 par[parts[1]] = v
-            elif parts[0] == "pool":
-                pool[parts[1]] = v
-        if self.alternatives:
-            hw = {design: hw[design]}
-        return Point(design, hw, arch, assign, dict(values), sysv, par, pool)
+        sysv, par, pool = dict(self.fixed_sys), dict(self.fixed_parallel), dict(self.fixed_pool)
+        fmts = dict(self.fixed_formats)
 
     def distributions(self) -> dict[str, BaseDistribution]:
         return {d.name: d.distribution() for d in self.dimensions}
