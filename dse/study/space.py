@@ -374,8 +374,15 @@ class SearchSpace:
                 sysv[parts[1]] = v
             elif parts[0] == "par":
                 par[parts[1]] = v
-        sysv, par, pool = dict(self.fixed_sys), dict(self.fixed_parallel), dict(self.fixed_pool)
-        fmts = dict(self.fixed_formats)
+            elif parts[0] == "fmt" and parts[1] == "scheme":   # a whole assignment
+                fmts.update(dict(p.split("=") for p in v.split(",")) if v != "base" else {})
+            elif parts[0] == "fmt":
+                fmts[parts[1]] = v
+            elif parts[0] == "pool":
+                pool[parts[1]] = v
+        if self.alternatives:
+            hw = {design: hw[design]}
+        return Point(design, hw, arch, assign, dict(values), sysv, par, fmts, pool)
 
     def distributions(self) -> dict[str, BaseDistribution]:
         return {d.name: d.distribution() for d in self.dimensions}
