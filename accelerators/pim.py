@@ -595,7 +595,7 @@ def pim_memory(kind: str, channels: int, channel_capacity_gib: float,
     std = replace(std, price_usd_per_gb=std.price_usd_per_gb * logic.growth,
                   static_w=per * dt.BACKGROUND_W_PER_CHANNEL[kind])
     devices = math.ceil(channels / per)
-    return MemorySystem(std, devices, channels * channel_capacity_gib * GIB / devices / 1e9,
+    return MemorySystem(std, devices, channels * channel_capacity_gib / devices,   # GiB each
                         bandwidth_Bps)
 
 

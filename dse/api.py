@@ -16,7 +16,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -71,17 +71,20 @@ def workload(model: str | torch.nn.Module | None = None, phase: str | None = Non
         from workloads.user_module import capture_module
         w = capture_module(module, inputs, phase=phase or "forward", dtype=dtype,
                            kv_input=kv_input, batch=batch or 1, seq=seq or 0,
-                           context=context or 0, kv_update=kv_update or "in_place")
+                           context=context or 0,
+                           kv_update="in_place" if kv_update is None else kv_update)
     elif hf_config:
         from workloads.hf import workload_from_hf_config
         w = workload_from_hf_config(hf_config, phase=phase, batch=batch, seq=seq,
                                     context=context, dtype=dtype, arch=arch,
-                                    kv_update=kv_update or "concat")
+                                    kv_update="concat" if kv_update is None
+                                    else kv_update)
     elif model is None:
         raise BadInput("model", None, "a zoo model name, hf_config or module")
     else:
         w = build_workload(model, phase=phase, batch=batch, seq=seq, context=context,
-                           dtype=dtype, arch=arch, kv_update=kv_update or "in_place")
+                           dtype=dtype, arch=arch,
+                           kv_update="in_place" if kv_update is None else kv_update)
     return check_unknown_ops(w, strict)
 
 
@@ -142,15 +145,24 @@ def _design_or_system(accelerator: str | Template | None, hw: dict[str, Any] | N
                       ) -> tuple:
     """``(design, None, None)`` when no system is asked for (as :func:`simulate` takes
     them), else ``(None, system, layout)``."""
+    _check_devices(devices)
     if system is None and parallel is None and devices is None and not sys:
         return (accelerator if isinstance(accelerator, Template) else make_accelerator(
-            accelerator or "npu", hw)), None, None
+            "npu" if accelerator is None else accelerator, hw)), None, None
     from accelerators.system import System as _System
     from workloads.parallel import layout_from
     lay = layout_from(parallel)
     sysm = system if isinstance(system, _System) else make_system_for(
         system, devices or lay.devices, accelerator, hw, sys)
     return None, sysm, lay
+
+
+def _check_devices(devices: Any) -> None:
+    """``devices``, where given, a count of devices (never silently the default)."""
+    if devices is not None and (isinstance(devices, bool) or not isinstance(devices, int)
+                                or not 1 <= devices <= 65536):
+        from dse.errors import BadInput
+        raise BadInput("devices", devices, "expected an int in [1, 65536]")
 
 
 def make_system_for(system: str | None, devices: int, accelerator: str | Template | None = None,
@@ -184,6 +196,7 @@ def system(name: str | None = None, devices: int | None = None,
     the preset's), its device replaced by ``accelerator`` / ``hw``, ``sys`` parameter
     overrides."""
     from accelerators.system import SYSTEM_PRESETS
+    _check_devices(devices)
     n = devices or (SYSTEM_PRESETS[name]["devices"] if name in SYSTEM_PRESETS else 1)
     return make_system_for(name, n, accelerator, hw, sys)
 
@@ -193,12 +206,23 @@ _preset_system = system
 
 def collective(kind: str, nbytes: float, system: str | "System" = "hgx-h200",
                devices: int | None = None, algorithm: str | None = None,
-               group: list[int] | None = None) -> "CollectiveCost":
+               group: list[int] | None = None, call: str = "device") -> "CollectiveCost":
     """The time, algorithm, protocol and bus bandwidth (nccl-tests' definition) of one
-    collective of ``nbytes`` on ``devices`` devices of ``system``."""
+    collective of ``nbytes`` on ``devices`` devices of ``system``; ``call``: device time
+    alone, or issued from PyTorch (``eager_b2b``, ``eager_call``, ``graph_b2b``,
+    ``graph_call``) with the link's measured per-call latency."""
     from accelerators.system import System as _System
+    from dse.errors import BadInput
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or not nbytes > 0:
+        raise BadInput("bytes", nbytes, "expected a message of more than 0 bytes")
     sysm = system if isinstance(system, _System) else _preset_system(system, devices)
-    return sysm.collective(kind, nbytes, group, algorithm)
+    members = len(group) if group is not None else sysm.devices
+    if members < 2:
+        raise BadInput("group" if group is not None else "devices",
+                       group if group is not None else members,
+                       "expected at least 2 devices (a collective among one device moves "
+                       "nothing)")
+    return sysm.collective(kind, nbytes, group, algorithm, call=call)
 
 
 def systems() -> list[dict[str, Any]]:
@@ -288,6 +312,27 @@ def _iteration_base(model: str | Workload, dtype: str, arch: dict[str, Any] | No
                     formats=formats)
 
 
+#: Architecture keys that bound the tokens a sequence may hold (zoo, Hugging Face names).
+POSITION_KEYS = ("max_seq", "max_position_embeddings", "n_positions")
+
+
+def positions_of(base: Workload) -> int | None:
+    """The tokens a sequence of ``base``'s model may hold, where its architecture says."""
+    return next((v for k in POSITION_KEYS if isinstance(v := (base.arch or {}).get(k), int)
+                 and not isinstance(v, bool) and v > 0), None)
+
+
+def check_positions(base: Workload, tokens: int, field: str, what: str) -> None:
+    """``tokens`` (a prompt and its output) within the positions ``base``'s model holds, where
+    it declares them; one :class:`BadInput` naming ``field`` otherwise (checked before any
+    cost model is fitted, so a too-long request costs nothing)."""
+    from dse.errors import BadInput
+    most = positions_of(base)
+    if most is not None and tokens > most:
+        raise BadInput(field, tokens, f"expected {what} of at most {most} tokens: "
+                       f"{base.model} holds {most} positions")
+
+
 def generate(model: str | Workload, input_len: int = 128, output_len: int = 128,
              batch: int = 1, accelerator: str | Template | None = None,
              hw: dict[str, Any] | None = None, arch: dict[str, Any] | None = None,
@@ -308,9 +353,11 @@ def generate(model: str | Workload, input_len: int = 128, output_len: int = 128,
     """
     from simulators.generation import check_lengths, generate as _generate
     check_lengths(input_len, output_len, batch)
+    base = _iteration_base(model, dtype, arch, formats)
+    check_positions(base, input_len + output_len, "input_len + output_len",
+                    "a prompt and its output")
     target = _target(accelerator, hw, system, devices, parallel, sys, fidelity)
-    return _generate(_iteration_base(model, dtype, arch, formats), target, input_len,
-                     output_len, batch, exact=exact)
+    return _generate(base, target, input_len, output_len, batch, exact=exact)
 
 
 def serve(model: str | Workload, trace: str = "sharegpt", rate: float | None = None,
@@ -324,7 +371,10 @@ def serve(model: str | Workload, trace: str = "sharegpt", rate: float | None = N
           memory_utilization: float | None = None, arrival: str = "poisson",
           burstiness: float = 1.0, seed: int = 0, slo_ttft_s: float | None = None,
           slo_tpot_s: float | None = None, fidelity: str = "fast",
-          log_iterations: bool = False, formats: "str | dict[str, str] | None" = None
+          log_iterations: bool = False, formats: "str | dict[str, str] | None" = None,
+          preemption: str = "recompute", router: str = "round_robin",
+          swap_space_bytes: float | None = None,
+          progress: "Callable[[int, int], None] | None" = None
           ) -> "ServingResult":
     """Serve a request trace with zoo ``model`` on a design or a system (as :func:`generate`):
     ``trace`` ``sharegpt`` / ``alpaca`` (lengths like those datasets, arrivals ``poisson`` or
@@ -332,7 +382,11 @@ def serve(model: str | Workload, trace: str = "sharegpt", rate: float | None = N
     (``arrival_s,input_len,output_len``); ``requests`` or ``duration_s`` bound it.
     ``scheduler``: ``continuous`` (vLLM, prefill first), ``chunked`` (Sarathi) or ``static``,
     with ``max_batch`` requests and ``token_budget`` tokens per iteration; a paged KV cache of
-    ``block_size``-token blocks in what the design's memory holds beside the weights.
+    ``block_size``-token blocks in what the design's memory holds beside the weights and
+    activations at ``memory_utilization`` (vLLM's ``gpu_memory_utilization``, default 0.9);
+    ``preemption`` ``recompute`` or ``swap`` (into ``swap_space_bytes`` of host memory per
+    device, default vLLM's 4 GiB). On a system, ``parallel`` may set ``pp`` (pipelined
+    batches) and ``dp`` (replicas behind a ``router``: ``round_robin`` or ``least_loaded``).
     Returns a :class:`~simulators.serving.ServingResult` (TTFT / TPOT / E2E percentiles,
     throughput, goodput under the SLOs, energy and cost per million tokens, KV occupancy,
     preemptions).
@@ -343,20 +397,28 @@ def serve(model: str | Workload, trace: str = "sharegpt", rate: float | None = N
     """
     from simulators.iteration_cost import MEMORY_UTILIZATION
     from simulators.schedulers import make_scheduler
-    from simulators.serving import simulate_serving
+    from simulators.serving import SWAP_SPACE_BYTES, check_serving_options, simulate_serving
     from workloads.traces import trace_from
+    swap = SWAP_SPACE_BYTES if swap_space_bytes is None else swap_space_bytes
+    check_serving_options(preemption, router, swap)
     if requests is None and duration_s is None and not (
             isinstance(trace, str) and trace.endswith(".csv")):
         requests = 1000
-    tr = trace_from(trace, rate, requests, duration_s, arrival, burstiness, seed)
+    base = _iteration_base(model, dtype, arch, formats)
+    tr = trace_from(trace, rate, requests, duration_s, arrival, burstiness, seed,
+                    max_tokens=positions_of(base))
     sched = make_scheduler(scheduler, max_batch, token_budget)
     longest = int((tr.input_len + tr.output_len).max())
+    check_positions(base, longest, "trace", "requests (prompt and output)")
     target = _target(accelerator, hw, system, devices, parallel, sys, fidelity)
-    cost = _cost_model(_iteration_base(model, dtype, arch, formats), target,
-                       max(sched.token_budget, sched.max_batch, longest))
-    return simulate_serving(cost, tr, sched, block_size,
-                            memory_utilization or MEMORY_UTILIZATION, slo_ttft_s, slo_tpot_s,
-                            log_iterations=log_iterations)
+    cost = _cost_model(base, target, max(sched.token_budget, sched.max_batch, longest))
+    r = simulate_serving(cost, tr, sched, block_size,
+                         MEMORY_UTILIZATION if memory_utilization is None else memory_utilization,
+                         slo_ttft_s, slo_tpot_s, log_iterations=log_iterations,
+                         preemption=preemption, router=router, swap_space_bytes=swap,
+                         progress=progress)
+    _keep_cost_model(cost)      # with the activations it sized
+    return r
 
 
 #: Arrival rates a sweep may hold, at most [E: a readable plot; each rate is one serving run].
@@ -401,21 +463,37 @@ def serve_sweep(model: str | Workload, rates: Any, **kwargs: Any) -> "RateSweep"
 
 def _cost_model(base: Workload, target: "Target", max_tokens: int):
     """The iteration cost model of ``base`` on ``target``, its grid rounded up to whole
-    tiles so nearby token limits share one (kept for the process: a study or a rate sweep
-    fits each design once)."""
-    from simulators.iteration_cost import GRID_STEP, IterationCostModel
+    tiles so nearby token limits share one, kept for the process (a study or a rate sweep
+    fits each design once) and on disk (:mod:`simulators.cost_cache`: a fresh process reads
+    the fit instead of redoing it)."""
+    from simulators import cost_cache
+    from simulators.iteration_cost import GRID_STEP, IterationCostModel, token_grid
     import json
-    limit = -(-max_tokens // 1024) * 1024
+    limit = max(-(-max_tokens // 1024) * 1024, GRID_STEP)
     key = (id(base), json.dumps(target.describe(), sort_keys=True, default=str),
            target.fidelity, limit)
     hit = _COST_MODELS.get(key)
     if hit is not None and hit[0] is base:
         return hit[1]
-    model = IterationCostModel(base, target, max(limit, GRID_STEP))
+    disk_key = cost_cache.key(base, target, limit)
+    fitted = cost_cache.load(disk_key, [float(x) for x in token_grid(limit)], target.stages)
+    model = IterationCostModel(base, target, limit, fitted=fitted)
+    model.cache_key = disk_key
+    if fitted is None:
+        _keep_cost_model(model)
     if len(_COST_MODELS) > 64:
         _COST_MODELS.clear()
     _COST_MODELS[key] = (base, model)
     return model
+
+
+def _keep_cost_model(model) -> None:
+    """Write ``model``'s fit to the disk cache when it holds something the file lacks."""
+    from simulators import cost_cache
+    fitted = model.fitted()
+    if model.cache_key and model.stored != set(fitted["activation_bytes"]):
+        cost_cache.store(model.cache_key, fitted)
+        model.stored = set(fitted["activation_bytes"])
 
 
 _COST_MODELS: dict[tuple, tuple] = {}

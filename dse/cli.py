@@ -87,6 +87,15 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) ->
 def _workload_from_flags(model, phase, batch, seq, context, dtype, arch, hf_config,
                          kv_update=None, module=None, strict=False, formats=None):
     from dse import api
+    given = [f for f, v in (("MODEL", model), ("--hf-config", hf_config), ("--module", module))
+             if v]
+    if len(given) > 1:
+        raise BadInput(given[1], {"MODEL": model, "--hf-config": hf_config,
+                                  "--module": module}[given[1]],
+                       f"expected one source of the model, not both {given[0]} and {given[1]}")
+    if module and arch:
+        raise BadInput("--arch", arch[0], "expected no --arch with --module (your factory "
+                       "builds the module: change it there)")
     if formats is not None:
         from workloads.formats import formatted, parse_formats
         spec = parse_formats(formats, dtype, "--formats")   # a bad value fails before capture
@@ -98,7 +107,8 @@ def _workload_from_flags(model, phase, batch, seq, context, dtype, arch, hf_conf
         with _busy(f"capturing {module} with torch.export"):
             w = capture_module(mod, args, kwargs, phase=phase or "forward", dtype=dtype,
                                model=module, batch=batch or 1, seq=seq or 0,
-                               context=context or 0, kv_update=kv_update or "in_place")
+                               context=context or 0,
+                               kv_update="in_place" if kv_update is None else kv_update)
         return api.check_unknown_ops(w, strict)
     if model and not hf_config:
         from workloads.build import check_sizes_apply
@@ -220,13 +230,15 @@ def simulate(model: Optional[str] = typer.Argument(None, help="Zoo model name.")
     parallel = {"tp": tp, "pp": pp, "ep": ep, "dp": dp, "sequence_parallel": sp,
                 "microbatches": microbatches, "ep_imbalance": ep_imbalance}
     design = None
-    if system or sys_pairs or devices or tp * pp * ep * dp > 1 or sp:
+    if system is not None or sys_pairs or devices is not None or (tp, pp, ep, dp) != (1, 1, 1, 1) \
+            or sp:
         with _busy(f"simulating {len(w)} ops on {system or 'a system'}"):
             r = api.simulate(w, accelerator=accelerator, hw=parse_pairs(hw, "--hw") or None,
                              system=system, devices=devices, parallel=parallel,
                              sys=parse_pairs(sys_pairs, "--sys"))
     else:
-        design = api.accelerator(accelerator or "npu", parse_pairs(hw, "--hw"))
+        design = api.accelerator("npu" if accelerator is None else accelerator,
+                                 parse_pairs(hw, "--hw"))
         with _busy(f"simulating {len(w)} ops on {accelerator or 'npu'}"):
             r = api.simulate(w, design)
     if trace:
@@ -328,12 +340,13 @@ def _formats_flag(formats: str | None, dtype: str):
     return parse_formats(formats, dtype, "--formats")
 
 
-def _target_args(accelerator, hw, system, devices, sys_pairs, tp, pp=1) -> dict[str, Any]:
+def _target_args(accelerator, hw, system, devices, sys_pairs, tp, pp=1, dp=1) -> dict[str, Any]:
     sysp = parse_pairs(sys_pairs, "--sys")
-    many = bool(system or sysp or devices or tp * pp > 1)
+    many = bool(system is not None or sysp or devices is not None or (tp, pp, dp) != (1, 1, 1))
     return {"accelerator": accelerator, "hw": parse_pairs(hw, "--hw") or None,
             "system": system, "devices": devices, "sys": sysp or None,
-            "parallel": {"tp": tp, "pp": pp} if many else None}
+            "parallel": ({"tp": tp, "pp": pp, **({"dp": dp} if dp != 1 else {})}
+                         if many else None)}
 
 
 @app.command()
@@ -397,6 +410,18 @@ def serve(model: str = typer.Argument(..., help="Zoo model name (an LLM)."),
           accelerator: Optional[str] = AccelOpt, hw: Optional[list[str]] = HwOpt,
           system: Optional[str] = SystemOpt, devices: Optional[int] = DevicesOpt,
           sys_pairs: Optional[list[str]] = SysOpt, tp: int = TpOpt,
+          pp: int = typer.Option(1, "--pp", help="Pipeline stages of a replica (batches in "
+                                 "flight, one per stage)."),
+          dp: int = typer.Option(1, "--dp", help="Replicas behind a router."),
+          router: str = typer.Option("round_robin", "--router", help="round_robin | "
+                                     "least_loaded (fewest outstanding requests)."),
+          preemption: str = typer.Option("recompute", "--preemption", help="recompute | swap "
+                                         "(KV to host memory over the host link)."),
+          swap_space: Optional[str] = typer.Option(None, "--swap-space", help="Host swap "
+                                                   "space per device, e.g. 4GiB (vLLM's default)."),
+          memory_utilization: Optional[float] = typer.Option(
+              None, "--memory-utilization", help="Share of device memory for weights, "
+              "activations and KV cache (vLLM's gpu_memory_utilization; default 0.9)."),
           dtype: str = DtypeOpt, arch: Optional[list[str]] = ArchOpt,
           formats: Optional[str] = FormatsOpt,
           chrome_trace: Optional[Path] = typer.Option(None, "--chrome-trace", help="Write the "
@@ -423,10 +448,16 @@ def serve(model: str = typer.Argument(..., help="Zoo model name (an LLM)."),
               arrival=arrival, burstiness=burstiness, seed=seed, slo_ttft_s=slo_ttft,
               slo_tpot_s=slo_tpot, dtype=dtype, arch=parse_pairs(arch, "--arch") or None,
               formats=_formats_flag(formats, dtype),
-              log_iterations=chrome_trace is not None,
-              **_target_args(accelerator, hw, system, devices, sys_pairs, tp))
+              log_iterations=chrome_trace is not None, preemption=preemption, router=router,
+              swap_space_bytes=(parse_bytes(swap_space, "--swap-space")
+                                if swap_space is not None else None),
+              memory_utilization=memory_utilization,
+              **_target_args(accelerator, hw, system, devices, sys_pairs, tp, pp, dp))
     sweep = None
-    with _busy(f"serving {trace} on {system or accelerator or 'npu'}"):
+    what = f"serving {trace} on {system or accelerator or 'npu'}"
+    with _busy(what) as status:
+        kw["progress"] = lambda done, total: status.update(
+            f"{what}: {done:,} of {total:,} requests done...")
         if sweep_rates:
             sweep = api.serve_sweep(model, sweep_rates, **kw)
         r = (sweep.results[sweep.rates.index(rate)] if sweep and rate in sweep.rates
@@ -452,16 +483,22 @@ def serve(model: str = typer.Argument(..., help="Zoo model name (an LLM)."),
         t.add_row(name, *(_si(d[k], "s") for k in ("p50", "p90", "p99", "mean")))
     out.print(t)
     good = (f"   goodput {r.goodput_req_s:.3g} req/s" if r.goodput_req_s is not None else "")
-    out.print(f"throughput {r.throughput_tok_s:,.4g} tokens/s, {r.throughput_req_s:.3g} req/s"
-              f"{good}   completed {r.completed}, rejected {r.rejected}")
+    good_run = (f", goodput {r.goodput_run_req_s:.3g} req/s" if r.goodput_run_req_s
+                is not None else "")
+    out.print(f"over the arrival window ({_si(r.window_s, 's')}): throughput "
+              f"{r.throughput_tok_s:,.4g} tokens/s, {r.throughput_req_s:.3g} req/s{good}")
+    out.print(f"over the whole run ({_si(r.span_s, 's')}): throughput "
+              f"{r.throughput_run_tok_s:,.4g} tokens/s, {r.throughput_run_req_s:.3g} req/s"
+              f"{good_run}   completed {r.completed}, rejected {r.rejected}")
     out.print(f"energy {_si(r.energy_per_token_j, 'J')} per token   cost "
               f"${r.cost_per_mtok_usd:.3g} per million tokens (${r.cost_usd:,.0f} over "
               f"{r.lifetime_years:g} years + ${r.usd_per_kwh:g}/kWh)")
     kv = r.kv_cache
     out.print(f"KV cache {kv['capacity_tokens']:,} tokens ({kv['blocks']:,} blocks of "
               f"{kv['block_size']}), peak {100 * kv['peak_occupancy']:.1f}% full   "
-              f"preemptions {r.preemptions}   iterations {r.iterations:,}   most running "
-              f"{r.max_running}")
+              f"preemptions {r.preemptions}"
+              + (f" (swapped {r.swaps}, {_si(r.swapped_bytes, 'B')})" if r.swaps else "")
+              + f"   iterations {r.iterations:,}   most running {r.max_running}")
     if sweep:
         t = Table(box=None, padding=(0, 1), title="against the arrival rate")
         for col in ("rate req/s", "tokens/s", "served req/s", "p99 TTFT", "p99 TPOT",
@@ -537,11 +574,12 @@ def collective(kind: str = typer.Argument(..., help="all_reduce | all_gather | r
                devices: Optional[int] = typer.Option(None, "--devices", help="Devices taking part (default: the preset's)."),
                algorithm: Optional[str] = typer.Option(None, "--algorithm", help="auto | nccl | ring | tree | direct | two_shot | switch_reduce | torus | hierarchical (default: the system's)."),
                sys_pairs: Optional[list[str]] = typer.Option(None, "--sys", help="System parameter KEY=VALUE (repeatable)."),
+               call: str = typer.Option("device", "--call", help="device (time on the GPUs) | eager_b2b | eager_call | graph_b2b | graph_call (issued from PyTorch, with the link's measured per-call latency)."),
                as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Time, algorithm and bus bandwidth of one collective on a system."""
     from dse import api
     sysm = api.system(system, devices, sys=parse_pairs(sys_pairs, "--sys"))
-    c = sysm.collective(kind, parse_bytes(nbytes), None, algorithm)
+    c = api.collective(kind, parse_bytes(nbytes), sysm, algorithm=algorithm, call=call)
     d = {**c.to_dict(), "system": system, "devices": sysm.devices}
     if as_json:
         _print_json(d)
@@ -604,8 +642,9 @@ def main(argv: list[str] | None = None) -> None:
         _fail(str(exc))
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except typer.Abort:
-        _fail("aborted")
+    except (typer.Abort, KeyboardInterrupt):
+        sys.stderr.write("error: interrupted\n")
+        sys.exit(130)
     except click_exc.NoArgsIsHelpError as exc:
         sys.stdout.write(exc.format_message() + "\n")
         sys.exit(0)
@@ -613,6 +652,24 @@ def main(argv: list[str] | None = None) -> None:
         _fail(exc.format_message().replace("\n", " "))
     except OSError as exc:  # the machine refused (a full disk, no permission, a missing path)
         _fail(f"{exc.filename}: {exc.strerror}" if exc.filename else first_line(exc))
+    except SystemExit as exc:  # dse's own commands never exit: user code or a plugin did
+        module = _exiting_module(exc)
+        if module.split(".")[0] in _OWN_EXITS:
+            raise
+        _fail(f"module {module} called sys.exit({exc.code!r}) while dse ran it; a factory, "
+              "quality function or plugin must return or raise, not exit")
+
+
+#: Packages whose ``sys.exit`` is the CLI's own (rich on a closed pipe, click, typer, dse).
+_OWN_EXITS = {"dse", "accelerators", "workloads", "simulators", "rich", "click", "typer"}
+
+
+def _exiting_module(exc: BaseException) -> str:
+    """The module whose code raised ``exc`` (the innermost frame's), for the message."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_globals.get("__name__", "?") if tb is not None else "?"
 
 
 def _fail(message: str) -> None:

@@ -186,9 +186,30 @@ class QualityModel:
             return loss_nats(n, tokens)
         if method == "naswot":
             from dse.quality.naswot import score_vision
+            check_proxy_size(spec, arch, method)
             return score_vision(spec.build, arch)
         from dse.quality.fieldfit import fit_psnr
         return fit_psnr(arch, self.config.steps)
+
+
+#: Most parameters a proxy that builds real weights (NASWOT: fp32 on the CPU, with its
+#: activations for a batch) may build [E: 250 M parameters = 1 GB of fp32 weights, a few GB
+#: with the proxy's activations; a study's worker runs beside others on a small machine].
+MAX_PROXY_PARAMS = 250_000_000
+
+
+def check_proxy_size(spec, arch: dict[str, Any], method: str) -> None:
+    """Refuse (one :class:`BadInput`) an architecture that ``method`` would build with real
+    weights beyond :data:`MAX_PROXY_PARAMS`, counted on the meta device first."""
+    if method != "naswot":
+        return
+    from dse.quality.naswot import vision_arch_for_proxy
+    n = count_params(spec, vision_arch_for_proxy(arch))
+    if n > MAX_PROXY_PARAMS:
+        raise BadInput("quality", spec.name, f"a model the built-in NASWOT proxy can build: it "
+                       f"builds real weights, and {n / 1e9:.3g} B parameters is more than "
+                       f"{MAX_PROXY_PARAMS / 1e6:.0f} M; give quality: {{python: "
+                       "'package.module:function'} or quality: {source: published}")
 
 
 @contextmanager

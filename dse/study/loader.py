@@ -16,9 +16,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import os
 import re
-import stat
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +26,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from dse.errors import BadInput, redact_url
+from dse.safe_io import read_regular
 from dse.quality import BUILTIN, QualityConfig, load_function
 from dse.study import objectives as obj
 from dse.study.networks import NETWORK_KEY, check_published_coverage, network_dimension
@@ -79,18 +78,25 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 # and every user read them as numbers. A copy of the resolver table keeps yaml.SafeLoader as is.
 _UniqueKeyLoader.yaml_implicit_resolvers = {
     k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-_FLOAT_1_2 = re.compile(r"""^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-                            |[0-9][0-9_]*[eE][-+]?[0-9]+
-                            |\.[0-9_]+(?:[eE][-+]?[0-9]+)?)$""", re.X)
-# YAML 1.1 also reads ``1:30`` as 90 (base 60) and ``010`` as 8 (octal); YAML 1.2 has neither,
-# so they stay strings here (and a field that wants a number says so).
+_FLOAT_1_2 = re.compile(r"""^[-+]?(?:[0-9]+\.[0-9]*(?:[eE][-+]?[0-9]+)?
+                            |[0-9]+[eE][-+]?[0-9]+
+                            |\.[0-9]+(?:[eE][-+]?[0-9]+)?)$""", re.X)
+# YAML 1.1 also reads ``1:30`` as 90 (base 60), ``010`` as 8 (octal) and ``5_12`` as 512
+# (underscores between digits); YAML 1.2 has none of them, so they stay strings here (and a
+# field that wants a number says so).
 _NOT_A_NUMBER_1_2 = re.compile(r"^(?:[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?"
-                               r"|[-+]?0[0-9_]+)$")
+                               r"|[-+]?0[0-9_]+"
+                               r"|[-+]?[0-9.]*_[0-9_.]*(?:[eE][-+]?[0-9_]+)?)$")
+# YAML 1.1 reads yes / no / on / off as booleans; YAML 1.2 only true / false.
+_NOT_A_BOOL_1_2 = re.compile(r"^(?:yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF|y|Y|n|N)$")
 for _first in "-+0123456789.":
     _UniqueKeyLoader.yaml_implicit_resolvers.setdefault(_first, []).insert(
         0, ("tag:yaml.org,2002:float", _FLOAT_1_2))
     _UniqueKeyLoader.yaml_implicit_resolvers[_first].insert(
         0, ("tag:yaml.org,2002:str", _NOT_A_NUMBER_1_2))
+for _first in "yYnNoO":
+    _UniqueKeyLoader.yaml_implicit_resolvers.setdefault(_first, []).insert(
+        0, ("tag:yaml.org,2002:str", _NOT_A_BOOL_1_2))
 
 
 class _TooLarge(Exception):
@@ -308,33 +314,11 @@ def load_study(path: str | Path) -> ResolvedStudy:
 def read_study_file(path: str | Path) -> str:
     """The text of a regular file of at most ``MAX_STUDY_BYTES`` (opened without blocking,
     so a named pipe or a device is refused instead of read forever)."""
-    p = str(path)
-    try:
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise BadInput("study file", p, "no such file") from None
-    except IsADirectoryError:
-        raise BadInput("study file", p, "expected a YAML file, not a directory") from None
-    except OSError as exc:
-        raise BadInput("study file", p, exc.strerror or "cannot be read") from None
-    with os.fdopen(fd, "rb") as f:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise BadInput("study file", p, "expected a YAML file, not a directory")
-        if not stat.S_ISREG(mode):
-            raise BadInput("study file", p, "expected a regular YAML file, not a device, pipe "
-                           "or socket")
-        try:
-            blob = f.read(MAX_STUDY_BYTES + 1)
-        except OSError as exc:
-            raise BadInput("study file", p, exc.strerror or "cannot be read") from None
-    if len(blob) > MAX_STUDY_BYTES:
-        raise BadInput("study file", p, f"expected a study file of at most {MAX_STUDY_BYTES:,} "
-                       "bytes")
+    blob = read_regular(path, "study file", MAX_STUDY_BYTES, "a regular YAML file")
     try:
         return blob.decode("utf-8")
     except UnicodeDecodeError:
-        raise BadInput("study file", p, "expected UTF-8 text") from None
+        raise BadInput("study file", str(path), "expected UTF-8 text") from None
 
 
 def load_study_text(text: str, source: str = "study file") -> ResolvedStudy:
@@ -414,6 +398,11 @@ def resolve(data: Any, source: str | None = None) -> ResolvedStudy:
                 raise bad(where, metric, f"expected a quality proxy for {w.model} "
                           f"({w.family} models "
                           "have none built in); give quality: {python: 'package.module:function'}")
+            if not quality.python and not published:   # the reference is always rated
+                from dse.quality import check_proxy_size
+                from workloads.zoo import get_model
+                zoo = get_model(w.model)
+                check_proxy_size(zoo, zoo.resolve_arch(None), BUILTIN[w.family])
     for where, metric in uses:
         if metric == "total_pes":
             from accelerators.registry import get_template
@@ -489,6 +478,7 @@ def _check_forms(spec: StudySpec) -> None:
         if sv.trace in ("sharegpt", "alpaca") and sv.rate is None:
             raise bad("serving.rate", None, "expected a number > 0 (requests/s) for a "
                       f"{sv.trace} trace")
+        _check_trace(sv)
         # the served model's iterations are built from its decode step of batch 1
         spec.workloads = [WorkloadSpec(model=sv.model, phase="decode", batch=1, context=1,
                                        dtype=sv.dtype, formats=sv.formats)]
@@ -944,6 +934,17 @@ def grid_points(study: "ResolvedStudy") -> int:
                       f"{MAX_GRID_POINTS:,} points; this search space makes more (search fewer "
                       "parameters, give int ranges a step, or lower grid_points)")
     return n
+
+
+def _check_trace(sv) -> None:
+    """Read and check the serving study's trace now (a CSV's every row), as each trial will:
+    a missing, unreadable or malformed trace is one line at load, not a study of pruned
+    trials (and nothing of a file that is not a trace reaches the study's outputs)."""
+    from workloads.traces import trace_from
+    try:
+        trace_from(sv.trace, sv.rate, sv.requests, None, sv.arrival, sv.burstiness, sv.seed)
+    except BadInput as exc:
+        raise BadInput(f"serving.trace ({exc.field})", Shown(exc.value), exc.allowed) from None
 
 
 def load_quality_function(study: "ResolvedStudy"):

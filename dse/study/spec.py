@@ -329,11 +329,11 @@ _OBJECTIVE_SCHEMA = {
                "additionalProperties": {"enum": ["minimize", "maximize", "min", "max"]}}],
 }
 _CONSTRAINT_SCHEMA = {
-    "description": "'metric <= value' or 'metric >= value', or {metric, op, value}",
+    "description": "'metric <= value', 'metric < value', 'metric >= value', 'metric > value', or {metric, op, value}",
     "anyOf": [{"type": "string"},
               {"type": "object", "additionalProperties": False,
                "required": ["metric", "op", "value"],
-               "properties": {"metric": {"type": "string"}, "op": {"enum": ["<=", ">="]},
+               "properties": {"metric": {"type": "string"}, "op": {"enum": ["<=", "<", ">=", ">"]},
                               "value": {"type": "number"}}}],
 }
 
@@ -383,7 +383,8 @@ class StudySpec(_Strict):
     name: Annotated[str, Field(pattern=IDENTIFIER)] = Field(description="study name")
     description: str = ""
     seed: Annotated[int, Field(ge=0, lt=2**32)] = Field(0, description="sampler seed")
-    output: Optional[str] = Field(None, description="output directory (default runs/NAME)")
+    output: Optional[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
+        None, description="output directory (default runs/NAME)")
     workloads: Optional[Annotated[list[WorkloadSpec], Field(min_length=1, max_length=16)]] = Field(
         None, description="one workload, or several for a multi-task study (or `serving`)")
     serving: Optional[ServingSpec] = Field(None, description="score each design by serving a "
