@@ -229,6 +229,17 @@ RT_CORE_MM2_45NM = 0.7 / 2 / tech.area_scale(12)
 #:   compute dies (the I/O dies' logic spread over them [E]). The kernel model is CUDA's
 #:   (cuBLAS tiles, flash attention): its efficiencies are [E].
 #:
+#: * ``l4``: NVIDIA L4 datasheet: bf16/fp16 tensor 121, fp8 242.5 TFLOP/s, int8 242.5 TOPS
+#:   (dense: the datasheet's 242 / 485 are with sparsity), fp32 30.3 TFLOP/s, 24 GB GDDR6
+#:   300 GB/s (a 192-bit bus: six x32 channels of clamshell 16 Gb pairs), 72 W, PCIe 4 x16, no
+#:   NVLink; AD104 (TSMC 4N, 60 SMs) with 58 enabled at 2040 MHz and 48 MB L2 [D Ada
+#:   whitepaper]; nvidia-smi totals 23,034 MiB [E: nvidia-smi outputs in public issues].
+#: * ``a10g``: AWS's A10G (g5 instances) has no public datasheet; it is taken as the NVIDIA A10
+#:   [D A10 datasheet: 72 SMs, 1695 MHz, bf16/fp16 tensor 125, int8 250, fp32 31.2 TFLOP/s,
+#:   24 GB GDDR6 600 GB/s, 150 W, PCIe 4] on GA102 (84 SMs on the die, 6 MB L2, 628.4 mm^2,
+#:   Samsung 8N as RTX 3090) [E: AWS lists the A10G's memory (24 GB) and the GA102 die; its
+#:   SM count and clocks are taken as the A10's]; nvidia-smi totals 23,028 MiB [E: AWS g5
+#:   nvidia-smi outputs in public issues].
 #: The graphics dies (``t4``, ``rtx3090``, ``l40s``, ``rtx4090``) carry one RT core per SM on
 #: the die as ``other_logic_mm2`` (``RT_CORE_MM2_45NM`` at their node); their raster, ROP,
 #: display and video engines are left to ``GPU_CONTROL_OVERHEAD``, as the compute dies' video
@@ -338,6 +349,22 @@ PRESETS: dict[str, dict[str, Any]] = {
                  tdp_w=1000.0, sms_on_die=160, tensor_macs_per_sm=4096,
                  fp32_lanes_per_sm=128, l1_kb_per_sm=256, node_nm=4,
                  host_interface="pcie5x16", peer_links=18, chiplets=2),
+    "l4": dict(sms=58, clock_hz=2.04e9, peak_bf16_flops=121e12, peak_fp16_flops=121e12,
+               peak_fp32_flops=30.3e12, peak_fp8_flops=242.5e12, peak_int8_ops=242.5e12,
+               memory_bandwidth_Bps=300e9, memory_capacity_bytes=23034 * MIB,
+               memory_kind="gddr6", memory_devices=6, memory_device_gb=4,
+               l2_bytes=48 * 2**20, tdp_w=72.0, sms_on_die=60,
+               tensor_macs_per_sm=512, fp32_lanes_per_sm=128, l1_kb_per_sm=128, node_nm=4,
+               host_interface="pcie4x16", peer_links=0,
+               other_logic_mm2=60 * RT_CORE_MM2_45NM * tech.area_scale(4)),
+    "a10g": dict(sms=72, clock_hz=1.695e9, peak_bf16_flops=125e12, peak_fp16_flops=125e12,
+                 peak_fp32_flops=31.2e12, peak_fp8_flops=0.0, peak_int8_ops=250e12,
+                 memory_bandwidth_Bps=600e9, memory_capacity_bytes=23028 * MIB,
+                 memory_kind="gddr6", memory_devices=12, memory_device_gb=2,
+                 l2_bytes=6 * 2**20, tdp_w=150.0, sms_on_die=84,
+                 tensor_macs_per_sm=512, fp32_lanes_per_sm=128, l1_kb_per_sm=128,
+                 node_nm=10, host_interface="pcie4x16", peer_links=0,
+                 other_logic_mm2=84 * RT_CORE_MM2_45NM * tech.area_scale(10)),
 }
 gpu_formats.add_preset_datapaths(PRESETS)   # int4 / fp6 / fp4 peaks, block scaling
 
@@ -348,6 +375,7 @@ DEVICE_PRESETS = {
     "NVIDIA H100 80GB HBM3": "h100", "NVIDIA H100 PCIe": "h100-pcie", "NVIDIA H200": "h200",
     "NVIDIA L40S": "l40s", "Tesla T4": "t4", "NVIDIA GeForce RTX 3090": "rtx3090",
     "NVIDIA GeForce RTX 4090": "rtx4090", "AMD Instinct MI300X": "mi300x", "NVIDIA B200": "b200",
+    "NVIDIA L4": "l4", "NVIDIA A10G": "a10g",
 }
 
 

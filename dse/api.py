@@ -532,3 +532,8 @@ def accelerators() -> list[dict[str, Any]]:
                     "defaults": defaults,  # what runs when no preset or value is given
                     "params": [p.to_dict() for p in cls.PARAMS]})
     return out
+
+
+# disaggregated pools, heterogeneous fleets, speculative decoding (docs/architecture.md,
+# "Disaggregated pools, fleets and speculative decoding")
+from dse.serving_api import fleet, serve_disaggregated, speculate  # noqa: E402,F401

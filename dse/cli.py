@@ -618,7 +618,8 @@ def collective(kind: str = typer.Argument(..., help="all_reduce | all_gather | r
 
 # ----------------------------------------------------------------------------- reproduce
 @app.command()
-def reproduce(name: str = typer.Argument(..., help="pim-gpt | neupims | ngpc | waferllm | gna | nasaic | formats"),
+def reproduce(name: str = typer.Argument(..., help="pim-gpt | neupims | ngpc | waferllm | gna | "
+                                          "nasaic | formats | melange | distserve | speculative"),
               as_json: bool = typer.Option(False, "--json", help='Print {"rows": [...]}.'),
               gpu_hw: Optional[list[str]] = typer.Option(
                   None, "--gpu-hw", help="GPU baseline KEY=VALUE (pim-gpt), e.g. runtime=eager "
@@ -636,6 +637,13 @@ def reproduce(name: str = typer.Argument(..., help="pim-gpt | neupims | ngpc | w
         t.add_row(r.metric, r.paper_text(), f"{r.ours:.4g}", f"{r.ratio:.3f}",
                   "yes" if r.within() else "NO")
     out.print(t)
+
+
+# ----------------------------------------------------------------------------- fleets, pools
+from dse.serving_cli import COMMANDS as _SERVING_COMMANDS  # noqa: E402
+
+for _name, _command in _SERVING_COMMANDS:
+    app.command(_name)(_command)
 
 
 # ----------------------------------------------------------------------------- calibrate

@@ -195,7 +195,8 @@ def test_schema_is_json_schema_of_the_study_file(capsys):
             "constraints", "sampler", "trials", "storage"} <= set(schema["properties"])
     assert schema["additionalProperties"] is False
     assert set(schema["required"]) == {"name", "objectives"}
-    assert schema["oneOf"] == [{"required": ["workloads"]}, {"required": ["serving"]}]
+    assert schema["oneOf"] == [{"required": ["workloads"]}, {"required": ["serving"]},
+                               {"required": ["disaggregated"]}, {"required": ["fleet"]}]
 
 
 def test_validate_prints_the_space(tmp_path, capsys):

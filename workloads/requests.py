@@ -97,10 +97,66 @@ class LengthDistribution:
 SHAREGPT = LengthDistribution("sharegpt", 80.0, 296.0)
 #: Alpaca-like lengths: means 12 input / 56 output tokens [P NeuPIMs Sec. 8.1]; shape as above [E].
 ALPACA = LengthDistribution("alpaca", 12.0, 56.0)
-DISTRIBUTIONS = {d.name: d for d in (SHAREGPT, ALPACA)}
+#: Chatbot-Arena-like lengths (Mélange's short-context "Arena" dataset): means 69.5 tokens per
+#: prompt and 214.5 per response [P Zheng et al., LMSYS-Chat-1M, ICLR 2024, Table 1, check];
+#: coefficient of variation 1.5, between the table's spreads (prompts ~2, responses ~1.3) [E];
+#: Llama 2's 4,096-token context.
+ARENA = LengthDistribution("arena", 69.5, 214.5, cv=1.5, max_len=4096)
+@dataclass(frozen=True)
+class TruncatedPrompts(LengthDistribution):
+    """As :class:`LengthDistribution`, but a request longer than ``max_len`` loses prompt
+    tokens, not output tokens (a document cut to fit the context beside its summary)."""
+
+    def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        ins, outs = LengthDistribution(self.name, self.mean_input, self.mean_output, self.cv,
+                                       1 << 40).sample(n, rng)
+        outs = np.minimum(outs, self.max_len // 2)
+        return np.maximum(1, np.minimum(ins, self.max_len - outs)), outs
 
 
-def distribution(name: str) -> LengthDistribution:
+#: PubMed-summarisation-like lengths (Mélange's long-context dataset): articles of 3,016 words
+#: and abstracts of 203 words on average [P Cohan et al., NAACL 2018, Table 1, check] at 1.3
+#: Llama tokens per word [E]: means 3,921 / 264 tokens, spread cv 0.5 [E]; articles cut to fit
+#: Llama 2's 4,096-token context beside their summary.
+PUBMED = TruncatedPrompts("pubmed", 3921.0, 264.0, cv=0.5, max_len=4096)
+
+
+@dataclass(frozen=True)
+class MixedLengths:
+    """Lengths drawn from several distributions: each request from ``parts[i]`` with
+    probability ``weights[i]``."""
+
+    name: str
+    parts: tuple[LengthDistribution, ...]
+    weights: tuple[float, ...]
+
+    @property
+    def mean_input(self) -> float:
+        return sum(w * p.mean_input for p, w in zip(self.parts, self.weights))
+
+    @property
+    def mean_output(self) -> float:
+        return sum(w * p.mean_output for p, w in zip(self.parts, self.weights))
+
+    def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """``n`` (input, output) length pairs, tokens."""
+        which = rng.choice(len(self.parts), size=n, p=np.asarray(self.weights) /
+                           sum(self.weights))
+        ins, outs = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        for i, part in enumerate(self.parts):
+            pick = which == i
+            ins[pick], outs[pick] = part.sample(int(pick.sum()), rng)
+        return ins, outs
+
+
+#: Mélange's mixed-context dataset: 80 % Arena-like and 20 % PubMed-like requests [R
+#: tyler-griggs/melange-release docs/images/Mixed_80_20_*.png, the blend's name; the blog
+#: calls it "a synthetic blend of the two datasets"].
+MIXED = MixedLengths("mixed", (ARENA, PUBMED), (0.8, 0.2))
+DISTRIBUTIONS = {d.name: d for d in (SHAREGPT, ALPACA, ARENA, PUBMED, MIXED)}
+
+
+def distribution(name: str) -> LengthDistribution | MixedLengths:
     try:
         return DISTRIBUTIONS[name]
     except KeyError:

@@ -54,6 +54,10 @@ def resimulate_trial(row: Any, spec: dict[str, Any] | None = None) -> Resimulate
                                            "naming its workloads")
         if isinstance(spec.get("serving"), dict):
             return resimulate_serving(d, spec, row.fidelity)
+        for form, command in (("disaggregated", "disaggregate"), ("fleet", "fleet")):
+            if isinstance(spec.get(form), dict):
+                return Resimulated(None, error=f"a {form} study's design is scored as a "
+                                   f"whole (its metrics above); `dse {command}` runs one")
         return resimulate_study_design(d, spec)
     return resimulate(d)
 

@@ -19,6 +19,9 @@ _REPRODUCTIONS = {
     "gna": "dse.reproduce.gna",
     "nasaic": "dse.reproduce.nasaic",
     "formats": "dse.reproduce.formats",
+    "melange": "dse.reproduce.melange",
+    "distserve": "dse.reproduce.distserve",
+    "speculative": "dse.reproduce.speculative",
 }
 
 

@@ -88,7 +88,8 @@ class Evaluator:
         self._batching = True
         try:
             if (self.fidelity == "fast" and not study.spec.heterogeneous
-                    and study.spec.system is None and study.spec.serving is None):
+                    and study.spec.system is None and study.spec.serving is None
+                    and study.spec.disaggregated is None and study.spec.fleet is None):
                 self._prefetch([p for p in points if p.key() not in self._cache])
             return [self.evaluate(p) for p in points]
         finally:
@@ -195,6 +196,10 @@ class Evaluator:
             try:
                 if study.spec.serving is not None:
                     result_metrics = self._serve(wl, design, system, layout)
+                elif study.spec.disaggregated is not None:
+                    result_metrics, pooled = self._disaggregate(wl, designs, point, described)
+                elif study.spec.fleet is not None:
+                    result_metrics = self._fleet(wl, design, described)
                 else:
                     result_metrics = (self._simulate(wl, design, akey) if system is None else
                                       _simulate_system(wl, system, layout))
@@ -228,6 +233,8 @@ class Evaluator:
         design_metrics = {"area_mm2": combined.area_mm2(),
                           "cost_usd": phys.cost_usd if phys else float("nan"),
                           "tdp_w": phys.tdp_w if phys else float("nan")}
+        if study.spec.disaggregated is not None:
+            design_metrics = pooled       # both pools' devices
         metrics = obj.totals(per_workload, weights, design_metrics, extra)
         return Evaluation(metrics, None, described, self.fidelity)
 
@@ -264,6 +271,76 @@ class Evaluator:
         return {**r.metrics(), "latency_s": r.e2e_s["mean"],
                 "energy_j": r.energy_per_token_j, "avg_power_w": r.avg_power_w,
                 "edp": r.edp, "throughput": r.throughput_tok_s}
+
+    def _disaggregate(self, base, designs, point: Point, described: dict[str, Any]
+                      ) -> tuple[dict[str, float], dict[str, float]]:
+        """Metrics of the point's prefill and decode pools serving the study's trace
+        (:mod:`simulators.disaggregated`), and the pools' devices' area, cost and TDP."""
+        from dse.serving_api import serve_disaggregated
+        dg = self.study.spec.disaggregated
+        pool = point.pool
+        specs, devices = {}, {"area_mm2": 0.0, "cost_usd": 0.0, "tdp_w": 0.0}
+        for name in ("prefill", "decode"):
+            design = designs[pool[f"{name}_device"]]
+            tp, count = int(pool[f"{name}_tp"]), int(pool[f"{name}_count"])
+            section = getattr(dg, name)
+            specs[name] = {"accelerator": design, "count": count,
+                           "parallel": {"tp": tp} if tp > 1 else None,
+                           "max_batch": section.max_batch, "token_budget": section.token_budget}
+            phys = design.physical()
+            for key, value in (("area_mm2", design.area_mm2()),
+                               ("cost_usd", phys.cost_usd if phys else float("nan")),
+                               ("tdp_w", phys.tdp_w if phys else float("nan"))):
+                devices[key] += value * tp * count
+        described["pools"] = {k: {"device": pool[f"{k}_device"], "count": v["count"],
+                                  "tp": int(pool[f"{k}_tp"])} for k, v in specs.items()}
+        r = serve_disaggregated(base, specs["prefill"], specs["decode"], link=dg.link,
+                                links=dg.links, trace=dg.trace, rate=dg.rate,
+                                requests=dg.requests, seed=dg.seed, slo_ttft_s=dg.slo_ttft_s,
+                                slo_tpot_s=dg.slo_tpot_s, fidelity=self.fidelity)
+        s = r.summary()
+        span = s["span_s"]
+        energy = r.outcome.energy_j
+        per_token = s["energy_per_token_j"]
+        return ({**r.metrics(), "latency_s": s["e2e_s"]["mean"], "energy_j": per_token,
+                 "avg_power_w": energy / span if span > 0 else 0.0,
+                 "edp": per_token * s["e2e_s"]["mean"], "throughput": s["throughput_tok_s"]},
+                devices)
+
+    def _fleet(self, base, design, described: dict[str, Any]) -> dict[str, float]:
+        """Metrics of the cheapest fleet of the menu and the design (:mod:`simulators.fleet`)
+        and how much the design saves against the menu alone."""
+        from dse.serving_api import derived_price_usd_per_h, fleet
+        from simulators.iteration_cost import Target
+        fs = self.study.spec.fleet
+        menu = [e.model_dump() for e in fs.menu]
+        price = fs.price_usd_per_h
+        if price is None:
+            basis = next((e for e in fs.menu if e.name == (fs.price_basis or fs.menu[0].name)))
+            from dse import api
+            ref = derived_price_usd_per_h(Target(design=api.accelerator(basis.accelerator)))
+            price = derived_price_usd_per_h(Target(design=design)) * basis.price_usd_per_h / ref
+        kw = dict(trace=fs.trace, rate=fs.rate, requests=fs.requests, seed=fs.seed,
+                  slo_ttft_s=fs.slo_ttft_s, slo_tpot_s=fs.slo_tpot_s, fidelity=self.fidelity)
+        f = fleet(base, menu + [{"name": "design", "accelerator": design,
+                                 "price_usd_per_h": price}], confirm=fs.confirm, **kw)
+        unusable = next(m["unusable"] for m in f.menu if m["name"] == "design")
+        if unusable:
+            raise InfeasibleDesign(unusable)
+        try:
+            alone = fleet(base, menu, confirm=False, **kw)
+            alone_cost, alone_counts = alone.cost_usd_per_h, alone.counts
+        except DSEError:            # the menu alone cannot serve the traffic: all saved
+            alone_cost, alone_counts = float("inf"), None
+        share = sum(b.share * f.routing[b.label].get("design", 0.0) for b in f.buckets)
+        described["fleet"] = {"counts": f.counts, "price_usd_per_h": price,
+                              "menu_only": alone_counts}
+        c = f.confirm or {}
+        return {**f.metrics(), "saving_vs_menu": 1.0 - f.cost_usd_per_h / alone_cost,
+                "design_share": share, "latency_s": c.get("e2e_s", {}).get("mean", float("nan")),
+                "energy_j": c.get("energy_per_token_j", float("nan")),
+                "avg_power_w": float("nan"), "edp": float("nan"),
+                "throughput": c.get("throughput_tok_s", float(fs.rate or 0.0))}
 
     def _system(self, design, point: Point):
         """The system of ``design`` and the layout of ``point``: the device count is the

@@ -348,21 +348,25 @@ def resolve(data: Any, source: str | None = None) -> ResolvedStudy:
     spec = validate_spec(data)
     _check_forms(spec)
     _check_quality_source(spec)
+    form = _served_form(spec)
     try:
         workloads = [_resolve_workload(i, w) for i, w in enumerate(spec.workloads)]
     except BadInput as exc:
-        if spec.serving is None:
+        if form is None:
             raise
+        section = getattr(spec, form)
         if exc.field.endswith(".model"):
-            raise BadInput("serving.model", Shown(spec.serving.model), exc.allowed) from None
-        raise bad("serving.model", spec.serving.model, "expected an LLM (a model with a "
+            raise BadInput(f"{form}.model", Shown(section.model), exc.allowed) from None
+        raise bad(f"{form}.model", section.model, "expected an LLM (a model with a "
                   f"decode phase; {exc.allowed})") from None
     designs = _resolve_designs(spec)
     space = _build_space(spec, designs, workloads)
     _add_system_space(spec, space)
+    _add_pool_space(spec, space)
     labels = [w.label for w in workloads]
     allowed = obj.allowed_metrics(labels, spec.heterogeneous, spec.system is not None,
-                                  spec.serving is not None)
+                                  spec.serving is not None,
+                                  form if form in ("disaggregated", "fleet") else "")
     objectives = [obj.parse_objective(o, f"objectives[{i}]", allowed)
                   for i, o in enumerate(spec.objectives)]
     if len({o.metric for o in objectives}) != len(objectives):
@@ -423,12 +427,48 @@ def resolve(data: Any, source: str | None = None) -> ResolvedStudy:
     return study
 
 
+#: Study forms that serve one model instead of timing ``workloads``.
+SERVED_FORMS = ("serving", "disaggregated", "fleet")
+
+
+def _served_form(spec: StudySpec) -> str | None:
+    """``serving``, ``disaggregated`` or ``fleet`` when the study has that section."""
+    return next((f for f in SERVED_FORMS if getattr(spec, f) is not None), None)
+
+
 def _check_forms(spec: StudySpec) -> None:
-    if spec.workloads is None and spec.serving is None:
+    given = [f for f in ("workloads",) + SERVED_FORMS if getattr(spec, f) is not None]
+    if not given:
         raise BadInput("workloads", Shown(_NOTHING), "required")
-    if spec.workloads is not None and spec.serving is not None:
-        raise bad("serving", spec.serving.model_dump(), "expected exactly one of workloads, "
-                  "serving")
+    if len(given) > 1:
+        raise bad(given[1], getattr(spec, given[1]) if given[1] == "workloads" else
+                  getattr(spec, given[1]).model_dump(), "expected exactly one of workloads, "
+                  + ", ".join(SERVED_FORMS))
+    for form in ("disaggregated", "fleet"):
+        section = getattr(spec, form)
+        if section is None:
+            continue
+        from dse.study.spec import WorkloadSpec
+        from workloads.requests import DISTRIBUTIONS
+        if spec.sub_accelerators is not None or spec.system is not None:
+            raise bad(form, section.model, f"expected accelerator or accelerators (a {form} "
+                      "study places its own devices; no sub_accelerators or system)")
+        if section.trace in DISTRIBUTIONS and section.rate is None:
+            raise bad(f"{form}.rate", None, "expected a number > 0 (requests/s) for a "
+                      f"{section.trace} trace")
+        if form == "fleet":
+            if section.slo_ttft_s is None and section.slo_tpot_s is None:
+                raise bad("fleet.slo_tpot_s", None, "expected a TPOT or TTFT objective, s")
+            names = [e.name for e in section.menu]
+            for i, n in enumerate(names):
+                if n in names[:i] or n == "design":
+                    raise bad(f"fleet.menu[{i}].name", n, "expected a name of its own (not "
+                              "'design': the study's accelerator joins the menu as that)")
+            if section.price_basis is not None and section.price_basis not in names:
+                raise bad("fleet.price_basis", section.price_basis, "expected a menu entry: "
+                          + ", ".join(names))
+        spec.workloads = [WorkloadSpec(model=section.model, phase="decode", batch=1,
+                                       context=1, dtype=section.dtype)]
     if spec.serving is not None:
         from dse.study.spec import WorkloadSpec
         sv = spec.serving
@@ -808,6 +848,63 @@ def _add_system_space(spec: StudySpec, space: SearchSpace) -> None:
             space.fixed_sys = fixed
         else:
             space.fixed_parallel = fixed
+
+
+def _pool_params(names: list[str]):
+    from accelerators.base import Param
+    return {p.name: p for p in (
+        Param("prefill_count", int, "instances", 1, "prefill instances", 1, 4096, log=True),
+        Param("decode_count", int, "instances", 1, "decode instances", 1, 4096, log=True),
+        Param("prefill_tp", int, "devices", 1, "tensor-parallel devices per prefill instance",
+              1, 64, log=True),
+        Param("decode_tp", int, "devices", 1, "tensor-parallel devices per decode instance",
+              1, 64, log=True),
+        Param("prefill_device", str, "", names[0], "accelerator of the prefill pool",
+              choices=tuple(names)),
+        Param("decode_device", str, "", names[0], "accelerator of the decode pool",
+              choices=tuple(names)))}
+
+
+def _add_pool_space(spec: StudySpec, space: SearchSpace) -> None:
+    """A disaggregated study's fixed pool values and searched dimensions (``pool.*``): the
+    pools pick among the study's accelerators, so the ``design`` choice of ``accelerators``
+    is theirs."""
+    dg = spec.disaggregated
+    if dg is None:
+        if spec.search.pools:
+            raise bad("search.pools", spec.search.pools, "expected a `disaggregated:` "
+                      "section to search pools")
+        return
+    names = list(space.designs)
+    if spec.alternatives and spec.search.hardware:
+        raise bad("search.hardware", spec.search.hardware, "expected no hardware search with "
+                  "several accelerators in a disaggregated study (each is a device type the "
+                  "pools pick; search one accelerator's parameters instead)")
+    params = _pool_params(names)
+    fixed: dict[str, Any] = {}
+    for pool in ("prefill", "decode"):
+        section = getattr(dg, pool)
+        for key, value in (("count", section.count), ("tp", section.tp),
+                           ("device", section.device)):
+            if value is not None:
+                fixed[f"{pool}_{key}"] = params[f"{pool}_{key}"].coerce(
+                    value, f"disaggregated.{pool}.{key}")
+    for key, raw in _names_or_mapping(spec.search.pools, "search.pools").items():
+        where = f"search.pools.{key}"
+        if key not in params:
+            raise bad(where, raw, "expected a pool parameter: " + ", ".join(params))
+        if key in fixed:
+            pool, _, what = key.partition("_")
+            raise bad(where, raw, f"expected a parameter not also fixed in "
+                      f"disaggregated.{pool}.{what}")
+        got = parse_range(where, f"pool.{key}", raw, _hw_target(params[key], "pool"))
+        if isinstance(got, Fixed):
+            fixed[key] = got.value
+        else:
+            space.dimensions.append(got)
+    space.dimensions = [d for d in space.dimensions if d.name != "design"]
+    space.alternatives = False
+    space.fixed_pool = {**{k: p.default for k, p in params.items()}, **fixed}
 
 
 def _check_sampler(spec: StudySpec, objectives: list[obj.Objective]) -> None:

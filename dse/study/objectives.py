@@ -58,6 +58,23 @@ SERVING_METRICS = {
     "cost_per_mtok_usd": ("minimize", "US$ per million tokens"),
     "energy_per_token_j": ("minimize", "J"), "preemptions": ("minimize", "preemptions"),
     "rejected": ("minimize", "requests")}
+#: Metrics of a disaggregated study (``disaggregated:``,
+#: :meth:`simulators.disaggregated.DisaggregatedResult.metrics`) beside the serving ones: SLO
+#: attainment (share of requests within both SLOs), goodput per device (requests/s), devices
+#: in both pools, p99 KV transfer time (s).
+DISAGGREGATED_METRICS = {
+    "slo_attainment": ("maximize", "share of requests"),
+    "goodput_per_device_req_s": ("maximize", "requests/s per device"),
+    "devices": ("minimize", "devices"), "kv_transfer_p99_s": ("minimize", "s")}
+#: Metrics of a fleet study (``fleet:``, :meth:`simulators.fleet.FleetResult.metrics`): the
+#: fleet's price (US$/h), instances, the saving against the menu without the design and
+#: against the best single type, the share of requests the design serves.
+FLEET_METRICS = {
+    "fleet_cost_usd_per_h": ("minimize", "US$/h"), "fleet_devices": ("minimize", "instances"),
+    "saving_vs_menu": ("maximize", "share of the menu-only fleet's cost"),
+    "saving_vs_best_single": ("maximize", "share"),
+    "design_share": ("maximize", "share of requests"),
+    "slo_attainment": ("maximize", "share of requests (with confirm)")}
 #: Metrics of a heterogeneous design's shared budgets.
 BUDGET_METRICS = {"total_pes": ("minimize", "PEs"),
                   "total_bandwidth_Bps": ("minimize", "B/s")}
@@ -68,9 +85,13 @@ _CONSTRAINT_RE = re.compile(r"^\s*([A-Za-z][\w\-]*(?:\.[A-Za-z_]\w*)?)\s*(<=|>=|
 
 
 def allowed_metrics(workload_labels: Sequence[str], heterogeneous: bool,
-                    system: bool = False, serving: bool = False) -> list[str]:
-    """Every metric name a study with these workloads may use."""
-    names = (list(SERVING_METRICS) if serving else []) + list(METRICS) + (
+                    system: bool = False, serving: bool = False, form: str = "") -> list[str]:
+    """Every metric name a study with these workloads may use (``form``: ``disaggregated`` or
+    ``fleet`` for those studies)."""
+    extra = {"disaggregated": list(SERVING_METRICS) + [
+        m for m in DISAGGREGATED_METRICS if m not in SERVING_METRICS],
+        "fleet": list(FLEET_METRICS)}.get(form, [])
+    names = (list(SERVING_METRICS) if serving else []) + extra + list(METRICS) + (
         list(SYSTEM_METRICS) if system else [])
     if len(workload_labels) > 1:
         names += [f"{w}.{m}" for w in workload_labels for m in WORKLOAD_METRICS]
@@ -153,7 +174,8 @@ def parse_objective(raw: Any, field: str, allowed: Sequence[str]) -> Objective:
 def _usual_direction(metric: str) -> str:
     base = base_metric(metric)
     return (METRICS.get(base) or BUDGET_METRICS.get(base) or SYSTEM_METRICS.get(base)
-            or SERVING_METRICS.get(base) or ("minimize",))[0]
+            or SERVING_METRICS.get(base) or DISAGGREGATED_METRICS.get(base)
+            or FLEET_METRICS.get(base) or ("minimize",))[0]
 
 
 def parse_constraint(raw: Any, field: str, allowed: Sequence[str]) -> Constraint:
@@ -217,7 +239,7 @@ def totals(per_workload: Mapping[str, Mapping[str, float]], weights: Mapping[str
         out["edp"] = own.get("edp", out["edp"])
     else:
         out["throughput"] = 1.0 / latency if latency > 0 else 0.0
-    for key in SERVING_METRICS:
+    for key in {**SERVING_METRICS, **DISAGGREGATED_METRICS, **FLEET_METRICS}:
         if all(key in per_workload[w] for w in labels):
             out[key] = sum(per_workload[w][key] for w in labels)
     if all("communication_s" in per_workload[w] for w in labels):

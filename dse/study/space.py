@@ -305,11 +305,13 @@ class Point:
     parallel: dict[str, Any] = field(default_factory=dict)
     #: tensor role -> number format (``search.formats``; every workload's tensors)
     formats: dict[str, str] = field(default_factory=dict)
+    pool: dict[str, Any] = field(default_factory=dict)
 
     def key(self) -> str:
         """A canonical string of everything that decides the evaluation."""
         return json.dumps([self.design, self.hw, self.arch, self.assign, self.sys,
-                           self.parallel] + ([self.formats] if self.formats else []),
+                           self.parallel] + ([self.formats] if self.formats else [])
+                          + ([{"pool": self.pool}] if self.pool else []),
                           sort_keys=True, default=str)
 
 
@@ -326,6 +328,8 @@ class SearchSpace:
     alternatives: bool = False
     fixed_sys: dict[str, Any] = field(default_factory=dict)
     fixed_parallel: dict[str, Any] = field(default_factory=dict)
+    #: a disaggregated study's fixed pool values (``pool.*`` dimensions search the rest)
+    fixed_pool: dict[str, Any] = field(default_factory=dict)
     #: workload label -> published network name -> its full architecture (the ``network`` key)
     networks: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     #: tensor role -> number format that ``search.formats`` fixes
@@ -351,7 +355,7 @@ class SearchSpace:
             if self.segments else {}
         many_designs = len(self.designs) > 1
         many_workloads = len(self.workloads) > 1
-        sysv, par = dict(self.fixed_sys), dict(self.fixed_parallel)
+        sysv, par, pool = dict(self.fixed_sys), dict(self.fixed_parallel), dict(self.fixed_pool)
         fmts = dict(self.fixed_formats)
         for name, v in values.items():
             parts = name.split(".")
@@ -374,9 +378,11 @@ class SearchSpace:
                 fmts.update(dict(p.split("=") for p in v.split(",")) if v != "base" else {})
             elif parts[0] == "fmt":
                 fmts[parts[1]] = v
+            elif parts[0] == "pool":
+                pool[parts[1]] = v
         if self.alternatives:
             hw = {design: hw[design]}
-        return Point(design, hw, arch, assign, dict(values), sysv, par, fmts)
+        return Point(design, hw, arch, assign, dict(values), sysv, par, fmts, pool)
 
     def distributions(self) -> dict[str, BaseDistribution]:
         return {d.name: d.distribution() for d in self.dimensions}

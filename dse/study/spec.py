@@ -195,6 +195,85 @@ class EconomicsSpec(_Strict):
 ServingSpec.model_rebuild()
 
 
+class PoolSpec(_Strict):
+    """A fixed part of a disaggregated pool (``search.pools`` searches the rest)."""
+
+    count: Optional[Annotated[int, Field(ge=1, le=4096)]] = Field(
+        None, description="instances (default 1; a pool of zero devices serves nothing)")
+    tp: Optional[Annotated[int, Field(ge=1, le=64)]] = Field(
+        None, description="tensor-parallel devices per instance (default 1)")
+    device: Optional[str] = Field(None, description="the accelerator (its name in "
+                                                    "`accelerators`) the pool's devices are")
+    max_batch: Annotated[int, Field(ge=1, le=65536)] = Field(256, description="requests per "
+                                                             "iteration at most")
+    token_budget: Annotated[int, Field(ge=1, le=65536)] = Field(
+        2048, description="prompt tokens per prefill iteration at most")
+
+
+class DisaggregatedSpec(_Strict):
+    """Serve a trace on a prefill pool and a decode pool joined by a link (see `dse
+    disaggregate`): pools of the study's accelerators, their counts, devices and tensor
+    parallelism fixed here or searched in `search.pools` (docs/study.md, "Disaggregated
+    serving")."""
+
+    model: str = Field(description="zoo model name (an LLM)")
+    trace: Annotated[str, Field(min_length=1, max_length=4096)] = Field(
+        "sharegpt", description="sharegpt | alpaca | arena | pubmed | mixed, or a CSV file")
+    rate: Optional[Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)]] = Field(
+        None, description="arrivals, requests/s (required for synthetic lengths)")
+    requests: Annotated[int, Field(ge=1, le=1_000_000)] = Field(300, description="requests "
+                                                                "served per design")
+    seed: Annotated[int, Field(ge=0, lt=2**32)] = Field(0, description="trace seed")
+    slo_ttft_s: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
+        None, description="TTFT objective, s")
+    slo_tpot_s: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
+        None, description="TPOT objective, s")
+    link: str = Field("nvlink4", description="link standard between the pools")
+    links: Annotated[int, Field(ge=1, le=1024)] = Field(1, description="links between the "
+                                                        "pools")
+    prefill: PoolSpec = Field(default_factory=PoolSpec, description="the prefill pool")
+    decode: PoolSpec = Field(default_factory=PoolSpec, description="the decode pool")
+    dtype: Literal[DTYPES] = Field("bf16", description="element type of the model")
+
+
+class MenuEntrySpec(_Strict):
+    """One device type a fleet may buy."""
+
+    name: Annotated[str, Field(pattern=IDENTIFIER)] = Field(description="its label")
+    accelerator: str = Field(description="template:preset, e.g. gpu:l4")
+    price_usd_per_h: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)] = Field(
+        description="US$ per instance-hour")
+
+
+class FleetSpec(_Strict):
+    """The study's accelerator joins a menu of priced devices; each design is scored by the
+    cheapest fleet (Mélange's integer program, see `dse fleet`) that serves the traffic within
+    the SLOs (docs/study.md, "Fleets")."""
+
+    model: str = Field(description="zoo model name (an LLM)")
+    trace: Annotated[str, Field(min_length=1, max_length=4096)] = Field(
+        "arena", description="arena | pubmed | mixed | sharegpt | alpaca, or a CSV file")
+    rate: Optional[Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)]] = Field(
+        None, description="arrivals, requests/s (required for synthetic lengths)")
+    requests: Annotated[int, Field(ge=1, le=1_000_000)] = Field(
+        500, description="requests simulated to confirm a fleet (with confirm)")
+    seed: Annotated[int, Field(ge=0, lt=2**32)] = Field(0, description="trace seed")
+    slo_ttft_s: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
+        None, description="TTFT objective, s")
+    slo_tpot_s: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
+        None, description="TPOT objective, s")
+    menu: Annotated[list[MenuEntrySpec], Field(min_length=1, max_length=32)] = Field(
+        description="the device types the fleet may also buy")
+    price_usd_per_h: Optional[Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)]] = \
+        Field(None, description="the designed accelerator's price, US$/h (default: priced "
+                                "like `price_basis`)")
+    price_basis: Optional[str] = Field(
+        None, description="a menu entry: the design is priced at that entry's price times "
+                          "the ratio of their manufacturing cost + energy (default: the first)")
+    confirm: bool = Field(False, description="simulate each fleet on the trace (slow)")
+    dtype: Literal[DTYPES] = Field("bf16", description="element type of the model")
+
+
 class BudgetsSpec(_Strict):
     """Shared budgets of a heterogeneous design (constraints on the sum over sub-accelerators)."""
 
@@ -250,6 +329,11 @@ class SearchSpec(_Strict):
     parallel: Annotated[Any, WithJsonSchema({
         "description": "layout key (tp, pp, ep, dp, sequence_parallel, microbatches, "
                        "ep_imbalance) -> range (with `system`)",
+        "anyOf": [{"type": "object", "additionalProperties": _RANGE_SCHEMA},
+                  {"type": "array", "items": {"type": "string"}}]})] = Field(default_factory=dict)
+    pools: Annotated[Any, WithJsonSchema({
+        "description": "pool key (prefill_count, decode_count, prefill_tp, decode_tp, "
+                       "prefill_device, decode_device) -> range (with `disaggregated`)",
         "anyOf": [{"type": "object", "additionalProperties": _RANGE_SCHEMA},
                   {"type": "array", "items": {"type": "string"}}]})] = Field(default_factory=dict)
     formats: Annotated[Any, WithJsonSchema({
@@ -332,6 +416,11 @@ class StudySpec(_Strict):
         None, description="one workload, or several for a multi-task study (or `serving`)")
     serving: Optional[ServingSpec] = Field(None, description="score each design by serving a "
                                            "request trace (instead of `workloads`)")
+    disaggregated: Optional[DisaggregatedSpec] = Field(
+        None, description="score disaggregated prefill / decode pools of the accelerators on "
+                          "a request trace (instead of `workloads`)")
+    fleet: Optional[FleetSpec] = Field(None, description="score each design by the cheapest "
+                                       "fleet it joins (instead of `workloads`)")
     accelerator: Optional[AcceleratorSpec] = Field(None, description="one template")
     accelerators: Optional[Annotated[list[NamedAcceleratorSpec],
                                      Field(min_length=2, max_length=16)]] = Field(
@@ -406,5 +495,6 @@ def json_schema() -> dict[str, Any]:
     schema = StudySpec.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "accel-dse study"
-    schema["oneOf"] = [{"required": ["workloads"]}, {"required": ["serving"]}]
+    schema["oneOf"] = [{"required": ["workloads"]}, {"required": ["serving"]},
+                       {"required": ["disaggregated"]}, {"required": ["fleet"]}]
     return schema
