@@ -198,7 +198,7 @@ def test_reproduction_json_schema(monkeypatch, capsys):
     monkeypatch.setattr(pim_gpt, "models", lambda: [("gpt2", "gpt2", None)])
     cli.main(["reproduce", "pim-gpt", "--json"])
     data = json.loads(capsys.readouterr().out)
-    assert set(data) == {"rows"} and len(data["rows"]) == 2
+    assert set(data) == {"rows", "summary"} and len(data["rows"]) == 2
     for row in data["rows"]:
         assert {"metric", "paper", "ours", "ratio"} <= set(row)
         assert isinstance(row["paper"], list) and len(row["paper"]) == 2
