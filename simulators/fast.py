@@ -3,7 +3,9 @@
 Same cost model as the event-driven simulator — it calls the template's own ``cost()`` — but
 no contention: an op starts when its last producer ends, whatever unit or channel it uses, so
 the latency is the critical path of the op graph. On designs where nothing contends (a chain
-of ops, or independent ops on distinct units and channels) it equals the SimPy result.
+of ops, or independent ops on distinct units and channels) it equals the SimPy result. A
+template whose every op holds its one unit (``SERIAL_UNIT``, the wafer's region) runs its ops
+one after another: there the latency is at least their sum, which is what the SimPy result is.
 
 Speed comes from four things: designs whose plan reads the same parameters share one planned
 graph and its index structure (``Template.planned``); ops with identical shapes and attributes
@@ -248,6 +250,8 @@ def evaluate_many(workload: Workload, designs: Sequence[Template],
         op_energy = np.concatenate(unit_energy[key], axis=1)[st.unique_of]
         finish = _critical_path(op_lat, st.preds)
         crit = finish.max(axis=0) if len(finish) else np.zeros(len(members))
+        if getattr(type(designs[members[0]]), "SERIAL_UNIT", False) and len(op_lat):
+            crit = np.maximum(crit, op_lat.sum(axis=0))   # one unit: ops run one at a time
         idx = np.array(members)
         static_w = energy[idx]
         lat[idx] = crit
