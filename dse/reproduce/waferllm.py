@@ -201,15 +201,26 @@ def e2e_rows(hw: dict | None = None) -> list[Row]:
     return rows
 
 
+def _wafer_tpr_rows(paper_table: dict, phase: str, hw: dict | None) -> list[Row]:
+    """Tables 3 and 4: the wafer's TPR of one ``phase`` (a 4K prompt, or a decode step at 4K
+    context) on each region side."""
+    rows = []
+    prefill = phase == "prefill"
+    for label, by_side in paper_table.items():
+        for side, paper in by_side.items():
+            region = _regions(prefill=side) if prefill else _regions(decode=side)
+            t, how = _per_request(label, phase, {**(hw or {}), **region},
+                                  **({"seq": CONTEXT} if prefill else {"context": CONTEXT}))
+            what = "prefill TPR, 4K prompt" if prefill else "decode TPR, 4K context"
+            rows.append(Row(f"{label} {what}, {side}x{side} (tokens/s)", paper,
+                            (CONTEXT if prefill else 1) / t, how,
+                            source=f"Sec. 7.1, Table {3 if prefill else 4}"))
+    return rows
+
+
 def prefill_rows(hw: dict | None = None) -> list[Row]:
     """Table 3: prefill TPR (prompt tokens / prefill time) of a 4K prompt."""
-    rows = []
-    for label, by_side in PAPER_PREFILL.items():
-        for side, paper in by_side.items():
-            t, how = _per_request(label, "prefill", {**(hw or {}), **_regions(prefill=side)},
-                                  seq=CONTEXT)
-            rows.append(Row(f"{label} prefill TPR, 4K prompt, {side}x{side} (tokens/s)", paper,
-                            CONTEXT / t, how, source="Sec. 7.1, Table 3"))
+    rows = _wafer_tpr_rows(PAPER_PREFILL, "prefill", hw)
     for label, paper in PAPER_PREFILL_A100.items():
         w = _workload(label, "prefill", seq=CONTEXT)
         rows.append(Row(f"{label} prefill TPR, 4K prompt, one A100 (tokens/s)", paper,
@@ -220,13 +231,7 @@ def prefill_rows(hw: dict | None = None) -> list[Row]:
 
 def decode_rows(hw: dict | None = None) -> list[Row]:
     """Table 4: decode TPR at 4K context."""
-    rows = []
-    for label, by_side in PAPER_DECODE.items():
-        for side, paper in by_side.items():
-            t, how = _per_request(label, "decode", {**(hw or {}), **_regions(decode=side)},
-                                  context=CONTEXT)
-            rows.append(Row(f"{label} decode TPR, 4K context, {side}x{side} (tokens/s)", paper,
-                            1.0 / t, how, source="Sec. 7.1, Table 4"))
+    rows = _wafer_tpr_rows(PAPER_DECODE, "decode", hw)
     for label, paper in PAPER_DECODE_A100.items():
         w = _workload(label, "decode", context=CONTEXT)
         a100 = make_accelerator(GPU)
