@@ -621,7 +621,8 @@ class Wafer(Template):
             DTYPE_BYTES.get(workload.dtype, 2), 1)
         if spread:
             weights = math.ceil(params / storage)
-            # a layer's region's last row is the last row of this share of the layers
+            # concat [E]: the layers' regions taken round-robin over the fabric / region
+            # non-overlapping positions, so this share of the layers ends on the same row
             rows_share = min(1.0, width * height / storage)
             if self.hw.kv_cache == "shift":
                 kv, per_token = math.ceil(kv_total / storage), kv_token_total / storage
