@@ -171,6 +171,13 @@ class Wafer(Template):
         Param("beta_cycles", float, "cycles/stage", 20.0,
               "PLMR beta: cost of one software routing stage, a core receiving and re-sending a "
               "message (WSE-2: a few tens of cycles [E])", 0.0, 10000.0),
+        Param("vector_op_cycles", float, "cycles/instr", 13.4,
+              "issue cost of one vector (DSD) instruction of a local tile product, on top of "
+              "its elements: a GEMM tile is kt x nt instructions over mt elements, each a "
+              "function call per element (WaferLLM's meshgemm.csl @map), a GEMV tile kt over "
+              "nt (WSE-2: 13.4 [F: fitted on one row, WaferLLM Table 3's LLaMA3-8B prefill on "
+              "720 x 720; dse.reproduce.waferllm.fit_vector_op_cycles]; 0: tile products at "
+              "the datapath's peak)", 0.0, 1000.0),
         Param("routing_paths_per_core", int, "paths", 24,
               "routing paths (colours) per core (WSE-2: 24 routable colours, < 32 by the 5-bit "
               "header [P, E])", 1, 4096, step=1),
@@ -276,7 +283,8 @@ class Wafer(Template):
                            link_elems_per_cycle=hw.link_bytes_per_cycle / b,
                            macs_per_cycle=hw.macs_per_core_per_cycle * pack,
                            routing_paths=hw.routing_paths_per_core - RESERVED_ROUTING_PATHS,
-                           relay=hw.relay, summa_broadcast=hw.summa_broadcast)
+                           relay=hw.relay, summa_broadcast=hw.summa_broadcast,
+                           vector_op_cycles=hw.vector_op_cycles)
 
     # --- costs -----------------------------------------------------------------------------
 

@@ -433,22 +433,29 @@ def test_waferllm_regions_run_and_generate():
 
 
 #: Rows of `dse reproduce waferllm` outside the paper's figure, and why (docs/validation.md,
-#: wafer section): prefill runs near MeshGEMM's peak here, at ~20 % of it in the paper's
-#: measurement; the single-A100 end-to-end rows of Table 2 are 2.2x under its own Tables 7-8.
+#: wafer section): the pipeline GEMV's long all-reduce is slower here than on the WSE-2 (4.6x
+#: in Sec. 7.3, inside the introduction's 4-8x); the whole-prefill MeshGEMM speedup is
+#: compute-bound once the per-instruction cost is in; the single-A100 end-to-end rows of
+#: Table 2 are 2.2x under the paper's own Tables 7-8; QWen2-72B's prefill on 600 x 600 is 36 %
+#: slow; LLaMA2-13B's KV capacity rests on 2 KiB per core of reserve.
 WAFERLLM_MISS_PREFIXES = ("MeshGEMV (K-tree) speedup over the pipeline", "MeshGEMM speedup over "
                           "Cannon (LLaMA3-8B", "MeshGEMM speedup over SUMMA (LLaMA3-8B")
-WAFERLLM_MISS_PARTS = ("prefill TPR, 4K prompt, 4", "prefill TPR, 4K prompt, 6",
-                       "prefill TPR, 4K prompt, 7", "/128: end-to-end TPR",
-                       "llama2-13b 2048/2048", "llama2-13b KV cache capacity")
+WAFERLLM_MISS_PARTS = ("2048/128: end-to-end TPR on one A100", "qwen2-72b prefill TPR, 4K prompt, 600",
+                       "llama2-13b KV cache capacity")
 
 
 @pytest.mark.slow
 def test_reproduction_shape_and_tolerance():
     pytest.importorskip("accelerators.gpu")
     from dse.reproduce import run_reproduction
+    from dse.reproduce.table import summary
     rows = run_reproduction("waferllm")
-    assert len(rows) == 56
+    assert len(rows) == 68
+    s = summary(rows)
+    assert s["fitted"] == 2 and s["within"] >= 0.8 * s["predictions"]
     for row in rows:
+        if row.fitted:
+            continue
         assert math.isfinite(row.ours) and row.ours > 0
         assert set(row.to_dict()) >= {"metric", "paper", "ours", "ratio", "within_35pct",
                                       "note", "source"}
@@ -462,6 +469,28 @@ def test_reproduction_shape_and_tolerance():
                for s in (420, 540, 660)]
         assert tpr == sorted(tpr, reverse=True)
     assert all(r.ours > 100 for m, r in by.items() if "shift over concat" in m)
+
+
+def test_tile_product_pays_per_instruction():
+    """A GEMM tile is kt x nt vector instructions over mt elements: with an issue cost the
+    small tiles of a large region lose most of the datapath (WaferLLM Sec. 7.2: "fixed
+    overheads like function calls and logic checks")."""
+    slow = replace(F, vector_op_cycles=10.0)
+    assert mesh.tile_product_cycles(F, 36, 6) == 36 * 6 / F.macs_per_cycle
+    assert mesh.tile_product_cycles(slow, 36, 6) == 36 * (6 / F.macs_per_cycle + 10.0)
+    c0, c1 = (mesh.gemm(f, "meshgemm", 4096, 4096, 4096, 720, 720) for f in (F, slow))
+    assert c1.compute_cycles > 4 * c0.compute_cycles
+    # the GEMV's local product is kt instructions over nt
+    g0, g1 = (mesh.gemv(f, 1, 4096, 4096, 64, 64) for f in (F, slow))
+    assert g1.compute_cycles - g0.compute_cycles == pytest.approx(64 * 10.0)
+
+
+@pytest.mark.slow
+def test_vector_op_cycles_is_the_one_row_fit():
+    """The preset's vector_op_cycles is what fitting Table 3's LLaMA3-8B 720 x 720 row gives."""
+    from dse.reproduce.waferllm import fit_vector_op_cycles
+    assert fit_vector_op_cycles() == pytest.approx(Wafer.params()["vector_op_cycles"].default,
+                                                   abs=0.15)
 
 
 def test_study_file_matches_the_study_schema():
