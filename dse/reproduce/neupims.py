@@ -54,6 +54,10 @@ PAPER_SBI_FROM_BATCH = 256
 #: Table 4 (GPT3-30B, batch 256, ShareGPT) and Sec. 1: NPU and PIM compute utilisation, %.
 PAPER_UTILISATION = {("npu+pim", "npu"): 28.0, ("neupims", "npu"): 64.9,
                      ("neupims", "pim"): 26.4, ("npu+pim", "pim"): 17.0}
+#: Sec. 8.2, Table 5: NeuPIMs draws 1.8x NPU-only's memory power (DRAMsim3's Micron model)
+#: "while providing 2.4x speedup, corresponding to a 25% energy reduction".
+PAPER_MEMORY_POWER = 1.8
+PAPER_MEMORY_ENERGY = 0.75
 
 #: (zoo model, tensor-parallel degree, pipeline stages): 7B and 30B as NeuPIMs'
 #: configs/model_configs (TP 4; 30B PP 2) [R]. 13B's config (TP 4, PP 1) does not fit one
@@ -118,6 +122,9 @@ def run_point(model: str, dataset: str, batch: int, designs, hw: dict[str, Any] 
         d = _design(name, hw)
         r = simulate(w, d)
         out[name] = r.throughput
+        mem = r.energy_breakdown_j.get("offchip_memory", 0.0)
+        out[(name, "memory_power_w")] = mem / r.latency_s
+        out[(name, "memory_energy_per_token_j")] = mem / (r.throughput * r.latency_s)
         if isinstance(d, NeuPIMs):
             out[(name, "utilisation")] = d.compute_utilisation(r)
     return out
@@ -232,6 +239,15 @@ def rows(hw: dict[str, Any] | None = None) -> list[Row]:
         out.append(Row("gain over naive larger on ShareGPT than on Alpaca (share of model x "
                        "batch)", 1.0, sum(larger) / len(larger), f"{len(pairs)} pairs",
                        source="Sec. 8.2"))
+
+    for key, paper, what in (("memory_power_w", PAPER_MEMORY_POWER, "memory power"),
+                             ("memory_energy_per_token_j", PAPER_MEMORY_ENERGY,
+                              "memory energy per token")):
+        ratios = [v[("neupims", key)] / v[("npu-only", key)] for v in grid.values()]
+        out.append(Row(f"NeuPIMs {what} over NPU-only, mean over the grid", paper,
+                       sum(ratios) / len(ratios),
+                       f"DRAM energy (reads, writes, activations, in-bank MACs, background) "
+                       f"over {len(ratios)} points", source="Sec. 8.2, Table 5"))
 
     if UTILISATION_AT in grid:
         v = grid[UTILISATION_AT]
