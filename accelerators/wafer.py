@@ -44,13 +44,14 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
-from accelerators import mesh_algorithms as mesh
+from accelerators import mac_formats, mesh_algorithms as mesh
 from accelerators import physical, technology as tech
 from accelerators.base import OpCost, Param, Resources, Template
 from accelerators.composite import cost_composite
 from accelerators.physical import Floorplan
 from dse.errors import InfeasibleDesign
 from workloads import ir
+from workloads.formats import GEMM_KINDS, has_formats, role_format
 from workloads.ir import DTYPE_BYTES, Op
 from workloads.memo import per_workload
 
@@ -216,8 +217,9 @@ class Wafer(Template):
               "KV cache management: shift = each new token's KV pushes the oldest row up, "
               "balanced over the cores (WaferLLM [P Sec. 4.3]); concat = appended to the last "
               "row of cores (PagedAttention-style), which fills first", choices=KV_CACHES),
-        Param("dtype", str, "", "fp16", "data type stored and computed on the wafer",
-              choices=tuple(DTYPE_BYTES)),
+        Param("dtype", str, "", "fp16", "MAC format of the cores (accelerators.mac_formats); "
+              "without number formats in the workload also the type stored on the wafer",
+              choices=mac_formats.MAC_FORMATS),
         Param("node_nm", int, "nm", 7, "process node (WSE-2: TSMC 7 nm [D])",
               choices=tech.NODES_NM),
         Param("core_logic_area_mm2", float, "mm^2", WSE2_CORE_LOGIC_AREA_MM2,
@@ -258,7 +260,7 @@ class Wafer(Template):
 
     @cached_property
     def bytes_per_elem(self) -> int:
-        return DTYPE_BYTES[self.hw.dtype]
+        return mac_formats.storage_bytes(self.hw.dtype)
 
     @property
     def cores(self) -> int:
@@ -327,8 +329,9 @@ class Wafer(Template):
             if op.kind == ir.EMBEDDING:
                 nbytes += op.activation_bytes_read  # the token ids
             if sink:
-                nbytes += op.activation_bytes_written / max(op.bytes_per_element, 1) \
-                    * self.bytes_per_elem
+                nbytes += op.activation_bytes_written * (
+                    1.0 if "formats" in op.attrs
+                    else self.bytes_per_elem / max(op.bytes_per_element, 1))
         return self.op_cost(op, phase, nbytes)
 
     def op_cost(self, op: Op, phase: str, io_bytes: float = 0.0) -> OpCost:
@@ -342,7 +345,15 @@ class Wafer(Template):
                                      + io_bytes * IO_PJ_PER_BYTE * 1e-12})
         plan = self.plan_op(op, phase)
         w, h = self.region(phase)
-        return self._finish(plan, io_bytes, w * h)
+        return self._finish(plan, io_bytes, w * h, self._dequantises(op))
+
+    def _dequantises(self, op: Op) -> bool:
+        """True when the cores scale ``op``'s weights (or KV cache) into their MAC format on
+        every use (block- or group-scaled operands they do not take natively)."""
+        if "formats" not in op.attrs or op.kind not in GEMM_KINDS:
+            return False
+        modes = mac_formats.operand_modes(self.hw.dtype, op)
+        return not isinstance(modes, str) and modes[1] == "dequant"
 
     def plan_op(self, op: Op, phase: str) -> _Plan:
         """The op mapped onto its phase's region (decode ops: the slower orientation);
@@ -505,12 +516,15 @@ class Wafer(Template):
     def _energy_per_unit(self) -> tuple[float, float, float, float]:
         """J per MAC, per element op, per SRAM byte and per NoC byte-hop of this design."""
         hw = self.hw
-        return (tech.mac_energy_j(hw.dtype, hw.node_nm),
-                tech.vector_op_energy_j(hw.dtype, hw.node_nm),
+        return (mac_formats.mac_energy_j(hw.dtype, hw.node_nm),
+                tech.vector_op_energy_j(mac_formats.vector_format(hw.dtype), hw.node_nm),
                 tech.sram_energy_j_per_byte(self._sram_bytes, hw.node_nm),
                 tech.noc_energy_j_per_byte(self.core_pitch_mm, hw.node_nm))
 
-    def _finish(self, plan: _Plan, io_bytes: float, region_cores: int) -> OpCost:
+    def _finish(self, plan: _Plan, io_bytes: float, region_cores: int,
+                dequant: bool = False) -> OpCost:
+        """The op's cost from its plan on ``region_cores`` cores; ``dequant``: every MAC's
+        weight operand is first scaled into the MAC format (one more MAC's energy each [E])."""
         hw, b, c = self.hw, self.bytes_per_elem, plan.cost
         wafer_s = c.cycles / hw.clock_hz
         io_s = io_bytes / hw.io_bandwidth_Bps
@@ -519,7 +533,8 @@ class Wafer(Template):
         mac_j, vector_j, sram_j, noc_j = self._energy_per_unit
         active_j = region_cores * self._active_w_per_core * (wafer_s + io_s)
         energy = {
-            "compute": c.macs * mac_j + plan.vector_elems * vector_j + active_j,
+            "compute": c.macs * mac_j * (2 if dequant else 1) + plan.vector_elems * vector_j
+            + active_j,
             "onchip_memory": sram_bytes * sram_j,
             "network": noc_bytes * noc_j + io_bytes * IO_PJ_PER_BYTE * 1e-12,
         }
@@ -663,8 +678,9 @@ class Wafer(Template):
             act_elems = max(act_elems, self.plan_op(op, phase).act_elems_per_core)
         params = workload.params or sum(op.weight_bytes for op in workload.ops) / max(
             DTYPE_BYTES.get(workload.dtype, 2), 1)
+        rest = max(params - tiled, 0.0) / storage   # embeddings, norms: spread evenly
         if spread:
-            weights = math.ceil(params / storage)
+            weights = math.ceil(params / storage) - rest
             # concat [E]: the layers' regions taken round-robin over the fabric / region
             # non-overlapping positions, so this share of the layers ends on the same row
             rows_share = min(1.0, width * height / storage)
@@ -676,13 +692,22 @@ class Wafer(Template):
                 kv = per_op * layers_per_row
                 per_token = kv_token_row / max(attn_layers, 1) * layers_per_row
         else:
-            weights = tiled_elems + max(params - tiled, 0.0) / storage
+            weights = tiled_elems
             if self.hw.kv_cache == "shift":
                 kv, per_token = kv_region, kv_token_total / storage
             else:
                 kv, per_token = kv_row, kv_token_row
-        return {"phase": phase, "weights": weights, "kv_cache": kv, "activations": act_elems,
-                "kv_per_token": per_token}
+        return {"phase": phase, "weights": weights, "weights_rest": rest, "kv_cache": kv,
+                "activations": act_elems, "kv_per_token": per_token}
+
+    def _role_bytes(self, workload: ir.Workload) -> tuple[float, float, float]:
+        """Bytes per element of the weight matrices, the KV cache and the activations (and
+        the other parameters): each role in its own number format, else the base dtype."""
+        b = self.bytes_per_elem
+        if not has_formats(workload):
+            return b, b, b
+        return (role_format(workload, "weights").bits_per_element / 8,
+                role_format(workload, "kv").bits_per_element / 8, workload.bytes_per_element)
 
     def memory_per_core(self, workload: ir.Workload) -> dict[str, float]:
         """Bytes per core the workload needs: weights, KV cache and the reserve on the cores
@@ -692,9 +717,10 @@ class Wafer(Template):
         its share lies), tiled with their tiles rounded up with ``region``; the KV cache
         balanced over rows (``kv_cache: shift``) or piled on each region's last row
         (``concat``)."""
-        lay, b = self._memory_layout(workload), self.bytes_per_elem
-        return {"weights": lay["weights"] * b, "kv_cache": lay["kv_cache"] * b,
-                "activations": lay["activations"] * b,
+        lay = self._memory_layout(workload)
+        bw, bkv, ba = self._role_bytes(workload)
+        return {"weights": lay["weights"] * bw + lay["weights_rest"] * ba,
+                "kv_cache": lay["kv_cache"] * bkv, "activations": lay["activations"] * ba,
                 "reserved": self.hw.reserved_sram_per_core_kb * 1024.0}
 
     def kv_capacity_tokens(self, workload: ir.Workload) -> int:
@@ -702,10 +728,10 @@ class Wafer(Template):
         beside the workload's weights, activations and reserve: the free SRAM of a core over
         the KV bytes one token adds to the fullest core (every core with ``shift``, a region's
         last row with ``concat``). 0 when nothing is free."""
-        lay, b = self._memory_layout(workload), self.bytes_per_elem
+        lay, (_, bkv, _) = self._memory_layout(workload), self._role_bytes(workload)
         need = self.memory_per_core(workload)
         free = self._sram_bytes - need["weights"] - need["activations"] - need["reserved"]
-        per_token = lay["kv_per_token"] * b
+        per_token = lay["kv_per_token"] * bkv
         return max(0, int(free // per_token)) if per_token > 0 else 0
 
     def memory_capacity_bytes(self) -> float:
