@@ -22,8 +22,9 @@ gives 90 + 78 + 14 = 182 cycles; the NeuPIMs repository's latency estimator uses
 [R casys-kaist/NeuPIMs trace-generator/channel_load_balancing.py ``_gemv_latency``].
 
 GWRITE of ``n`` bytes: ``CWL + ceil(n / burst_bytes) * burst_cycles + tWR``; RDRESULT of ``n``
-bytes: ``CL + ceil(n / burst_bytes) * burst_cycles``. All-bank refresh steals tRFC every tREFI:
-the total is multiplied by ``tREFI / (tREFI - tRFC)``.
+bytes: ``CL + ceil(n / burst_bytes) * burst_cycles``; a single row buffer per bank adds
+``tRCD + tRP`` to each GWRITE (:func:`row_switch_cycles`). All-bank refresh steals tRFC every
+tREFI: the total is multiplied by ``tREFI / (tREFI - tRFC)``.
 """
 
 from __future__ import annotations
@@ -159,6 +160,12 @@ class PimGeometry:
     of the matrix in the banks (a fraction of a byte for a number format with its scales,
     :mod:`workloads.formats`); ``input_bytes`` / ``output_bytes`` those of the input vector
     and the results when they differ (0: ``element_bytes``).
+    ``gwrite_row_switch``: the input vector reaches the global buffer from a bank row through
+    the banks' only row buffer (Newton's "blocked" PIM, where PIM_GWRITE copies a row into the
+    buffer [P NeuPIMs Sec. 5.1-5.2]): every pass opens that row (tRCD) and closes it (tRP)
+    before its tiles may open theirs. With NeuPIMs' dual row buffers the vector's row lives in
+    the MEM buffer while the PIM buffer opens the tiles, so the switch overlaps the previous
+    pass (False); PIM-GPT / AiM writes its buffer from the host bus directly (False).
     """
 
     channels: int
@@ -171,6 +178,7 @@ class PimGeometry:
     element_bytes: float
     input_bytes: float = 0.0
     output_bytes: float = 0.0
+    gwrite_row_switch: bool = False
 
     def __post_init__(self):
         for f in ("channels", "ranks", "banks", "macs_per_bank", "page_bytes", "buffer_bytes",
@@ -204,6 +212,12 @@ def activate_cycles(g: PimGeometry, t: DramTiming) -> int:
     """Cycles from the first ACT command of a tile to the last one: four banks per command,
     one command per tFAW window (ranks open their banks in parallel)."""
     return (_cdiv(g.banks_per_rank, 4) - 1) * t.tfaw
+
+
+def row_switch_cycles(g: PimGeometry, t: DramTiming) -> int:
+    """Cycles a pass spends opening and closing the input vector's row before its tiles
+    (``tRCD + tRP`` with a single row buffer per bank, else 0)."""
+    return t.trcd + t.trp if g.gwrite_row_switch else 0
 
 
 def tile_cycles(g: PimGeometry, t: DramTiming, dots: int) -> int:
@@ -315,7 +329,7 @@ def gemv_stream(g: PimGeometry, t: DramTiming, gemv: Gemv, channels: int | None 
     gw_bytes_pass = vec_per_pass * chunk * bi
     segments = max(1, _cdiv(chunk, segment))
     rd_bytes_pass = rows_per_channel * segments * vec_per_pass * bo
-    gw = gwrite_cycles(t, gw_bytes_pass)
+    gw = gwrite_cycles(t, gw_bytes_pass) + row_switch_cycles(g, t)
     rd = readout_cycles(t, rd_bytes_pass)
     cycles = passes * (gw + tiles_cycles + rd) * t.refresh_factor
 

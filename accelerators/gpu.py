@@ -63,7 +63,8 @@ from accelerators.host_profile import load_host_profile
 from accelerators.composite import cost_composite
 from accelerators.memory_standards import STANDARD_NAMES, memory_system
 from accelerators.physical import HOST_INTERFACES, MAX_CHIPLETS, Floorplan
-from accelerators.gpu_sparse_attention import MASK_POLICIES, sparse_attention_time
+from accelerators.gpu_sparse_attention import (MASK_POLICIES, SPARSE_KERNELS, kernel_overheads,
+                                               sparse_attention_time)
 from dse.errors import BadInput
 from workloads import ir
 from workloads.ir import DTYPE_BYTES, Op, Workload
@@ -169,6 +170,9 @@ PARAMS = (
           "sparse_attention op evaluate the mask: partial_tiles (flex_attention) or "
           "whole_problem (every tile unless none needs it: NATTEN's FNA kernels)",
           choices=MASK_POLICIES),
+    Param("attention_sparse_kernel", str, "", "fna", "block-sparse attention kernel: fna "
+          "(NATTEN) or flex (torch flex_attention: its fitted per-tile overheads, "
+          "accelerators/calibration/flex_attention.json)", choices=SPARSE_KERNELS),
 ) + gpu_formats.PARAMS   # format datapaths and weight-only kernels (accelerators.gpu_formats)
 
 #: One RT core, mm^2 at 45 nm, scaled to the node by ``technology.area_scale`` [S: Turing's
@@ -665,7 +669,8 @@ class GPU(Template):
             hw = self.hw
             sparse = sparse_attention_time(self.model, a, dtype, hw.attention_block_q,
                                            hw.attention_block_kv, hw.attention_mask_policy,
-                                           hw.peak_fp32_flops / 2)
+                                           hw.peak_fp32_flops / 2,
+                                           kernel_overheads(hw.attention_sparse_kernel))
             lat, comp, mem = sparse.latency_s, sparse.compute_s, sparse.memory_s
             flops, details = sparse.executed_flops, sparse.details()
             bound = "compute" if comp >= mem else "memory"

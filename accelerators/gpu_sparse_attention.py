@@ -23,6 +23,12 @@ visited key blocks of ``block_kv`` keys.
 * Memory: Q read and O written once; K and V once when one head's K/V fit a quarter of the
   L2, else once per wave of query blocks (the blocks in flight share tiles through the L2;
   the dense kernel's rule), at most once per visit.
+* Kernel overheads (``kernel``): ``fna`` (NATTEN's FNA kernels: none beyond the above);
+  ``flex`` (torch's Triton flex_attention): a visited tile also pays ``tile_s`` (the block
+  list's indirection, its loads not overlapped with the previous tile's math), a query block
+  ``q_block_s`` more prologue / epilogue, a masked tile ``masked_tile_s``; fitted on half of
+  the project's H100 measurements (``benchmarks/gna_flex_attention.py fit``,
+  :data:`FLEX_OVERHEADS_FILE`) and reported on the other half (docs/validation.md, GNA).
 """
 
 from __future__ import annotations
@@ -31,11 +37,34 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+import json
+from functools import lru_cache
+from pathlib import Path
+
 from accelerators.gpu_efficiency import KernelModel
 from workloads.gna import TileCounts, op_tiles
 from workloads.ir import DTYPE_BYTES
 
 MASK_POLICIES = ("partial_tiles", "whole_problem")
+#: Block-sparse attention kernels: ``fna`` (NATTEN's), ``flex`` (torch flex_attention).
+SPARSE_KERNELS = ("fna", "flex")
+#: The flex_attention overheads fitted by ``benchmarks/gna_flex_attention.py fit`` [M: fitted
+#: on half of tests/data/gna_flex_h100.json; the file names the cases].
+FLEX_OVERHEADS_FILE = Path(__file__).resolve().parent / "calibration" / "flex_attention.json"
+OVERHEAD_KEYS = ("q_block_s", "tile_s", "masked_tile_s")
+
+
+@lru_cache(maxsize=1)
+def flex_overheads() -> dict[str, float]:
+    """The fitted per-query-block, per-tile and per-masked-tile overheads of flex_attention, s
+    (per thread block on one SM)."""
+    data = json.loads(FLEX_OVERHEADS_FILE.read_text())
+    return {k: float(data["overheads"][k]) for k in OVERHEAD_KEYS}
+
+
+def kernel_overheads(kernel: str) -> Mapping[str, float] | None:
+    """The extra per-block / per-tile times of ``kernel`` (None for ``fna``)."""
+    return flex_overheads() if kernel == "flex" else None
 
 
 @dataclass(frozen=True)
@@ -65,10 +94,12 @@ def masked_tiles(tiles: TileCounts, policy: str) -> int:
 
 def sparse_attention_time(model: KernelModel, attrs: Mapping[str, Any], dtype: str,
                           block_q: int, block_kv: int, policy: str,
-                          lane_ops_per_s: float) -> SparseAttentionTime:
+                          lane_ops_per_s: float,
+                          overheads: Mapping[str, float] | None = None) -> SparseAttentionTime:
     """Time of one ``sparse_attention`` op (its ``attrs``) on ``model``'s chip, ``block_q`` x
     ``block_kv`` tiles, masking ``policy``, ``lane_ops_per_s`` CUDA-core operations per second
-    on the whole chip (module docstring)."""
+    on the whole chip, the kernel's ``overheads`` (:func:`kernel_overheads`; module
+    docstring)."""
     kn = model.k
     tiles = op_tiles(attrs, block_q, block_kv)
     bq, bkv = tiles.block_q, tiles.block_kv
@@ -81,11 +112,14 @@ def sparse_attention_time(model: KernelModel, attrs: Mapping[str, Any], dtype: s
     tile_s = bq * bkv * (2.0 * (d + dv) / rate_sm + kn["attention_score_s"])
     masked = masked_tiles(tiles, policy)
     mask_tile_s = bq * bkv * float(attrs.get("mask_ops", 0) or 0) / (lane_ops_per_s / sms)
+    over = overheads or {}
+    tile_s += over.get("tile_s", 0.0)
+    mask_tile_s += over.get("masked_tile_s", 0.0)
+    block_s = kn["attention_tile_s"] + over.get("q_block_s", 0.0)
     maps = batch * heads
     blocks = maps * tiles.q_blocks
-    work = maps * (tiles.q_blocks * kn["attention_tile_s"] + tiles.visited * tile_s
-                   + masked * mask_tile_s)
-    longest = kn["attention_tile_s"] + tiles.max_visited * (
+    work = maps * (tiles.q_blocks * block_s + tiles.visited * tile_s + masked * mask_tile_s)
+    longest = block_s + tiles.max_visited * (
         tile_s + (mask_tile_s if masked else 0.0))
     compute = max(math.ceil(blocks / sms) * work / blocks, longest) if blocks else 0.0
 

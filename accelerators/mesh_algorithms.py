@@ -70,6 +70,8 @@ class Fabric:
     that needs more may relay through software stages (else it is infeasible).
     ``summa_broadcast``: how SUMMA routes its per-step broadcasts, one of
     :data:`SUMMA_BROADCASTS` (see the module docstring).
+    ``vector_op_cycles``: issue cost of one vector (DSD) instruction of a local tile product,
+    cycles on top of its elements (0: a tile product runs at the datapath's peak).
     """
 
     alpha_cycles: float
@@ -79,6 +81,7 @@ class Fabric:
     routing_paths: int
     relay: bool = True
     summa_broadcast: str = "switch"
+    vector_op_cycles: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,15 @@ def stream_cycles(f: Fabric, elems: float) -> float:
 def compute_cycles(f: Fabric, macs_per_core: float) -> float:
     """Cycles one core needs for ``macs_per_core`` multiply-accumulates (or element ops)."""
     return macs_per_core / f.macs_per_cycle
+
+
+def tile_product_cycles(f: Fabric, ops: float, length: float,
+                        work_fraction: float = 1.0) -> float:
+    """Cycles of a local tile product issued as ``ops`` vector instructions of ``length``
+    multiply-accumulates each (WaferLLM's kernels: a GEMM tile [mt, kt] x [kt, nt] is kt x nt
+    ``@fmach`` over mt elements, a GEMV tile kt over nt): the elements at the datapath's rate
+    plus ``vector_op_cycles`` per instruction."""
+    return ops * (length * work_fraction / f.macs_per_cycle + f.vector_op_cycles)
 
 
 def _cdiv(a: float, b: float) -> int:
@@ -266,9 +278,8 @@ def gemv(f: Fabric, rows: int, k: int, n: int, width: int, height: int,
     down each column (ready for the next GEMV, whose weight is laid out transposed).
     """
     kt, nt = _cdiv(k, height), _cdiv(n, width)
-    local_macs = rows * kt * nt
-    local = MeshCost(cycles=compute_cycles(f, local_macs),
-                     compute_cycles=compute_cycles(f, local_macs),
+    local_cycles = tile_product_cycles(f, rows * kt, nt)
+    local = MeshCost(cycles=local_cycles, compute_cycles=local_cycles,
                      macs=float(rows) * k * n, buffer_elems=rows * (kt + nt))
     return local.then(allreduce(f, allreduce_algorithm, height, rows * nt, ktree_k, lines=width))
 
@@ -288,8 +299,7 @@ def gemm(f: Fabric, algorithm: str, m: int, k: int, n: int, width: int, height: 
     working = min(steps, _cdiv(k, kt))  # steps whose k-chunk holds data
     a_tile, b_tile, c_tile = batch * mt * kt, batch * kt * nt, batch * mt * nt
     tile = max(a_tile, b_tile)  # A shifts on X links, B on Y links, concurrently
-    step_macs = batch * mt * kt * nt * work_fraction
-    comp = compute_cycles(f, step_macs)
+    comp = tile_product_cycles(f, batch * kt * nt, mt, work_fraction)
     cores = width * height
     macs = float(batch) * m * k * n * work_fraction
     line = max(width, height) - 1

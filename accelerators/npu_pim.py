@@ -15,9 +15,15 @@ Options the paper compares:
 * ``row_buffers`` 1 ("blocked" PIM, as Newton / HBM-PIM): while the PIM computes, the banks
   cannot serve the NPU. A PIM op then occupies the ``dram`` channel for its whole duration
   (its cost moves ``latency x bandwidth`` bytes there), so the simulator time-shares the
-  channel between PIM compute and NPU transfers. With 2 (dual row buffers) PIM compute leaves
-  the channel free except for its GWRITE / RDRESULT bytes.
-* ``sub_batch_interleaving``: :meth:`NeuPIMs.plan` splits the batch into two sub-batches of
+  channel between PIM compute and NPU transfers; and each GWRITE pass must open the input
+  vector's row in the banks' only row buffer and close it before the tiles (tRCD + tRP,
+  :func:`accelerators.dram_timing.row_switch_cycles`). With 2 (dual row buffers) PIM compute
+  leaves the channel free except for its GWRITE / RDRESULT bytes and the vector's row sits in
+  the MEM buffer. The NPU's own row activations during PIM tiles are not charged: a tile's
+  ACT phase takes 8 of the ~24 activations tFAW allows a rank in its ~180 cycles, and the NPU
+  streaming 1 KB rows needs about 6 (one per 32 cycles).
+* ``sub_batch_interleaving`` (from ``sub_batch_min_requests`` requests on; the ``neupims``
+  preset from 256, as NeuPIMs' repository): :meth:`NeuPIMs.plan` splits the batch into two sub-batches of
   equal size and near-equal PIM work, each spread over all channels, and runs two copies of the
   step graph; the simulator overlaps one sub-batch's GEMMs on the NPU with the other's
   attention on the PIM (one op at a time per unit, so the overlap comes from the contention
@@ -88,22 +94,33 @@ PARAMS = (
           "and PIM compute exclude each other), 2 = NeuPIMs' dual row buffers", choices=(1, 2)),
     Param("sub_batch_interleaving", bool, "", True, "split the batch into two pipelined "
           "sub-batches (NPU GEMMs of one overlap PIM attention of the other)"),
+    Param("sub_batch_min_requests", int, "requests", 2, "interleave only batches of at least "
+          "this many requests (NeuPIMs: 256)", 2, 1 << 20, log=True),
     Param("load_balancing", str, "", "greedy", "request-to-channel assignment",
           choices=("greedy", "round_robin")),
 )
 
-_BASE = dict(row_buffers=2, sub_batch_interleaving=True, load_balancing="greedy")
+_BASE = dict(row_buffers=2, sub_batch_interleaving=True, load_balancing="greedy",
+             sub_batch_min_requests=2)
+_NAIVE = dict(_BASE, row_buffers=1, sub_batch_interleaving=False, load_balancing="round_robin")
 PRESETS: dict[str, dict[str, Any]] = {
     # NeuPIMs as published: NPU of 8 WS 128x128 arrays at 1 GHz
     # [R configs/systolic_ws_128x128_dev.json],
     # HBM2-PIM of 32 channels x 32 banks, 16 multipliers per bank [R configs/memory_configs/
     # neupims.json], dual row buffers, sub-batch interleaving and greedy channel load balancing
-    # [R configs/system_configs/sub-batch-on.json; P Sec. 5-6].
-    "neupims": dict(_BASE),
-    # The paper's naive NPU+PIM baseline: blocked PIM, no sub-batch interleaving [P Sec. 8].
-    "npu+pim": dict(_BASE, row_buffers=1, sub_batch_interleaving=False),
-    # Ablations: one of the two mechanisms only.
-    "dual-buffers-only": dict(_BASE, sub_batch_interleaving=False),
+    # [R configs/system_configs/sub-batch-on.json; P Sec. 5-6]; interleaving "enabled only
+    # when batch size >= 256" [R README.md], as it costs more than it gains below that
+    # [P Sec. 8.2, Fig. 13].
+    "neupims": dict(_BASE, sub_batch_min_requests=256),
+    # The paper's naive NPU+PIM baseline: Newton's blocked PIM, no sub-batch interleaving,
+    # requests assigned to channels round-robin [P Sec. 8.1; R src/scheduler/Scheduler.cc
+    # "newton: round-robin channel allocate"].
+    "npu+pim": dict(_NAIVE),
+    # The paper's ablation (Fig. 13) adds its techniques to NPU+PIM in turn: dual row buffers
+    # (DRB), then greedy min-load bin packing (GMLBP), then sub-batch interleaving (= neupims).
+    "dual-buffers-only": dict(_NAIVE, row_buffers=2),
+    "dual-buffers+balancing": dict(_NAIVE, row_buffers=2, load_balancing="greedy"),
+    # Interleaving on blocked PIM (greedy balancing): what the dual row buffers add to NeuPIMs.
     "interleaving-only": dict(_BASE, row_buffers=1),
     # The paper's NPU-only baseline: the same NPU and memory channels, attention on the NPU.
     "npu-only": dict(_BASE, attention_on="npu", sub_batch_interleaving=False),
@@ -126,7 +143,7 @@ class NeuPIMs(Template):
         hw = self.hw
         self._b = mac_formats.storage_bytes(hw.dtype)
         self.timing = timing_of(hw, hw.pim_clock_hz)
-        self.geom = geometry(hw, self._b)
+        self.geom = geometry(hw, self._b, gwrite_row_switch=hw.row_buffers == 1)
         self.pin_Bps = hw.channels * self.timing.channel_bandwidth_Bps
         self.npu = NPU(None, **{k: hw[k] for k in _NPU_KEYS},
                        dram_bandwidth_Bps=self.pin_Bps, dram="hbm2")
@@ -217,7 +234,7 @@ class NeuPIMs(Template):
             return None
         lens = attention_kv_lens(attn)
         groups = None
-        if self.hw.sub_batch_interleaving and len(lens) >= 2:
+        if self.hw.sub_batch_interleaving and len(lens) >= max(2, self.hw.sub_batch_min_requests):
             groups = self.sub_batches(attn, lens)
             chans = [0] * len(lens)
             for g in groups:
@@ -358,16 +375,33 @@ class NeuPIMs(Template):
         energy = {"compute": (s.macs + dequant_macs(self.hw.dtype, op, s)) * self._mac_j,
                   "onchip_memory": 0.0, "offchip_memory": dram_j}
         busiest_tiles = latency * (s.tile_cycles / s.cycles) if s.cycles else 0.0
+        # the mean channel's command-stream time: channels with fewer requests idle sooner
+        details = {"channel_busy_mean_s": sum(per) / len(per) * tck}
         if self.hw.row_buffers == 1:   # blocked: the banks serve nobody else meanwhile
             return OpCost(unit="pim", latency_s=latency, compute_s=0.0, clock_hz=1 / tck,
                           traffic={"dram": latency * self.bandwidth_Bps},
                           bytes_by_level={"dram": s.column_bytes, "bus": bus}, energy_j=energy,
-                          bound="memory")
+                          bound="memory", details=details)
         return OpCost(unit="pim", latency_s=latency, compute_s=busiest_tiles, clock_hz=1 / tck,
                       traffic={"dram": bus}, bytes_by_level={"dram": s.column_bytes, "bus": bus},
-                      energy_j=energy, bound="compute")
+                      energy_j=energy, bound="compute", details=details)
 
     # ----------------------------------------------------------------------------- the rest
+    def compute_utilisation(self, result) -> dict[str, float]:
+        """NPU and PIM compute utilisation as NeuPIMs' simulator counts it (0-1): the NPU's
+        cycles with the systolic compute pipeline busy (memory stalls excluded) [R
+        casys-kaist/NeuPIMs src/NeuPIMSystolicWS.cc ``update_stats``: compute cycles are
+        those with a non-empty compute pipeline], here the array ops' compute time; the PIM's
+        cycles with PIM commands in flight, counted per channel [R extern/NewtonSim
+        newton_command_queue.cc: ``pim_cycles`` while a channel's PIM queue is non-empty],
+        here each PIM op's mean channel command-stream time (``channel_busy_mean_s``); each
+        over the step's wall time [P Sec. 8.2, Table 4]."""
+        npu = sum(r.compute_cycles for r in result.ops if r.unit == "array") / self.hw.clock_hz
+        pim = sum(r.details.get("channel_busy_mean_s", r.duration_s) for r in result.ops
+                  if r.unit == "pim")
+        t = result.latency_s
+        return {"npu": npu / t if t > 0 else 0.0, "pim": pim / t if t > 0 else 0.0}
+
     def resources(self) -> Resources:
         return Resources(units={"array": 1, "vector": 1, "pim": 1},
                          channels={"dram": self.bandwidth_Bps})

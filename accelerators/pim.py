@@ -97,11 +97,11 @@ def bank_params(channels: int, ranks: int, banks: int, macs: int, page: int, buf
     )
 
 
-def geometry(hw: Any, element_bytes: int) -> dt.PimGeometry:
+def geometry(hw: Any, element_bytes: int, gwrite_row_switch: bool = False) -> dt.PimGeometry:
     return dt.PimGeometry(channels=hw.channels, ranks=hw.ranks, banks=hw.banks_per_channel,
                           macs_per_bank=hw.macs_per_bank, page_bytes=hw.page_bytes,
                           buffer_bytes=hw.buffer_bytes, dot_cycles=hw.dot_cycles,
-                          element_bytes=element_bytes)
+                          element_bytes=element_bytes, gwrite_row_switch=gwrite_row_switch)
 
 
 def timing_of(hw: Any, clock_hz: float) -> dt.DramTiming:

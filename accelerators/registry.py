@@ -25,6 +25,7 @@ _TEMPLATES = {
     "npu_pim": "accelerators.npu_pim:NeuPIMs",
     "neural_graphics": "accelerators.neural_graphics:NGPC",
     "wafer": "accelerators.wafer:Wafer",
+    "cpu": "accelerators.cpu:CPU",
 }
 
 

@@ -18,7 +18,8 @@ serialise on it. Per op, O(1) in the number of cores:
   neighbour shift per core); norms and softmax all-reduce their statistics;
 * prefill (tokens along Y, features along X): matmuls and the two products of attention use
   ``gemm_algorithm`` (``meshgemm`` / ``cannon`` / ``summa`` / ``allgather``);
-* ``forward`` (non-LLM models) maps like prefill, except single-row matmuls (MeshGEMV).
+* ``forward`` (non-LLM models) maps like prefill; single-row matmuls (a prefill's LM head on
+  the last token) are MeshGEMVs in every phase.
 
 Non-uniform layouts of a rectangular region alternate between the two axes from one GEMV to
 the next, so each decode op is costed in both orientations and the slower one is kept.
@@ -37,6 +38,7 @@ on the wafer, as a GPU's are in HBM.
 from __future__ import annotations
 
 import math
+import weakref
 from collections import Counter
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -115,6 +117,14 @@ def wse2_core_logic_area_mm2(node_nm: int = 7, sram_bytes: float = 48 * 1024) ->
 WSE2_CORE_LOGIC_AREA_MM2 = round(wse2_core_logic_area_mm2(), 8)
 
 _PHASE_REGION = {"decode": "decode", "prefill": "prefill", "forward": "prefill"}
+#: Where weights and KV live (``placement``) and how the KV cache grows (``kv_cache``).
+PLACEMENTS = ("spread", "region")
+KV_CACHES = ("shift", "concat")
+#: Most tokens a decode-phase step (a batch of decodes) maps with the decode layout on the
+#: decode region; a step with more (a serving iteration holding a prompt) maps as prefill on
+#: the prefill region [E: a decode GEMV replicates its activations along Y, so its activation
+#: buffers grow with the rows; WaferLLM decodes one request at a time].
+DECODE_MAX_TOKENS = 64
 
 
 @dataclass(frozen=True)
@@ -132,6 +142,9 @@ class Wafer(Template):
     name = "wafer"
     description = ("wafer-scale core mesh (Cerebras WSE-2 class) under the PLMR model: "
                    "MeshGEMM / MeshGEMV / K-tree all-reduce, SRAM capacity, routing limits")
+    #: Every op holds the one ``region`` unit: ops run one after another (the fast path adds
+    #: their latencies, as the simulator does).
+    SERIAL_UNIT = True
 
     PARAMS = (
         Param("mesh_width", int, "cores", 757, "cores along X (WSE-2 fabric 757 [P/R])",
@@ -140,8 +153,11 @@ class Wafer(Template):
               1, 4096, step=1),
         Param("sram_per_core_kb", float, "KiB", 48.0, "SRAM per core (WSE-2 48 KiB [P])",
               1.0, 65536.0, log=True),
-        Param("reserved_sram_per_core_kb", float, "KiB", 6.0,
-              "SRAM per core taken by code, runtime and routing tables [E]", 0.0, 1024.0),
+        Param("reserved_sram_per_core_kb", float, "KiB", 2.0,
+              "SRAM per core taken by code, runtime and kernel buffers beside the weight, KV "
+              "and activation tiles [E: WaferLLM's WSE-2 decode kernel declares under 0.5 KiB "
+              "of such buffers at LLaMA3-8B's tiles (Decode/WSE-2/src/decode.csl); ~1.5 KiB "
+              "taken for its code and the memcpy runtime]", 0.0, 1024.0),
         Param("clock_hz", float, "Hz", 1.1e9, "core clock (WSE-2 up to 1.1 GHz [P])",
               1e8, 5e9, log=True),
         Param("macs_per_core_per_cycle", float, "MAC/cycle", 2.0,
@@ -156,6 +172,13 @@ class Wafer(Template):
         Param("beta_cycles", float, "cycles/stage", 20.0,
               "PLMR beta: cost of one software routing stage, a core receiving and re-sending a "
               "message (WSE-2: a few tens of cycles [E])", 0.0, 10000.0),
+        Param("vector_op_cycles", float, "cycles/instr", 13.4,
+              "issue cost of one vector (DSD) instruction of a local tile product, on top of "
+              "its elements: a GEMM tile is kt x nt instructions over mt elements, each a "
+              "function call per element (WaferLLM's meshgemm.csl @map), a GEMV tile kt over "
+              "nt (WSE-2: 13.4 [F: fitted on one row, WaferLLM Table 3's LLaMA3-8B prefill on "
+              "720 x 720; dse.reproduce.waferllm.fit_vector_op_cycles]; 0: tile products at "
+              "the datapath's peak)", 0.0, 1000.0),
         Param("routing_paths_per_core", int, "paths", 24,
               "routing paths (colours) per core (WSE-2: 24 routable colours, < 32 by the 5-bit "
               "header [P, E])", 1, 4096, step=1),
@@ -184,6 +207,16 @@ class Wafer(Template):
               choices=mesh.ALLREDUCE_ALGORITHMS),
         Param("ktree_k", int, "levels", 2, "levels of the K-tree all-reduce (WaferLLM: 2 [P])",
               1, 8, step=1),
+        Param("placement", str, "", "spread",
+              "where weights and KV cache live: spread = every layer computes on a region of "
+              "its phase's size, the layers' regions placed at offsets that spread weights and "
+              "KV evenly over the whole fabric (WaferLLM [P Sec. 4.4, 7.4]); region = all on "
+              "the phase's region, each matrix tiled with its tiles rounded up",
+              choices=PLACEMENTS),
+        Param("kv_cache", str, "", "shift",
+              "KV cache management: shift = each new token's KV pushes the oldest row up, "
+              "balanced over the cores (WaferLLM [P Sec. 4.3]); concat = appended to the last "
+              "row of cores (PagedAttention-style), which fills first", choices=KV_CACHES),
         Param("dtype", str, "", "fp16", "MAC format of the cores (accelerators.mac_formats); "
               "without number formats in the workload also the type stored on the wafer",
               choices=mac_formats.MAC_FORMATS),
@@ -252,7 +285,8 @@ class Wafer(Template):
                            link_elems_per_cycle=hw.link_bytes_per_cycle / b,
                            macs_per_cycle=hw.macs_per_core_per_cycle * pack,
                            routing_paths=hw.routing_paths_per_core - RESERVED_ROUTING_PATHS,
-                           relay=hw.relay, summa_broadcast=hw.summa_broadcast)
+                           relay=hw.relay, summa_broadcast=hw.summa_broadcast,
+                           vector_op_cycles=hw.vector_op_cycles)
 
     # --- costs -----------------------------------------------------------------------------
 
@@ -273,8 +307,18 @@ class Wafer(Template):
         workload)."""
         def build() -> list[tuple[str, bool]]:
             g = workload.graph
-            return [(workload.phase, g.out_degree(op.name) == 0) for op in workload.ops]
+            phase = cls.mapping_phase(workload)
+            return [(phase, g.out_degree(op.name) == 0) for op in workload.ops]
         return per_workload(workload, "wafer-op-contexts", build)
+
+    @staticmethod
+    def mapping_phase(workload: ir.Workload) -> str:
+        """The layout a workload maps with: its phase, except a decode-phase step whose ops
+        carry more than :data:`DECODE_MAX_TOKENS` tokens (a serving iteration holding a prompt,
+        :mod:`workloads.iteration`), which maps as prefill on the prefill region."""
+        if workload.phase != "decode":
+            return workload.phase
+        return "prefill" if _max_tokens(workload) > DECODE_MAX_TOKENS else "decode"
 
     def cost_in(self, op: Op, context: tuple[str, bool]) -> OpCost:
         """Cost of ``op`` in its phase with its off-wafer bytes: in LLM phases, token ids in
@@ -328,7 +372,8 @@ class Wafer(Template):
 
     def _plan_op(self, op: Op, phase: str) -> _Plan:
         width, height = self.region(phase)
-        if phase == "decode" or phase == "forward" and _rows(op) == 1 and op.kind == ir.MATMUL:
+        if phase == "decode" or _rows(op) == 1 and op.kind == ir.MATMUL:
+            # a single-row matmul (a prefill's LM head on the last token) is a GEMV anywhere
             a = self._decode_plan(op, width, height)
             if width == height:
                 return a
@@ -448,8 +493,11 @@ class Wafer(Template):
         stats = mesh.allreduce(f, hw.allreduce, w, bh * math.ceil(q / h), hw.ktree_k, lines=h)
         pv = mesh.batched_gemm(f, hw.gemm_algorithm, q, kv, dv, w, h, bh, frac)
         c = qk.then(soft).then(stats.times(2)).then(pv)
+        # the working set of one (batch, head) at a time: WaferLLM runs attention per head
+        # group [P Sec. 4.4], so the score tiles of the others need not be held at once
         return _Plan(c, vector_elems=float(bh) * q * kv * frac * PASSES[ir.SOFTMAX],
-                     act_elems_per_core=tile + max(qk.buffer_elems, pv.buffer_elems))
+                     act_elems_per_core=math.ceil(
+                         (tile + max(qk.buffer_elems, pv.buffer_elems)) / bh))
 
     def _scatter_plan(self, op: Op, w: int, h: int) -> _Plan:
         """Hash-grid lookups and unknown ops: their bytes move between random cores, limited by
@@ -593,54 +641,138 @@ class Wafer(Template):
 
     # --- feasibility ------------------------------------------------------------------------
 
-    def memory_per_core(self, workload: ir.Workload) -> dict[str, float]:
-        """Bytes per core the workload needs on its phase's region: weights (tiles rounded up),
-        KV cache (balanced by the shift-based cache), the largest activation working set, and
-        the reserve. O(unique ops): ops with equal signatures are mapped once, their sums
-        multiplied by their count (integer element counts, so the sums are exact)."""
-        width, height = self.region(workload.phase)
-        cores, b = width * height, self.bytes_per_elem
-        bw = bkv = ba = b
-        if has_formats(workload):   # each role in its own format, the rest in the base dtype
-            bw = role_format(workload, "weights").bits_per_element / 8
-            bkv = role_format(workload, "kv").bits_per_element / 8
-            ba = workload.bytes_per_element
-        weight_elems, tiled = 0.0, 0.0
-        kv_elems, act_elems = 0.0, 0.0
+    def storage_cores(self, phase: str) -> int:
+        """Cores that hold weights and KV cache in ``phase``: the whole fabric with
+        ``placement: spread``, the phase's region otherwise."""
+        if self.hw.placement == "spread":
+            return self.cores
+        width, height = self.region(phase)
+        return width * height
+
+    def _memory_layout(self, workload: ir.Workload) -> dict[str, Any]:
+        """Elements per core of ``workload`` (weights, KV cache, activations), the KV cache's
+        elements per token and core (``kv_per_token``), and the phase (computed once per
+        workload and design). O(unique ops): ops with equal signatures are mapped once, their
+        sums multiplied by their count (integer element counts, so the sums are exact)."""
+        hit = self._layout_memo.get(id(workload))
+        if hit is not None and hit[0]() is workload:
+            return hit[1]
+        layout = self._layout(workload)
+        self._layout_memo[id(workload)] = (weakref.ref(workload), layout)
+        return layout
+
+    @cached_property
+    def _layout_memo(self) -> dict[int, tuple[Any, dict[str, Any]]]:
+        return {}
+
+    def _layout(self, workload: ir.Workload) -> dict[str, Any]:
+        phase = self.mapping_phase(workload)
+        width, height = self.region(phase)
+        storage = self.storage_cores(phase)
+        spread = self.hw.placement == "spread"
+        tiled_elems, tiled = 0.0, 0.0       # weights as region tiles (placement: region)
+        kv_total, kv_region, kv_row = 0.0, 0.0, 0.0
+        kv_token_total, kv_token_row, attn_layers = 0.0, 0.0, 0
+        act_elems = 0.0
         for op, count in _op_counts(workload):
             a = op.attrs
             if op.kind == ir.MATMUL and a.get("weight_operand"):
                 k, n, batch = a.get("k", 1), a.get("n", 1), a.get("batch", 1)
-                weight_elems += math.ceil(k / height) * math.ceil(n / width) * batch * count
+                tiled_elems += math.ceil(k / height) * math.ceil(n / width) * batch * count
                 tiled += float(k) * n * batch * count
             elif op.kind == ir.CONV and op.weight_bytes:
                 k, n, groups = a.get("gemm_k", 1), a.get("gemm_n", 1), a.get("groups", 1)
-                weight_elems += math.ceil(k / height) * math.ceil(n / width) * groups * count
+                tiled_elems += math.ceil(k / height) * math.ceil(n / width) * groups * count
                 tiled += float(k) * n * groups * count
             if op.kind == ir.ATTENTION:
                 kvh = a.get("kv_heads", a.get("heads", 1))
-                dims = a.get("head_dim", 1) + a.get("value_dim", a.get("head_dim", 1))
-                kv_elems += a.get("batch", 1) * math.ceil(a.get("kv_len", 1) / height) \
-                    * math.ceil(kvh * dims / width) * count
-            plan = self.plan_op(op, workload.phase)
-            act_elems = max(act_elems, plan.act_elems_per_core)
+                feats = kvh * (a.get("head_dim", 1) + a.get("value_dim", a.get("head_dim", 1)))
+                b, ctx = a.get("batch", 1), a.get("kv_len", 1)
+                kv_total += float(b) * ctx * feats * count
+                kv_region += b * math.ceil(ctx / height) * math.ceil(feats / width) * count
+                kv_row += b * ctx * math.ceil(feats / width) * count     # all in one row
+                kv_token_total += float(b) * feats * count
+                kv_token_row += b * math.ceil(feats / width) * count
+                attn_layers += count
+            act_elems = max(act_elems, self.plan_op(op, phase).act_elems_per_core)
         params = workload.params or sum(op.weight_bytes for op in workload.ops) / max(
             DTYPE_BYTES.get(workload.dtype, 2), 1)
-        rest = max(params - tiled, 0.0) / cores  # embeddings, norms: spread evenly
-        return {"weights": weight_elems * bw + rest * ba if bw != b else
-                (weight_elems + rest) * b, "kv_cache": kv_elems * bkv,
-                "activations": act_elems * ba,
+        rest = max(params - tiled, 0.0) / storage   # embeddings, norms: spread evenly
+        if spread:
+            weights = math.ceil(params / storage) - rest
+            # concat [E]: the layers' regions taken round-robin over the fabric / region
+            # non-overlapping positions, so this share of the layers ends on the same row
+            rows_share = min(1.0, width * height / storage)
+            if self.hw.kv_cache == "shift":
+                kv, per_token = math.ceil(kv_total / storage), kv_token_total / storage
+            else:
+                layers_per_row = max(1, math.ceil(attn_layers * rows_share)) if attn_layers else 0
+                per_op = kv_row / max(attn_layers, 1)
+                kv = per_op * layers_per_row
+                per_token = kv_token_row / max(attn_layers, 1) * layers_per_row
+        else:
+            weights = tiled_elems
+            if self.hw.kv_cache == "shift":
+                kv, per_token = kv_region, kv_token_total / storage
+            else:
+                kv, per_token = kv_row, kv_token_row
+        return {"phase": phase, "weights": weights, "weights_rest": rest, "kv_cache": kv,
+                "activations": act_elems, "kv_per_token": per_token}
+
+    def _role_bytes(self, workload: ir.Workload) -> tuple[float, float, float]:
+        """Bytes per element of the weight matrices, the KV cache and the activations (and
+        the other parameters): each role in its own number format, else the base dtype."""
+        b = self.bytes_per_elem
+        if not has_formats(workload):
+            return b, b, b
+        return (role_format(workload, "weights").bits_per_element / 8,
+                role_format(workload, "kv").bits_per_element / 8, workload.bytes_per_element)
+
+    def memory_per_core(self, workload: ir.Workload) -> dict[str, float]:
+        """Bytes per core the workload needs: weights, KV cache and the reserve on the cores
+        that store them (:meth:`storage_cores`: the whole fabric, or the phase's region), and
+        the largest activation working set of an op on its region. Weights are spread evenly
+        over the storage cores with ``placement: spread`` (each layer's region placed where
+        its share lies), tiled with their tiles rounded up with ``region``; the KV cache
+        balanced over rows (``kv_cache: shift``) or piled on each region's last row
+        (``concat``)."""
+        lay = self._memory_layout(workload)
+        bw, bkv, ba = self._role_bytes(workload)
+        return {"weights": lay["weights"] * bw + lay["weights_rest"] * ba,
+                "kv_cache": lay["kv_cache"] * bkv, "activations": lay["activations"] * ba,
                 "reserved": self.hw.reserved_sram_per_core_kb * 1024.0}
+
+    def kv_capacity_tokens(self, workload: ir.Workload) -> int:
+        """Most tokens of KV cache (per sequence of the workload's batch) the design holds
+        beside the workload's weights, activations and reserve: the free SRAM of a core over
+        the KV bytes one token adds to the fullest core (every core with ``shift``, a region's
+        last row with ``concat``). 0 when nothing is free."""
+        lay, (_, bkv, _) = self._memory_layout(workload), self._role_bytes(workload)
+        need = self.memory_per_core(workload)
+        free = self._sram_bytes - need["weights"] - need["activations"] - need["reserved"]
+        per_token = lay["kv_per_token"] * bkv
+        return max(0, int(free // per_token)) if per_token > 0 else 0
+
+    def memory_capacity_bytes(self) -> float:
+        """Bytes the wafer holds a workload in: the storage cores' SRAM less the reserve (the
+        decode phase's with ``placement: region``)."""
+        return self.storage_cores("decode") * (self._sram_bytes
+                                               - self.hw.reserved_sram_per_core_kb * 1024.0)
+
+    def capacity_holder(self) -> str:
+        return (f"the {self.storage_cores('decode'):,} cores' SRAM "
+                f"({self.hw.sram_per_core_kb:g} KiB each, {self.hw.reserved_sram_per_core_kb:g} "
+                "KiB reserved)")
 
     def check(self, workload: ir.Workload) -> str | None:
         """Why ``workload`` cannot run on this design: the wafer cannot be built
-        (:meth:`physical`), SRAM capacity of its region per core (the weights' tiles rounded
-        up, the reserve kept), routing paths (with relays off), or peak power over ``tdp_w``;
-        None when it can."""
-        problem = super().check(workload)
-        if problem:
-            return problem
-        width, height = self.region(workload.phase)
+        (:meth:`physical`), SRAM per core (:meth:`memory_per_core`), routing paths (with relays
+        off), or peak power over ``tdp_w``; None when it can."""
+        phys = self.physical()
+        if phys is not None and phys.problem and not self.embedded:
+            return phys.problem
+        phase = self.mapping_phase(workload)
+        width, height = self.region(phase)
         try:
             need = self.memory_per_core(workload)
         except InfeasibleDesign as exc:
@@ -648,9 +780,11 @@ class Wafer(Template):
         total = sum(need.values())
         if total > self._sram_bytes:
             parts = ", ".join(f"{k} {v / 1024:.1f} KiB" for k, v in need.items())
-            return (f"{workload.model} {workload.phase} needs {total / 1024:.1f} KiB per core on "
-                    f"the {width} x {height} {_PHASE_REGION.get(workload.phase, 'prefill')} "
-                    f"region ({parts}) but a core has {self.hw.sram_per_core_kb:g} KiB; "
+            where = (f"the {self.storage_cores(phase):,} cores of the fabric, computing on a "
+                     f"{width} x {height} region" if self.hw.placement == "spread" else
+                     f"the {width} x {height} {_PHASE_REGION.get(phase, 'prefill')} region")
+            return (f"{workload.model} {workload.phase} needs {total / 1024:.1f} KiB per core "
+                    f"on {where} ({parts}) but a core has {self.hw.sram_per_core_kb:g} KiB; "
                     f"use a larger region or more SRAM per core")
         peak = self.peak_power_w()
         if peak > self.hw.tdp_w:
@@ -679,6 +813,12 @@ def _op_counts(workload: ir.Workload) -> list[tuple[Op, int]]:
         counts = Counter(of)
         return [(op, counts[g]) for g, op in enumerate(unique)]
     return per_workload(workload, "op-counts", build)
+
+
+def _max_tokens(workload: ir.Workload) -> int:
+    """Most token rows of the workload's weight matmuls (its tokens per step)."""
+    return max((_rows(op) for op, _ in _op_counts(workload)
+                if op.kind == ir.MATMUL and op.attrs.get("weight_operand")), default=1)
 
 
 def _local(f: mesh.Fabric, per_core: float, macs: float = 0.0) -> mesh.MeshCost:

@@ -22,8 +22,18 @@ Two steps, on two machines:
       python benchmarks/gna_flex_attention.py compare tests/data/gna_flex_h100.json
 
   costs every measured case on the measured GPU's preset (128 x 128 tiles, ``partial_tiles``
-  masking as flex_attention does) and prints predicted against measured speed-up over the
-  dense flex kernel (and over SDPA), the token permute, and the median absolute error.
+  masking as flex_attention does, the ``flex`` kernel's fitted overheads; the dense flex kernel
+  as the same kernel visiting every tile unmasked) and prints predicted against measured
+  speed-up over the dense flex kernel (and over SDPA), the token permute, and the median
+  absolute error, apart for the cases the overheads were fitted on and the held-out ones.
+
+* ``fit`` (here): fits flex_attention's three overheads (per query block, per visited tile,
+  per masked tile; :mod:`accelerators.gpu_sparse_attention`) to the speed-ups of every other
+  measured case (the even-numbered ones, least squares on log speed-up, overheads >= 0) and
+  writes them, with the cases used and the held-out error, to
+  ``accelerators/calibration/flex_attention.json``::
+
+      python benchmarks/gna_flex_attention.py fit tests/data/gna_flex_h100.json
 """
 
 from __future__ import annotations
@@ -206,11 +216,16 @@ def _measure_case(case: tuple, index: int, flex, block: int, reps: int, warmup: 
 
 # ----------------------------------------------------------------------------- compare
 def predict(row: dict, block: int = BLOCK, hw: dict | None = None,
-            accelerator: str = "gpu:h200") -> dict[str, float]:
+            accelerator: str = "gpu:h200",
+            overheads: dict | None = None) -> dict[str, float]:
     """Predicted times (s) of one measured case on ``accelerator`` with ``block`` x ``block``
-    tiles."""
+    tiles: the sparse flex kernel, the dense flex kernel (the same kernel visiting every tile,
+    unmasked), SDPA's dense attention, and the token permute. ``overheads``: the flex kernel's
+    (default: the fitted ones of ``accelerators/calibration/flex_attention.json``)."""
+    from accelerators.gpu_sparse_attention import flex_overheads, sparse_attention_time
     from accelerators.registry import make_accelerator
     from workloads.build import build_workload
+    from workloads.sparse_attention import with_gna_pattern
 
     gpu = make_accelerator(accelerator, {"attention_block_q": block, "attention_block_kv": block,
                                         "attention_mask_policy": "partial_tiles", **(hw or {})})
@@ -219,12 +234,70 @@ def predict(row: dict, block: int = BLOCK, hw: dict | None = None,
     arch["causal"] = "x".join("1" if c else "0" for c in row["causal"])
     w = build_workload("gna", arch={**arch, "heads": row["heads"], "head_dim": HEAD_DIM})
     op = next(o for o in w.ops if o.kind == "sparse_attention")
+    full = with_gna_pattern(w, window=arch["grid"], stride="1", dilation="1",
+                            causal="x".join("0" for _ in row["causal"]))
+    dense_op = next(o for o in full.ops if o.kind == "sparse_attention")
+    over = flex_overheads() if overheads is None else overheads
+
+    def flex_s(o) -> float:
+        return sparse_attention_time(gpu.model, o.attrs, o.dtype, block, block, "partial_tiles",
+                                     gpu.hw.peak_fp32_flops / 2, over).latency_s
     n = row["tokens"]
-    dense = build_workload("sdpa", arch={"b": 1, "h": row["heads"], "sq": n, "skv": n,
-                                         "d": HEAD_DIM, "causal": False,
-                                         "kv_heads": row["heads"]})
-    return {"sparse_s": gpu.cost(op).latency_s, "dense_s": gpu.cost(dense.ops[0]).latency_s,
+    sdpa = build_workload("sdpa", arch={"b": 1, "h": row["heads"], "sq": n, "skv": n,
+                                        "d": HEAD_DIM, "causal": False,
+                                        "kv_heads": row["heads"]})
+    return {"sparse_s": flex_s(op), "dense_s": flex_s(dense_op),
+            "sdpa_s": gpu.cost(sdpa.ops[0]).latency_s,
             "permute_s": sum(gpu.cost(o).latency_s for o in w.ops if o is not op)}
+
+
+def fit_split(cases: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(fit, held out): the even-numbered measured cases and the odd-numbered ones."""
+    return cases[0::2], cases[1::2]
+
+
+def fit(path: Path, out: Path | None = None) -> dict[str, Any]:
+    """Fit the flex overheads on :func:`fit_split`'s first half of ``path``'s cases (least
+    squares on log predicted / measured speed-up over the dense flex kernel, bounds >= 0),
+    report the held-out half, write ``out`` (default the shipped calibration)."""
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    from accelerators.gpu_sparse_attention import FLEX_OVERHEADS_FILE, OVERHEAD_KEYS
+
+    data = json.loads(path.read_text())
+    accelerator = gpu_of(data["device"])
+    fit_rows, held = fit_split(data["cases"])
+    scale = 1e-8   # seconds; the solver works on overheads in units of 10 ns
+
+    def errors(x, rows):
+        over = dict(zip(OVERHEAD_KEYS, np.asarray(x) * scale))
+        out = []
+        for row in rows:
+            p = predict(row, data["block"][0], accelerator=accelerator, overheads=over)
+            out.append(math.log((p["dense_s"] / p["sparse_s"])
+                                / (row["dense_flex_ms"] / row["sparse_ms"])))
+        return np.array(out)
+
+    sol = least_squares(errors, x0=np.full(len(OVERHEAD_KEYS), 1.0), args=(fit_rows,),
+                        bounds=(0.0, np.inf))
+    overheads = {k: float(v * scale) for k, v in zip(OVERHEAD_KEYS, sol.x)}
+
+    def median_abs(rows):
+        return statistics.median(abs(math.exp(e) - 1) for e in errors(sol.x, rows))
+    result = {"template": "gpu", "kernel": "flex", "overheads": overheads,
+              "source": {"measurements": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT)
+                         else str(path), "device": data["device"], "torch": data["torch"],
+                         "fit_cases": [r["name"] for r in fit_rows],
+                         "held_out_cases": [r["name"] for r in held],
+                         "command": "python benchmarks/gna_flex_attention.py fit "
+                                    + (str(path.relative_to(ROOT))
+                                       if path.is_relative_to(ROOT) else str(path))},
+              "median_abs_error": {"fit": median_abs(fit_rows), "held_out": median_abs(held)}}
+    target = out or FLEX_OVERHEADS_FILE
+    target.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    return result
 
 
 def gpu_of(device: str) -> str:
@@ -238,31 +311,39 @@ def gpu_of(device: str) -> str:
     return f"gpu:{DEVICE_PRESETS[device]}"
 
 
-def compare(path: Path) -> dict[str, Any]:
+def compare(path: Path, overheads: dict | None = None) -> dict[str, Any]:
+    """Predicted against measured speed-up over the dense flex kernel for every case, the
+    median |error| over all, over the fitted and over the held-out cases."""
     data = json.loads(path.read_text())
     accelerator = gpu_of(data["device"])
-    rows, errors = [], []
+    fitted = {r["name"] for r in fit_split(data["cases"])[0]}
+    rows, errors = [], {"fit": [], "held_out": []}
     print(f"{data['device']} ({accelerator}), torch {data['torch']}; speed-up over the dense "
-          "flex kernel")
-    print(f"{'case':22s} {'measured':>9s} {'predicted':>9s} {'error':>7s} {'vs sdpa':>8s} "
+          "flex kernel (* = a case the flex overheads were fitted on)")
+    print(f"{'case':23s} {'measured':>9s} {'predicted':>9s} {'error':>7s} {'vs sdpa':>8s} "
           f"{'permute ms meas/pred':>21s} tiles")
     for row in data["cases"]:
-        p = predict(row, data["block"][0], accelerator=accelerator)
+        p = predict(row, data["block"][0], accelerator=accelerator, overheads=overheads)
         measured = row["dense_flex_ms"] / row["sparse_ms"]
         predicted = p["dense_s"] / p["sparse_s"]
         err = predicted / measured - 1
-        errors.append(abs(err))
+        errors["fit" if row["name"] in fitted else "held_out"].append(abs(err))
         exact = (row["blockmask_full"], row["blockmask_partial"]) == (row["ours_full"],
                                                                       row["ours_partial"])
         rows.append({"name": row["name"], "measured": measured, "predicted": predicted,
-                     "error": err, "tiles_exact": exact})
-        print(f"{row['name']:22s} {measured:9.2f} {predicted:9.2f} {err:+7.1%} "
+                     "error": err, "tiles_exact": exact, "fitted": row["name"] in fitted})
+        mark = "*" if row["name"] in fitted else " "
+        print(f"{row['name']:22s}{mark} {measured:9.2f} {predicted:9.2f} {err:+7.1%} "
               f"{row['sdpa_ms'] / row['sparse_ms']:8.2f} "
               f"{row['permute_ms']:10.3f}/{p['permute_s'] * 1e3:<10.3f} "
               f"{'exact' if exact else 'DIFFER'}")
-    median = statistics.median(errors) if errors else math.nan
-    print(f"median |error| of the predicted speed-up: {median:.1%} over {len(errors)} cases")
-    return {"accelerator": accelerator, "rows": rows, "median_abs_error": median}
+    every = errors["fit"] + errors["held_out"]
+    median = statistics.median(every) if every else math.nan
+    held = statistics.median(errors["held_out"]) if errors["held_out"] else math.nan
+    print(f"median |error| of the predicted speed-up: {median:.1%} over {len(every)} cases; "
+          f"held out {held:.1%} over {len(errors['held_out'])}")
+    return {"accelerator": accelerator, "rows": rows, "median_abs_error": median,
+            "held_out_median_abs_error": held}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -278,12 +359,16 @@ def main(argv: list[str] | None = None) -> None:
     c = sub.add_parser("compare")
     c.add_argument("path", type=Path, nargs="?",
                    default=ROOT / "tests" / "data" / OUT_NAME)
+    f = sub.add_parser("fit")
+    f.add_argument("path", type=Path, nargs="?", default=ROOT / "tests" / "data" / OUT_NAME)
     args = ap.parse_args(argv)
     if args.cmd == "measure":
         out = args.out or Path(os.environ.get("OUT", ".")) / OUT_NAME
         cases = DRY_CASES if args.dry_run else CASES
         measure(cases, out, args.reps if not args.dry_run else 2, args.budget_s, args.dry_run)
         print(f"wrote {out}")
+    elif args.cmd == "fit":
+        fit(args.path)
     else:
         compare(args.path)
 

@@ -61,12 +61,16 @@ def reproduction(name: str) -> Callable[[], str]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             rows = run_reproduction(name)
-        lines = ["| metric | paper | ours | ratio | within ±35 % |", "| --- | --- | --- | --- | --- |"]
+        from dse.reproduce.table import summary
+        lines = ["| metric | source | paper | ours | ratio | ok |", "|---|---|---|---|---|---|"]
         for r in rows:
-            lines.append(f"| {r.metric} | {r.paper_text()} | {r.ours:.4g} | {r.ratio:.3g} | "
-                         f"{'yes' if r.within() else 'no'} |")
-        ok = sum(r.within() for r in rows)
-        lines.append(f"\n{ok} of {len(rows)} rows within ±35 % (`dse reproduce {name}`).")
+            ok = "fitted" if r.fitted else ("yes" if r.within() else "no")
+            lines.append(f"| {r.metric} | {r.source} | {r.paper_text()} | {r.ours:.4g} | "
+                         f"{r.ratio:.2f} | {ok} |")
+        s = summary(rows)
+        fitted = f"; {s['fitted']} fitted rows not counted" if s["fitted"] else ""
+        lines.append(f"\n{s['within']} of {s['predictions']} predictions within ±35 % (or inside "
+                     f"the paper's range){fitted} (`dse reproduce {name}`).")
         return "\n".join(lines)
     return make
 

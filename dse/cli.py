@@ -626,17 +626,21 @@ def reproduce(name: str = typer.Argument(..., help="pim-gpt | neupims | ngpc | w
                   "host_profile=FILE (repeatable).")) -> None:
     """Reproduce a seed paper's headline numbers: metric, paper, ours, ratio."""
     from dse.reproduce import run_reproduction
+    from dse.reproduce.table import summary
     rows = run_reproduction(name, parse_pairs(gpu_hw, "--gpu-hw"))
+    counts = summary(rows)
     if as_json:
-        _print_json({"rows": [r.to_dict() for r in rows]})
+        _print_json({"rows": [r.to_dict() for r in rows], "summary": counts})
         return
     t = Table(title=f"reproduction: {name}")
-    for col in ("metric", "paper", "ours", "ratio", "ok"):
+    for col in ("metric", "source", "paper", "ours", "ratio", "ok"):
         t.add_column(col)
     for r in rows:
-        t.add_row(r.metric, r.paper_text(), f"{r.ours:.4g}", f"{r.ratio:.3f}",
-                  "yes" if r.within() else "NO")
+        t.add_row(r.metric, r.source, r.paper_text(), f"{r.ours:.4g}", f"{r.ratio:.3f}",
+                  "fitted" if r.fitted else ("yes" if r.within() else "NO"))
     out.print(t)
+    out.print(f"{counts['within']} of {counts['predictions']} predictions within +-35 %"
+              + (f" ({counts['fitted']} fitted rows not counted)" if counts["fitted"] else ""))
 
 
 # ----------------------------------------------------------------------------- fleets, pools

@@ -7,7 +7,9 @@ whatever the overlap when that is longer (each unit's busy time, each channel's 
 its bandwidth: ops on parallel branches still run one at a time on their unit). On designs
 where nothing contends (a chain of ops, or independent ops on distinct units and channels) it
 equals the SimPy result; otherwise it is a lower bound of it, never below a floor
-(:mod:`simulators.floors`).
+(:mod:`simulators.floors`). A template whose every op holds its one unit (``SERIAL_UNIT``, the
+wafer's region) runs its ops one after another: there the latency is at least their sum, which
+is what the SimPy result is.
 
 Speed comes from four things: designs whose plan reads the same parameters share one planned
 graph and its index structure (``Template.planned``); ops with identical shapes and attributes
@@ -299,6 +301,8 @@ def evaluate_many(workload: Workload, designs: Sequence[Template],
                 None if holds is None else {u: v[st.unique_of] for u, v in holds.items()},
                 [designs[d] for d in sel]))
             start += part.shape[1]
+        if getattr(type(designs[members[0]]), "SERIAL_UNIT", False) and len(op_lat):
+            crit = np.maximum(crit, op_lat.sum(axis=0))   # one unit: ops run one at a time
         idx = np.array(members)
         static_w = energy[idx]
         lat[idx] = crit

@@ -158,12 +158,13 @@ def test_wafer_unique_ops_equal_op_by_op(decode, chain, side, wide, allreduce, g
     op-by-op ones."""
     d = Wafer("wse-1k", decode_region_width=side, decode_region_height=wide,
               prefill_region_width=wide, prefill_region_height=side, allreduce=allreduce,
-              gemm_algorithm=gemm, dtype=dtype)
+              gemm_algorithm=gemm, dtype=dtype, placement="region")   # the reference's layout
     for w in (decode, chain):
         assert d.memory_per_core(w) == _memory_per_core_op_by_op(d, w)
         fresh = Wafer("wse-1k", decode_region_width=side, decode_region_height=wide,
                       prefill_region_width=wide, prefill_region_height=side,
-                      allreduce=allreduce, gemm_algorithm=gemm, dtype=dtype)
+                      allreduce=allreduce, gemm_algorithm=gemm, dtype=dtype,
+                      placement="region")
         io = {op.name: c for op, c in zip(w.ops, Wafer.op_contexts(w))}
         for op, cost in zip(w.ops, d.costs(w)):
             assert cost == fresh.cost_in(op, io[op.name])

@@ -346,8 +346,9 @@ def test_flex_benchmark_dry_run_and_compare(tmp_path):
 def test_measured_flex_cases_against_the_model():
     """The real-GPU measurements shipped in tests/data (benchmarks/gna_flex_attention.py, on a
     lent H100): the GPU's BlockMask tile counts equal ours on every case, and the predicted
-    speed-up over dense keeps the error measured when they were taken (median 59.5 %,
-    docs/validation.md says why it misses the 20 % target)."""
+    speed-up over the dense flex kernel, with flex_attention's overheads fitted on the
+    even-numbered cases, keeps the held-out error measured when they were fitted (7.6 %,
+    docs/validation.md)."""
     from benchmarks import gna_flex_attention as bench
     from dse.reproduce.neupims import spearman
     paths = sorted((bench.ROOT / "tests" / "data").glob("gna_flex_*.json"))
@@ -355,10 +356,34 @@ def test_measured_flex_cases_against_the_model():
     for path in paths:
         res = bench.compare(path)
         assert len(res["rows"]) >= 20 and all(r["tiles_exact"] for r in res["rows"])
-        assert res["median_abs_error"] < 0.65
+        assert res["held_out_median_abs_error"] < 0.12
+        assert sum(r["fitted"] for r in res["rows"]) == len(res["rows"]) // 2
         # the ordering holds: the predicted speed-up ranks the cases as measured
         assert spearman([r["measured"] for r in res["rows"]],
                         [r["predicted"] for r in res["rows"]]) > 0.8
+
+
+def test_flex_overheads_file_names_its_fit():
+    from accelerators.gpu_sparse_attention import FLEX_OVERHEADS_FILE, OVERHEAD_KEYS
+    data = json.loads(FLEX_OVERHEADS_FILE.read_text())
+    src = data["source"]
+    assert set(data["overheads"]) == set(OVERHEAD_KEYS)
+    assert all(v >= 0 for v in data["overheads"].values())
+    assert not set(src["fit_cases"]) & set(src["held_out_cases"])
+    assert data["median_abs_error"]["held_out"] < 0.12
+
+
+def test_repatterned_gna_op_equals_a_capture():
+    """workloads.sparse_attention.with_gna_pattern: another window and stride of a captured
+    GNA op are the op a capture of that pattern gives (attrs and FLOPs)."""
+    from workloads.sparse_attention import with_gna_pattern
+    base = dict(grid="16x24x40", heads=2, head_dim=64, layout="tiled", tile="2x8x8",
+                q_tile="2x8x8")
+    a = build_workload("gna", arch={**base, "window": "8x12x12", "stride": "8x8x8"})
+    b = build_workload("gna", arch={**base, "window": "16x20x20", "stride": "1x16x8"})
+    r = with_gna_pattern(a, window="16x20x20", stride="1x16x8")
+    assert [(o.flops, o.attrs) for o in r.ops] == [(o.flops, o.attrs) for o in b.ops]
+    assert r.arch["window"] == "16x20x20"
 
 
 @pytest.mark.slow
@@ -430,13 +455,34 @@ def test_reproduction_kernel_rows_and_orderings():
             assert ours[0] < min(ours[1:]) and paper[0] < min(paper[1:])
 
 
+#: End-to-end rows of `dse reproduce gna` outside +-35 %: every one where the paper's
+#: HunyuanVideo / FLUX attention share (about 61 % / 52 % of a step's FLOPs, implied by its
+#: FLOP-wise bounds) sets the figure; ours is 86 % / 78 %, as STA measured (docs/validation.md).
+GNA_E2E_KNOWN_MISSES = {
+    "hunyuan-dit window 30x40x40 stride 30x40x40: end-to-end speed-up on B200, GNA in all 50 "
+    "steps",
+    "hunyuan-dit window 18x24x24 stride 18x24x24: end-to-end speed-up on B200, GNA in all 50 "
+    "steps",
+    "hunyuan-dit window 18x24x24 stride 16x8x8: end-to-end speed-up on B200, GNA in all 50 "
+    "steps",
+    "hunyuan-dit window 18x24x24: FLOP-wise end-to-end speed-up, all steps",
+    "hunyuan-dit: GNA's share of the generation (attention of the GNA steps)",
+    "flux-dit: GNA's share of the generation (attention of the GNA steps)",
+}
+
+
 @pytest.mark.slow
 def test_reproduction_end_to_end_rows():
-    """The attention share of a dense HunyuanVideo step is STA's measured one within 35 %;
-    a step with GNA in every layer is faster than the paper's end-to-end range (its recipe
-    keeps dense attention in part of the run: docs/validation.md)."""
+    """The paper's end-to-end configurations: misses only where its attention share sets the
+    figure; the speed-ups order as the paper's (more sparsity, more stride: faster) and no
+    scheduled speed-up beats its own FLOP-wise bound."""
     from dse.reproduce import gna as rep
     rows = rep.e2e_rows()
-    share = rows[-1]
-    assert share.within()
-    assert all(r.ours > rep.PAPER_E2E[1] for r in rows[:-1])
+    by = {r.metric: r for r in rows}
+    for r in rows:
+        assert r.within() != (r.metric in GNA_E2E_KNOWN_MISSES), (r.metric, r.ours, r.ratio)
+    flux = [r.ours for m, r in by.items() if m.startswith("flux-dit window 80x80 stride")]
+    assert flux == sorted(flux) and max(flux) <= by[
+        "flux-dit window 80x80, GNA in 19 of 28 steps: FLOP-wise end-to-end bound"].ours
+    na = "hunyuan-dit window {} stride 1x1x1: end-to-end speed-up on B200, GNA in all 50 steps"
+    assert by[na.format("30x40x40")].ours < by[na.format("18x24x24")].ours

@@ -285,3 +285,19 @@ def test_reproduction_shape_and_tolerance():
     assert shares[0].ratio == pytest.approx(1.0, abs=0.01)
     assert by["GPU gap to 4K at 60 FPS, slowest app (x)"].ratio == pytest.approx(1.0, abs=0.01)
     assert all(r.to_dict()["metric"] == r.metric for r in rows)
+    # the fitted rows are flagged and not counted as predictions
+    assert {r.metric for r in rows if r.fitted} == {
+        "GPU share of time in encoding + MLP, hash (%)", "GPU gap to 4K at 60 FPS, slowest app (x)"}
+
+
+def test_kernel_times_and_frame_traffic():
+    """Kernel-level: the cluster's encoding and MLP engines against the GPU's own kernels, and
+    the frame's DRAM traffic by side (the GPU's kernels dominate it)."""
+    from dse.reproduce import ngpc
+    r = ngpc.frame_rate("gia", "hash", "ngpc-8", (640, 360), arch={"log2_table_size": 18})
+    k = ngpc.kernel_times(r)
+    assert k["encoding_speedup"] == pytest.approx(k["encoding_gpu_s"] / k["encoding_ngpc_s"])
+    assert k["encoding_speedup"] > 1 and k["mlp_speedup"] > 1
+    t = ngpc.frame_traffic(r)
+    assert t["gpu"] > 0 and t["cluster"] > 0
+    assert t["gpu_share"] == pytest.approx(t["gpu"] / (t["gpu"] + t["cluster"]))

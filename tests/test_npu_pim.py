@@ -130,10 +130,50 @@ def test_dual_row_buffers_beat_blocked_mode(balanced):
     dual = simulate(balanced, NeuPIMs("neupims")).throughput
     blocked = simulate(balanced, NeuPIMs("interleaving-only")).throughput
     assert dual > 1.1 * blocked
-    # without interleaving nothing runs beside the PIM, so the row buffers change nothing
+    # without interleaving only the GWRITE row switch of the blocked mode differs: small, > 0
     a = simulate(balanced, NeuPIMs("npu+pim")).throughput
     b = simulate(balanced, NeuPIMs("dual-buffers-only")).throughput
-    assert a == pytest.approx(b, rel=1e-6)
+    assert 1.0 < b / a < 1.1
+
+
+def test_single_row_buffer_pays_a_row_switch_per_gwrite():
+    g1 = dt.PimGeometry(channels=1, ranks=2, banks=32, macs_per_bank=16, page_bytes=1024,
+                        buffer_bytes=1024, dot_cycles=2, element_bytes=2, gwrite_row_switch=True)
+    g2 = dt.PimGeometry(**{**g1.__dict__, "gwrite_row_switch": False})
+    gemv = dt.Gemv(rows=64, cols=4096)
+    s1, s2 = dt.gemv_stream(g1, dt.HBM2, gemv), dt.gemv_stream(g2, dt.HBM2, gemv)
+    assert s1.passes == s2.passes == 8
+    per_pass = (dt.HBM2.trcd + dt.HBM2.trp) * dt.HBM2.refresh_factor
+    assert s1.cycles - s2.cycles == pytest.approx(s1.passes * per_pass)
+    assert NeuPIMs("npu+pim").geom.gwrite_row_switch and not NeuPIMs().geom.gwrite_row_switch
+
+
+def test_ablation_presets_follow_the_papers_order():
+    naive = NeuPIMs("npu+pim").hw
+    assert (naive.row_buffers, naive.load_balancing, naive.sub_batch_interleaving) == \
+        (1, "round_robin", False)
+    assert NeuPIMs("dual-buffers-only").hw.row_buffers == 2
+    assert NeuPIMs("dual-buffers+balancing").hw.load_balancing == "greedy"
+    assert NeuPIMs().hw.sub_batch_min_requests == 256
+
+
+def test_interleaving_only_from_its_threshold(balanced):
+    d = NeuPIMs("neupims", sub_batch_min_requests=257)
+    assert d.assignment(balanced)[0] is None             # 256 requests: not interleaved
+    assert NeuPIMs("neupims").assignment(balanced)[0] is not None
+
+
+def test_compute_utilisation(balanced):
+    d = NeuPIMs("neupims")
+    r = simulate(balanced, d)
+    u = d.compute_utilisation(r)
+    array = sum(o.compute_cycles for o in r.ops if o.unit == "array") / d.hw.clock_hz
+    assert u["npu"] == pytest.approx(array / r.latency_s)
+    assert 0 < u["pim"] <= r.utilisation["pim"] + 1e-9 and 0 < u["npu"] <= 1
+    # round robin leaves channels idle: the mean channel is less busy than the busiest
+    rr = NeuPIMs("dual-buffers-only")
+    q = simulate(balanced, rr)
+    assert rr.compute_utilisation(q)["pim"] < q.utilisation["pim"]
 
 
 def test_blocked_pim_occupies_the_memory_channels(balanced):
@@ -143,12 +183,12 @@ def test_blocked_pim_occupies_the_memory_channels(balanced):
     assert c.traffic["dram"] == pytest.approx(c.latency_s * d.bandwidth_Bps)
     free = NeuPIMs("dual-buffers-only").cost(qk)
     assert free.traffic["dram"] < 0.1 * c.traffic["dram"]     # only GWRITE + RDRESULT
-    assert free.latency_s == pytest.approx(c.latency_s)
+    assert free.latency_s < c.latency_s < 1.1 * free.latency_s   # + the GWRITE row switches
 
 
 def test_sub_batch_interleaving_helps_when_npu_and_pim_work_compare(balanced):
     on = simulate(balanced, NeuPIMs("neupims")).throughput
-    off = simulate(balanced, NeuPIMs("dual-buffers-only")).throughput
+    off = simulate(balanced, NeuPIMs("dual-buffers+balancing")).throughput
     assert on > 1.1 * off
     r = simulate(balanced, NeuPIMs("neupims"))
     # busy fractions adding up to more than 1: the NPU and the PIM work at the same time
@@ -162,7 +202,7 @@ def test_greedy_load_balancing_helps_on_skewed_lengths():
     attention = lambda lb: simulate(w, NeuPIMs("npu+pim", load_balancing=lb)) \
         .breakdown_by_kind()["attention"]["time_s"]
     assert attention("greedy") < 0.7 * attention("round_robin")
-    d = NeuPIMs("npu+pim")
+    d = NeuPIMs("npu+pim", load_balancing="greedy")
     qk = next(op for op in d.plan(w).ops if op.attrs.get("part") == "logits")
     chans = qk.attrs[KV_CHANNELS]
     assert len({chans[i] for i in (0, 1, 32, 33)}) == 4
@@ -210,16 +250,24 @@ def test_parameters_are_checked():
 def test_reproduction_json_schema(monkeypatch, capsys):
     from dse import cli
     from dse.reproduce import neupims
-    small = lambda model, batch, tp, pp, seed=0: step([200 + i for i in range(batch)], 512, 1)
+    small = lambda model, batch, tp, pp, seed=0, dataset="sharegpt": step(
+        [(200 if dataset == "sharegpt" else 40) + i for i in range(batch)], 512, 1)
     monkeypatch.setattr(neupims, "workload", small)
     monkeypatch.setattr(neupims, "MODELS", (("gpt3-7b", 4, 1),))
-    monkeypatch.setattr(neupims, "TREND_BATCHES", (16, 32))
-    monkeypatch.setattr(neupims, "BATCH_CANDIDATES", (16,))
+    monkeypatch.setattr(neupims, "BATCHES", (16, 32))
+    monkeypatch.setattr(neupims, "UTILISATION_AT", ("gpt3-7b", "sharegpt", 32))
     cli.main(["reproduce", "neupims", "--json"])
     data = json.loads(capsys.readouterr().out)
-    assert [set(r) >= {"metric", "paper", "ours", "ratio"} for r in data["rows"]] == [True] * 4
-    for r in data["rows"]:
-        assert r["ratio"] == pytest.approx(r["ours"] / r["paper"])
+    rows = data["rows"]
+    assert len(rows) == 3 + 2 + 2 + 4 + 1 + 2 + 4
+    assert all(set(r) >= {"metric", "paper", "ours", "ratio", "source"} for r in rows)
+    assert data["summary"] == {"predictions": len(rows), "fitted": 0,
+                               "within": sum(r["within_35pct"] for r in rows)}
+    for r in rows:
+        if isinstance(r["paper"], list):
+            assert r["within_35pct"] == (r["paper"][0] <= r["ours"] <= r["paper"][1])
+        else:
+            assert r["ratio"] == pytest.approx(r["ours"] / r["paper"])
 
 
 def test_spearman():
@@ -228,12 +276,15 @@ def test_spearman():
     assert spearman([1, 2, 3, 4], [0.8, 0.7, 1.0, 1.5]) == pytest.approx(0.8)
 
 
-#: Rows of `dse reproduce neupims` known to fall outside +-35% of the paper (see
-#: docs/validation.md (pim section) for why).
+#: Rows of `dse reproduce neupims` known to fall outside the paper's figure (see
+#: docs/validation.md, "dse reproduce neupims", for why).
 NEUPIMS_KNOWN_MISSES = {
-    "gpt3-30b: NeuPIMs throughput over GPU-only (A100 40GB)",
-    "gpt3-30b: NeuPIMs throughput over NPU-only",
-    "gpt3-30b: NeuPIMs throughput over naive NPU+PIM",
+    "NeuPIMs throughput over GPU-only (A100 40GB), mean over the grid",
+    "NeuPIMs throughput over NPU-only, mean over the grid",
+    "gpt3-30b sharegpt: NeuPIMs over naive NPU+PIM (largest batch)",
+    "gpt3-30b alpaca: NeuPIMs over naive NPU+PIM (largest batch)",
+    "gpt3-7b sharegpt: dual row buffers alone over naive NPU+PIM, mean over batches",
+    "gpt3-30b sharegpt batch 256: NPU compute utilisation of NeuPIMs (%)",
 }
 
 
@@ -241,8 +292,11 @@ NEUPIMS_KNOWN_MISSES = {
 def test_neupims_reproduction_tolerance():
     from dse.reproduce import neupims
     rows = neupims.rows()
-    assert len(rows) == 10 and all(isinstance(r, Row) for r in rows)
+    assert len(rows) == 22 and all(isinstance(r, Row) for r in rows)
     for r in rows:
         assert r.within() != (r.metric in NEUPIMS_KNOWN_MISSES), (r.metric, r.ours, r.ratio)
-    # orderings the paper reports: NeuPIMs beats every baseline on 7B
-    assert all(r.ours > 1 for r in rows if r.metric.startswith("gpt3-7b: NeuPIMs"))
+    by = {r.metric: r for r in rows}
+    # orderings the paper reports: NeuPIMs beats naive NPU+PIM at every model's largest batch
+    assert all(r.ours > 1 for m, r in by.items() if "(largest batch)" in m)
+    assert by["gpt3-7b sharegpt: dual row buffers alone over naive NPU+PIM, mean over "
+              "batches"].ours > 1.0

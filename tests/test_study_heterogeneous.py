@@ -5,7 +5,7 @@ import pytest
 
 from accelerators.npu import NPU
 from dse.errors import InfeasibleDesign
-from dse.study.heterogeneous import (Heterogeneous, offchip_bandwidth_Bps, pe_count,
+from accelerators.heterogeneous import (Heterogeneous, offchip_bandwidth_Bps, pe_count,
                                      segment_ops, sub_workload)
 from simulators.engine import simulate
 from workloads.ir import Op, Workload

@@ -160,7 +160,83 @@ def test_memory_per_core_counts_weights_kv_and_reserve():
     need = make_accelerator("wafer:wse-1k").memory_per_core(w)
     assert need["weights"] == pytest.approx(4096 * 4096 * 2 / 1024)  # 128 x 128 tile per core
     assert need["kv_cache"] == 0
-    assert need["reserved"] == 6 * 1024
+    assert need["reserved"] == 2 * 1024
+
+
+def _attention_step(kv_len, layers=4, d=512, heads=4):
+    """A hand decode step: per layer a 512 x 512 projection and a one-query attention."""
+    ops = []
+    for i in range(layers):
+        ops.append(_op(f"proj{i}", "matmul", m=1, n=d, k=d, batch=1, weight_operand=True))
+        ops.append(_op(f"att{i}", "attention", batch=1, heads=heads, kv_heads=heads, q_len=1,
+                       kv_len=kv_len, head_dim=d // heads, causal=False))
+    w = _workload(ops)
+    w.params = layers * d * d
+    return w
+
+
+def test_placement_spread_balances_weights_and_kv_over_the_fabric():
+    """Spread: every core holds an even share of all weights and KV; region: the decode
+    region alone holds them, each matrix tiled with its tiles rounded up."""
+    w = _attention_step(kv_len=300)
+    hw = {"mesh_width": 64, "mesh_height": 64, "decode_region_width": 24,
+          "decode_region_height": 24, "prefill_region_width": 24, "prefill_region_height": 24}
+    spread = make_accelerator("wafer:wse-1k", hw).memory_per_core(w)
+    region = make_accelerator("wafer:wse-1k", {**hw, "placement": "region"}).memory_per_core(w)
+    assert spread["weights"] == pytest.approx(math.ceil(4 * 512 * 512 / 4096) * 2)
+    assert region["weights"] == pytest.approx(4 * math.ceil(512 / 24) ** 2 * 2)
+    kv = 4 * 300 * 2 * 512                                   # layers x tokens x (K + V) feats
+    assert spread["kv_cache"] == pytest.approx(math.ceil(kv / 4096) * 2)
+    assert region["kv_cache"] == pytest.approx(4 * math.ceil(300 / 24) * math.ceil(1024 / 24) * 2)
+    assert spread["activations"] == region["activations"]
+
+
+def test_kv_capacity_shift_against_concat_by_hand():
+    """Shift-based: a token adds its KV to the whole fabric; concat: to each region's last
+    row, where the share of the layers whose region ends there piles up (WaferLLM Table 5's
+    comparison)."""
+    w = _attention_step(kv_len=1)
+    hw = {"mesh_width": 64, "mesh_height": 64, "decode_region_width": 32,
+          "decode_region_height": 32}
+    shift = make_accelerator("wafer:wse-1k", hw)
+    concat = make_accelerator("wafer:wse-1k", {**hw, "kv_cache": "concat"})
+    free = {}
+    for d in (shift, concat):
+        need = d.memory_per_core(w)
+        free[d.hw.kv_cache] = 48 * 1024 - need["weights"] - need["activations"] - need["reserved"]
+    per_token_fabric = 4 * 1024 * 2 / 4096                   # bytes a token adds per core
+    assert shift.kv_capacity_tokens(w) == int(free["shift"] // per_token_fabric)
+    layers_per_row = math.ceil(4 * 32 * 32 / 4096)           # one layer's region last row
+    per_token_row = layers_per_row * math.ceil(1024 / 32) * 2
+    assert concat.kv_capacity_tokens(w) == int(free["concat"] // per_token_row)
+    assert shift.kv_capacity_tokens(w) > 10 * concat.kv_capacity_tokens(w)
+
+
+def test_decode_iteration_holding_a_prompt_maps_as_prefill():
+    """A decode-phase iteration of more than DECODE_MAX_TOKENS tokens (a serving iteration
+    with a prompt chunk) uses the prefill layout and region; a batch of decodes does not."""
+    from accelerators.wafer import DECODE_MAX_TOKENS
+    few = _workload([_op("p", "matmul", m=DECODE_MAX_TOKENS, n=64, k=64, batch=1,
+                         weight_operand=True)])
+    many = _workload([_op("p", "matmul", m=2048, n=64, k=64, batch=1, weight_operand=True)])
+    assert Wafer.mapping_phase(few) == "decode" and Wafer.mapping_phase(many) == "prefill"
+    assert [c[0] for c in Wafer.op_contexts(many)] == ["prefill"]
+
+
+def test_fast_path_adds_the_serial_region():
+    """Every op holds the one region: the fast path's latency is the sum of the op latencies,
+    as the simulator's, even on a graph with parallel branches."""
+    from simulators.fast import evaluate_many
+    a = _op("a", "matmul", m=1, n=512, k=512, batch=1, weight_operand=True)
+    b = _op("b", "matmul", m=1, n=512, k=512, batch=1, weight_operand=True)
+    g = nx.DiGraph()
+    for i, op in enumerate((a, b)):
+        g.add_node(op.name, op=op, index=i)      # two independent ops, no edge
+    w = Workload(graph=g, model="hand", phase="decode", dtype="fp16", params=2 * 512 * 512)
+    t = make_accelerator("wafer:wse-1k")
+    fast = evaluate_many(w, [t]).latency_s[0]
+    assert fast == pytest.approx(simulate(w, t).latency_s)
+    assert fast == pytest.approx(2 * t.op_cost(a, "decode").latency_s)
 
 
 # --- the template on workloads -----------------------------------------------------------------
@@ -329,31 +405,92 @@ def test_llama3_decode_on_wse2_and_capacity_limit():
     r = simulate(w, t)
     assert 1000 < r.throughput < 10000  # tokens/s per request, paper 2,700
     small = make_accelerator("wafer:wse2", {"decode_region_width": 500,
-                                            "decode_region_height": 500})
+                                            "decode_region_height": 500, "placement": "region"})
     reason = small.check(w)
     assert reason and "500 x 500" in reason and "weights" in reason
+    # spread over the fabric the same region holds the model (WaferLLM's layout)
+    assert make_accelerator("wafer:wse2", {"decode_region_width": 500,
+                                           "decode_region_height": 500}).check(w) is None
+
+
+@pytest.mark.slow
+def test_waferllm_regions_run_and_generate():
+    """WaferLLM's configurations (Sec. 7.1): LLaMA3-8B prefill on 660 x 660 and decode on
+    360 x 360, LLaMA2-13B on 750 x 750 and 375 x 375 (its 4K limit lifted) fit and run
+    through `generate`, to its 4096/4096 case's context."""
+    from dse import api
+    for model, (p, d) in (("llama3-8b", (660, 360)), ("llama2-13b", (750, 375))):
+        hw = {"prefill_region_width": p, "prefill_region_height": p,
+              "decode_region_width": d, "decode_region_height": d}
+        arch = {"max_seq": 16384}
+        t = make_accelerator("wafer:wse2", hw)
+        for phase, kw in (("prefill", {"seq": 4096}), ("decode", {"context": 8191})):
+            w = build_workload(model, phase=phase, batch=1, dtype="fp16", arch=arch, **kw)
+            assert t.check(w) is None, (model, phase, t.check(w))
+        g = api.generate(model, input_len=2048, output_len=8, accelerator="wafer:wse2", hw=hw,
+                         arch=arch, dtype="fp16")
+        assert g.ttft_s > 0 and g.tpot_s > 0
+
+
+#: Rows of `dse reproduce waferllm` outside the paper's figure, and why (docs/validation.md,
+#: wafer section): the pipeline GEMV's long all-reduce is slower here than on the WSE-2 (4.6x
+#: in Sec. 7.3, inside the introduction's 4-8x); the whole-prefill MeshGEMM speedup is
+#: compute-bound once the per-instruction cost is in; the single-A100 end-to-end rows of
+#: Table 2 are 2.2x under the paper's own Tables 7-8; QWen2-72B's prefill on 600 x 600 is 36 %
+#: slow; LLaMA2-13B's KV capacity rests on 2 KiB per core of reserve.
+WAFERLLM_MISS_PREFIXES = ("MeshGEMV (K-tree) speedup over the pipeline", "MeshGEMM speedup over "
+                          "Cannon (LLaMA3-8B", "MeshGEMM speedup over SUMMA (LLaMA3-8B")
+WAFERLLM_MISS_PARTS = ("2048/128: end-to-end TPR on one A100", "qwen2-72b prefill TPR, 4K prompt, 600",
+                       "llama2-13b KV cache capacity")
 
 
 @pytest.mark.slow
 def test_reproduction_shape_and_tolerance():
     pytest.importorskip("accelerators.gpu")
     from dse.reproduce import run_reproduction
+    from dse.reproduce.table import summary
     rows = run_reproduction("waferllm")
-    assert len(rows) == 9
+    assert len(rows) == 68
+    s = summary(rows)
+    assert s["fitted"] == 2 and s["within"] >= 0.8 * s["predictions"]
     for row in rows:
+        if row.fitted:
+            continue
         assert math.isfinite(row.ours) and row.ours > 0
-        d = row.to_dict()
-        assert set(d) == {"metric", "paper", "ours", "ratio", "within_35pct", "note"}
-    # orderings: the wafer beats the A100; MeshGEMM beats Cannon and SUMMA; K-tree beats both
-    assert all(r.ours > 1 for r in rows if "speedup" in r.metric)
-    # tolerance: every row within +-35% of the paper (or inside its range), except MeshGEMM's
-    # speedups over Cannon and SUMMA: with the WSE-2's four fp16 FMACs per core (issue 27) the
-    # whole-prefill ratio is ~5.8x against the paper's 2-3x GEMMs (docs/validation.md, wafer);
-    # they must still favour MeshGEMM by at least the paper's range and stay bounded
-    gemm = [r for r in rows if r.metric.startswith("MeshGEMM speedup over")]
-    assert len(gemm) == 2 and all(2.0 <= r.ours <= 8.0 for r in gemm), gemm
-    off = [(r.metric, r.ratio) for r in rows if not r.within() and r not in gemm]
-    assert not off, off
+        assert set(row.to_dict()) >= {"metric", "paper", "ours", "ratio", "within_35pct",
+                                      "note", "source"}
+        known = row.metric.startswith(WAFERLLM_MISS_PREFIXES) or any(
+            p in row.metric for p in WAFERLLM_MISS_PARTS)
+        assert row.within() != known, (row.metric, row.ours, row.ratio)
+    by = {r.metric: r for r in rows}
+    # orderings the paper reports: decode TPR falls as the region grows; shift >> concat
+    for model in ("llama3-8b", "llama2-13b", "codellama-34b", "qwen2-72b"):
+        tpr = [by[f"{model} decode TPR, 4K context, {s}x{s} (tokens/s)"].ours
+               for s in (420, 540, 660)]
+        assert tpr == sorted(tpr, reverse=True)
+    assert all(r.ours > 100 for m, r in by.items() if "shift over concat" in m)
+
+
+def test_tile_product_pays_per_instruction():
+    """A GEMM tile is kt x nt vector instructions over mt elements: with an issue cost the
+    small tiles of a large region lose most of the datapath (WaferLLM Sec. 7.2: "fixed
+    overheads like function calls and logic checks")."""
+    slow = replace(F, vector_op_cycles=10.0)
+    assert mesh.tile_product_cycles(F, 36, 6) == 36 * 6 / F.macs_per_cycle
+    assert mesh.tile_product_cycles(slow, 36, 6) == 36 * (6 / F.macs_per_cycle + 10.0)
+    c0, c1 = (mesh.gemm(f, "meshgemm", 4096, 4096, 4096, 720, 720) for f in (F, slow))
+    assert c1.compute_cycles > 4 * c0.compute_cycles
+    # the GEMV's local product is kt instructions over nt
+    g0, g1 = (mesh.gemv(f, 1, 4096, 4096, 64, 64) for f in (F, slow))
+    assert g1.compute_cycles - g0.compute_cycles == pytest.approx(64 * 10.0)
+
+
+@pytest.mark.slow
+def test_vector_op_cycles_is_the_one_row_fit():
+    """The preset's vector_op_cycles is what fitting Table 3's LLaMA3-8B 720 x 720 row gives."""
+    from dse.reproduce.waferllm import fit_vector_op_cycles
+    assert fit_vector_op_cycles() == pytest.approx(Wafer.params()["vector_op_cycles"].default,
+                                                   abs=0.15)
 
 
 def test_study_file_matches_the_study_schema():

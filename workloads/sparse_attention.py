@@ -254,3 +254,34 @@ def _flex_mask_stats(node, dims: dict[str, int]) -> tuple[int, dict[str, Any]]:
         "block_q": block_q, "block_kv": block_kv, "q_blocks": q_blocks,
         "kv_blocks_full": full // scale, "kv_blocks_partial": partial // scale,
         "max_visited": max_visited}, "mask_ops": mask_ops}
+
+
+# ----------------------------------------------------------------------------- re-patterning
+def with_gna_pattern(workload, **pattern: Any):
+    """``workload`` with every GNA ``sparse_attention`` op's pattern changed by ``pattern``
+    (GNA keys: ``window``, ``stride``, ``dilation``, ``causal``, ``layout``, ``tile``,
+    ``q_tile``; the grid stays): attended pairs, FLOPs and mask operations recomputed as a
+    capture computes them (:func:`capture_attrs`), everything else unchanged. Sparse attention
+    ops carry their whole pattern, so a model captured once with GNA can be asked about other
+    windows and strides without capturing it again (the token permutes depend only on the
+    layout and tiles, which a caller changing them must capture anew)."""
+    from dataclasses import replace as _replace
+    from workloads.requests import rebuild
+
+    changed = {}
+    for op in workload.ops:
+        gna_attrs = op.attrs.get("gna") if op.kind == "sparse_attention" else None
+        if gna_attrs is None:
+            continue
+        cfg = GNAConfig.from_mapping({**gna_attrs, **pattern})
+        extra = int(op.attrs.get("extra_kv", 0) or 0)
+        dims = {k: op.attrs[k] for k in ("batch", "heads", "q_len", "head_dim", "kv_heads",
+                                         "kv_len", "value_dim")}
+        attrs = _finish(dims, cfg.attended_pairs() + cfg.tokens * extra,
+                        {"gna": cfg.to_dict(), "extra_kv": extra,
+                         "mask_ops": mask_op_count(cfg)})
+        flops = attrs.pop("_flops")
+        changed[op.name] = _replace(op.with_attrs(**attrs), flops=flops)
+    if not changed:
+        return workload
+    return rebuild(workload, changed, arch={**workload.arch, **pattern})

@@ -72,7 +72,7 @@ def resimulate_study_design(design: dict[str, Any], spec: dict[str, Any]) -> Res
         return built
     hetero = spec.get("sub_accelerators") is not None
     if hetero:
-        from dse.study.heterogeneous import Heterogeneous, segment_ops
+        from accelerators.heterogeneous import Heterogeneous, segment_ops
         combined = Heterogeneous(built)
     else:
         combined = built.get(design.get("design")) or next(iter(built.values()))

@@ -9,9 +9,11 @@ attention on the same GPU, token permute excluded, for
 * FLUX-like 2-D 256x256, 24 heads, window 80x80: neighbourhood, stride 16x16;
 * HunyuanVideo-like 3-D 30x48x80, 24 heads, window 18x24x24: neighbourhood, stride 16x8x8;
 
-the FLOP-bound speed-up of each (dense pairs over attended pairs), the paper's end-to-end
-speed-up on B200 (28-46 %, abstract), and attention's share of a HunyuanVideo step measured
-by the STA paper (what bounds the end-to-end gain).
+the FLOP-bound speed-up of each (dense pairs over attended pairs); the paper's end-to-end
+configurations on B200 (Table 5: HunyuanVideo with GNA in all 50 steps at 58 % and 91 %
+sparsity; Sec. 4.2 and 5: in 35 of 50 steps; Table 6: FLUX-1.dev at 4K in 19 of 28 steps),
+their self-attention runtimes and GNA's share of the workload; and attention's share of a
+HunyuanVideo step measured by the STA paper.
 
 Ours: the dense attention op and the GNA op (zoo ``sdpa`` and ``gna``) costed by the same
 template, so a row is one op's time over the other's. Tiles as NATTEN ran them: Hopper
@@ -46,8 +48,6 @@ PAPER_SPEEDUP = {
 }
 #: FLOP-bound speed-ups quoted with the profiles [R docs/profiler.md].
 PAPER_FLOP_BOUND = {"1d": 16.0, "flux": 10.2, "hunyuan": 11.1}
-#: End-to-end speed-up on B200 over the paper's three models [P abstract: 28 % to 46 %].
-PAPER_E2E = (1.28, 1.46)
 #: Attention's share of HunyuanVideo inference on an H100 with FlashAttention-3, 720p 5 s
 #: video, the 30x48x80 latent: 800 of 945 s [P: Zhang et al., "Fast Video Generation with
 #: Sliding Tile Attention", ICML 2025, abstract]. It bounds what sparse attention can save.
@@ -117,7 +117,8 @@ def kernel_rows() -> list[Row]:
         cfg = GNAConfig.parse(c["grid"], c["window"])
         rows.append(Row(f"{case} {c['grid']} window {c['window']}: FLOP-bound speed-up",
                         PAPER_FLOP_BOUND[case], (cfg.tokens ** 2) / cfg.attended_pairs(),
-                        "dense pairs / attended pairs, exact"))
+                        "dense pairs / attended pairs, exact",
+                        source="NATTEN docs/profiler.md; GNA Sec. 3"))
         for variant in c["strides"]:
             for device in DEVICES:
                 ours, d = op_speedup(case, variant, device)
@@ -128,41 +129,134 @@ def kernel_rows() -> list[Row]:
                     f"{d['kv_blocks_partial']} partial ({d['masked_tiles']} masked), block "
                     f"bound {d['block_bound_speedup']:.2f}x; dense {d['dense_s'] * 1e3:.3f} ms,"
                     f" GNA {d['sparse_s'] * 1e3:.3f} ms (+ permute {d['permute_s'] * 1e3:.3f}"
-                    " ms)"))
+                    " ms)", source="NATTEN docs/profiler.md (GNA Sec. 4.1)"))
     return rows
 
 
-def dense_and_gna_step(model: str, device: str) -> tuple[float, float, float]:
-    """(dense s, GNA s, attention share of the dense step) of one transformer step of a zoo
-    diffusion model, GNA in every layer with the model's default pattern. The GPU runs one
-    kernel at a time, so a step is the sum of its ops' times (what the event simulation gives
-    with nothing to overlap; summed here because the physical model refuses the B200's
-    package, docs/validation.md)."""
+#: Table 5 [P Sec. 4.2]: HunyuanVideo (30x48x80 tokens) on B200 with sparsity in all 50
+#: diffusion steps: (window, stride) -> actual end-to-end speed-up over self attention.
+PAPER_HUNYUAN_ALL_STEPS = {("30x40x40", "1x1x1"): 1.15, ("30x40x40", "30x40x40"): 1.28,
+                           ("30x40x40", "1x32x8"): 1.53, ("18x24x24", "1x1x1"): 1.73,
+                           ("18x24x24", "18x24x24"): 2.00, ("18x24x24", "16x8x8"): 2.23}
+#: Table 5's FLOP-wise analytical end-to-end speed-ups, by window (58.3 % and 91 % sparsity).
+PAPER_HUNYUAN_FLOPWISE = {"30x40x40": 1.55, "18x24x24": 2.23}
+#: Self-attention runtimes on B200, s [P Tables 5 and 6]: HunyuanVideo, 50 steps; FLUX-1.dev at
+#: 4K, 28 steps (whole generation: the paper's runtime also holds the text encoders and VAE).
+PAPER_SA_RUNTIME_S = {"hunyuan-dit": 628.0, "flux-dit": 129.0}
+#: Sec. 4.2 and 5: HunyuanVideo with window 18x24x24, stride 16x8x8 in 35 of 50 steps (the
+#: first 15 keep self attention): 1.63x realised, GNA's share ~42 % of the workload.
+PAPER_HUNYUAN_SCHEDULE = {"window": "18x24x24", "stride": "16x8x8", "dense_steps": 15,
+                          "steps": 50, "speedup": 1.63, "gna_share": 0.42}
+#: Table 6 and Sec. 4.3: FLUX-1.dev at 4K (256x256), window 80x80 in 19 of 28 steps (the first
+#: 9 keep self attention): stride -> actual speed-up; FLOP-wise bound 1.46x, GNA's share ~35 %.
+PAPER_FLUX_SCHEDULE = {"window": "80x80", "dense_steps": 9, "steps": 28,
+                       "speedups": {"1x1": 1.37, "16x1": 1.40, "16x16": 1.45},
+                       "flopwise": 1.46, "gna_share": 0.35}
+
+
+def dit_steps(model: str, device: str) -> tuple[Any, Any, Any]:
+    """``(gpu, dense step workload, GNA step workload)`` of a zoo diffusion transformer
+    (``flux-dit``, ``hunyuan-dit``) on ``device``: the same model captured with self attention
+    and with GNA (its default pattern; :func:`step_time` re-patterns it)."""
     gpu = design(device, 128 if model == "hunyuan-dit" or device == "h100" else 256)
-    times, share = {}, 0.0
-    for attention in ("dense", "gna"):
-        w = build_workload(model, dtype=DTYPE, arch={"attention": attention})
-        costs = gpu.costs(gpu.plan(w))
-        times[attention] = sum(c.latency_s for c in costs)
-        if attention == "dense":
-            share = sum(c.latency_s for op, c in zip(w.ops, costs)
-                        if op.kind == "attention") / times["dense"]
-    return times["dense"], times["gna"], share
+    dense = build_workload(model, dtype=DTYPE, arch={"attention": "dense"})
+    sparse = build_workload(model, dtype=DTYPE, arch={"attention": "gna"})
+    return gpu, dense, sparse
+
+
+def step_time(gpu, workload) -> tuple[float, float, float]:
+    """``(s, FLOPs, attention s)`` of one transformer step: the GPU runs one kernel at a time,
+    so a step is the sum of its ops' times (what the event simulation gives with nothing to
+    overlap; summed because the physical model refuses the B200's package,
+    docs/validation.md)."""
+    costs = gpu.costs(gpu.plan(workload))
+    attention = sum(c.latency_s for op, c in zip(workload.ops, costs)
+                    if op.kind in ("attention", "sparse_attention"))
+    return sum(c.latency_s for c in costs), float(workload.flops), attention
+
+
+def schedule_speedup(dense: float, sparse: float, dense_steps: int, steps: int) -> float:
+    """Whole-generation speed-up when the first ``dense_steps`` of ``steps`` keep self
+    attention and the rest run GNA (steps otherwise identical)."""
+    return steps * dense / (dense_steps * dense + (steps - dense_steps) * sparse)
+
+
+def dense_and_gna_step(model: str, device: str) -> tuple[float, float, float]:
+    """(dense s, GNA s, attention share of the dense step) of one step of a zoo diffusion
+    model, GNA in every layer with the model's default pattern."""
+    gpu, dense, sparse = dit_steps(model, device)
+    d, _, attn = step_time(gpu, dense)
+    g, _, _ = step_time(gpu, sparse)
+    return d, g, attn / d
 
 
 def e2e_rows() -> list[Row]:
+    """Whole-model rows: the paper's end-to-end configurations (Tables 5 and 6, Sec. 4.2-5),
+    each step costed by the same model as the kernel rows."""
+    from workloads.sparse_attention import with_gna_pattern
+
     rows = []
-    for model in ("flux-dit", "hunyuan-dit"):
-        dense, sparse, share = dense_and_gna_step(model, "b200")
-        rows.append(Row(f"{model}: end-to-end step speed-up on B200 (GNA in every layer)",
-                        PAPER_E2E, dense / sparse,
-                        f"dense {dense:.2f} s (attention {share:.0%}), GNA {sparse:.2f} s; "
-                        "the paper keeps dense attention in part of the steps/layers"))
+    src5, src6 = "Sec. 4.2, Table 5", "Sec. 4.3, Table 6"
+    # HunyuanVideo on B200
+    gpu, dense_w, gna_w = dit_steps("hunyuan-dit", "b200")
+    dense_s, dense_f, attn_s = step_time(gpu, dense_w)
+    rows.append(Row("hunyuan-dit: self-attention generation time on B200, 50 steps (s)",
+                    PAPER_SA_RUNTIME_S["hunyuan-dit"], 50 * dense_s,
+                    f"{dense_s:.2f} s per DiT step, attention {attn_s / dense_s:.0%}; the paper's "
+                    "time also holds the text encoders and the VAE", source=src5))
+    per_window: dict[str, tuple[float, float]] = {}
+    for (window, stride), paper in PAPER_HUNYUAN_ALL_STEPS.items():
+        w = with_gna_pattern(gna_w, window=window, stride=stride)
+        s, f, _ = step_time(gpu, w)
+        per_window.setdefault(window, (s, f))
+        rows.append(Row(f"hunyuan-dit window {window} stride {stride}: end-to-end speed-up on "
+                        "B200, GNA in all 50 steps", paper, dense_s / s,
+                        f"step {dense_s:.2f} s dense, {s:.2f} s GNA", source=src5))
+    for window, paper in PAPER_HUNYUAN_FLOPWISE.items():
+        _, f = per_window[window]
+        rows.append(Row(f"hunyuan-dit window {window}: FLOP-wise end-to-end speed-up, all "
+                        "steps", paper, dense_f / f, "FLOPs of a dense step over a GNA step",
+                        source=src5))
+    h = PAPER_HUNYUAN_SCHEDULE
+    s, f, _ = step_time(gpu, with_gna_pattern(gna_w, window=h["window"], stride=h["stride"]))
+    rows.append(Row(f"hunyuan-dit window {h['window']} stride {h['stride']}, GNA in "
+                    f"{h['steps'] - h['dense_steps']} of {h['steps']} steps: end-to-end "
+                    "speed-up on B200", h["speedup"],
+                    schedule_speedup(dense_s, s, h["dense_steps"], h["steps"]),
+                    "first 15 steps keep self attention", source="Sec. 4.2, Sec. 5"))
+    gna_share = (h["steps"] - h["dense_steps"]) * attn_s / (h["steps"] * dense_s)
+    rows.append(Row("hunyuan-dit: GNA's share of the generation (attention of the GNA steps)",
+                    h["gna_share"], gna_share, "attention time of the 35 GNA steps over the "
+                    "dense generation's time", source="Sec. 4.2"))
+
+    # FLUX-1.dev at 4K on B200
+    gpu, dense_w, gna_w = dit_steps("flux-dit", "b200")
+    dense_s, dense_f, attn_s = step_time(gpu, dense_w)
+    fl = PAPER_FLUX_SCHEDULE
+    rows.append(Row("flux-dit: self-attention generation time on B200 at 4K, 28 steps (s)",
+                    PAPER_SA_RUNTIME_S["flux-dit"], fl["steps"] * dense_s,
+                    f"{dense_s:.2f} s per DiT step, attention {attn_s / dense_s:.0%}; the paper's "
+                    "time also holds the text encoders and the VAE", source=src6))
+    for stride, paper in fl["speedups"].items():
+        s, f, _ = step_time(gpu, with_gna_pattern(gna_w, window=fl["window"], stride=stride))
+        rows.append(Row(f"flux-dit window {fl['window']} stride {stride}, GNA in 19 of 28 steps:"
+                        " end-to-end speed-up on B200", paper,
+                        schedule_speedup(dense_s, s, fl["dense_steps"], fl["steps"]),
+                        f"step {dense_s:.2f} s dense, {s:.2f} s GNA", source=src6))
+    flops_bound = schedule_speedup(dense_f, f, fl["dense_steps"], fl["steps"])
+    rows.append(Row("flux-dit window 80x80, GNA in 19 of 28 steps: FLOP-wise end-to-end bound",
+                    fl["flopwise"], flops_bound, "FLOPs of the dense generation over the "
+                    "scheduled one", source=src6))
+    rows.append(Row("flux-dit: GNA's share of the generation (attention of the GNA steps)",
+                    fl["gna_share"], (fl["steps"] - fl["dense_steps"]) * attn_s
+                    / (fl["steps"] * dense_s), "attention time of the 19 GNA steps over the "
+                    "dense generation's time", source="Sec. 4.3"))
+
     dense, _, share = dense_and_gna_step("hunyuan-dit", "h100")
     rows.append(Row("hunyuan-dit dense: attention share of a step on H100",
                     PAPER_HUNYUAN_ATTENTION_SHARE, share,
                     f"dense step {dense:.1f} s; STA measured 800 of 945 s (FA3, whole "
-                    "inference)"))
+                    "inference)", source="STA (Zhang et al. 2025), abstract"))
     return rows
 
 

@@ -132,7 +132,7 @@ class Evaluator:
         return self._runs[key]
 
     def metrics(self, d: Design) -> dict[str, float]:
-        from dse.study.heterogeneous import Heterogeneous, offchip_bandwidth_Bps, pe_count
+        from accelerators.heterogeneous import Heterogeneous, offchip_bandwidth_Bps, pe_count
 
         subs = {name: self.sub_accelerator(name, hw) for name, hw in zip(SUBS, d.hw)}
         busy = dict.fromkeys(SUBS, 0.0)

@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from accelerators import neural_graphics as ng
+from accelerators import technology as tech
 from accelerators.base import Template
 from accelerators.neural_graphics import NGPC, GpuBaseline, gpu_baseline
 from dse.errors import BadInput
@@ -85,8 +86,14 @@ PAPER_FPS = {("nerf", "4k"): 30.0, ("nsdf", "8k"): 120.0, ("gia", "8k"): 120.0,
              ("nvr", "8k"): 120.0}
 #: The GPU's gap to 4K at 60 FPS, slowest and fastest app: 55.50x and 1.51x [P abstract].
 PAPER_GAP = (1.51, 55.50)
-#: NGPC-64's area over the RTX 3090 die [secondary, REFERENCES.md NGPC section].
-PAPER_AREA_FRACTION = 0.36
+#: NGPC-64's area and power over the RTX 3090's: 36.18 % and 22.06 % [P Fig. 15, as quoted
+#: by secondary notes; REFERENCES.md].
+PAPER_AREA_FRACTION = 0.3618
+PAPER_POWER_FRACTION = 0.2206
+#: Memory bandwidth the cluster needs for NeRF at 60 FPS: 231 GB/s, 24 % of the 3090's
+#: [P Table 3, as quoted by secondary notes; the table itself not read].
+PAPER_NERF_60FPS_BANDWIDTH = 231e9
+RTX3090_TDP_W = 350.0
 TARGET_FPS = 60.0
 
 
@@ -195,33 +202,107 @@ def rows() -> list[Row]:
         per_app = [rates[a, n].speedup for a in APPS]
         out.append(Row(f"NGPC-{n} speed-up over RTX 3090, hash grid, mean of 4 apps (4K)",
                        paper, sum(per_app) / len(per_app),
-                       "per app " + ", ".join(f"{a} {s:.1f}" for a, s in zip(APPS, per_app))))
+                       "per app " + ", ".join(f"{a} {s:.1f}" for a, s in zip(APPS, per_app))
+                       + kernel_note(rates, n), source="Abstract, Fig. 12"))
     for (app, res), paper in PAPER_FPS.items():
         r = rates[app, 64] if res == "4k" else frame_rate(app, "hash", "ngpc-64", res,
                                                           arch=ngpc_arch)
         out.append(Row(f"NGPC-64 {app} frame rate at {res.upper()}, FPS", paper, r.fps,
                        f"GPU alone {r.gpu_fps:.2f} FPS; {nf.app_render(app).queries_per_pixel:g}"
-                       " queries/pixel"))
+                       " queries/pixel", source="Abstract, Fig. 14"))
     for enc, paper in PAPER_SHARE.items():
         per_app = [gpu_frame(a, enc).encoding_mlp_share for a in APPS]
         note = "per app " + ", ".join(f"{a} {100 * s:.1f}%" for a, s in zip(APPS, per_app))
         if enc == "hash":
             note = "calibration target (RAY_KERNEL_EFFICIENCY fitted to it); " + note
         out.append(Row(f"GPU share of time in encoding + MLP, {enc} (%)", 100 * paper,
-                       100 * sum(per_app) / len(per_app), note))
+                       100 * sum(per_app) / len(per_app), note, source="Abstract, Fig. 5",
+                       fitted=enc == "hash"))
     gpu_fps = {a: gpu_frame(a, "hash", "4k").fps for a in APPS}
     slow, fast = min(gpu_fps, key=gpu_fps.get), max(gpu_fps, key=gpu_fps.get)
     out.append(Row("GPU gap to 4K at 60 FPS, slowest app (x)", PAPER_GAP[1],
                    TARGET_FPS / gpu_fps[slow],
-                   f"calibration target (NERF_QUERIES_PER_PIXEL fitted to it); slowest {slow}"))
+                   f"calibration target (NERF_QUERIES_PER_PIXEL fitted to it); slowest {slow}",
+                   source="Abstract, Sec. 3", fitted=True))
     out.append(Row("GPU gap to 4K at 60 FPS, fastest app (x)", PAPER_GAP[0],
-                   TARGET_FPS / gpu_fps[fast], f"fastest {fast} at {gpu_fps[fast]:.1f} FPS"))
+                   TARGET_FPS / gpu_fps[fast], f"fastest {fast} at {gpu_fps[fast]:.1f} FPS",
+                   source="Abstract, Sec. 3"))
     d = design("ngpc-64")
     out.append(Row("NGPC-64 area / RTX 3090 die area", PAPER_AREA_FRACTION,
                    d.cluster_area_mm2() / GA102_DIE_MM2,
                    f"{d.cluster_area_mm2():.0f} mm^2 at {d.hw.node_nm} nm vs the "
-                   f"{GA102_DIE_MM2:g} mm^2 GA102 die"))
+                   f"{GA102_DIE_MM2:g} mm^2 GA102 die", source="Fig. 15 (secondary notes)"))
+    nerf = rates["nerf", 64]
+    traffic = frame_traffic(nerf)
+    cluster_w = cluster_power_w(nerf)
+    out.append(Row("NGPC-64 average power over a NeRF 4K frame / RTX 3090 TDP", PAPER_POWER_FRACTION,
+                   cluster_w / RTX3090_TDP_W, f"cluster {cluster_w:.0f} W (dynamic and leakage)",
+                   source="Fig. 15 (secondary notes)"))
+    out.append(Row("NGPC-64 memory bandwidth for NeRF at 4K 60 FPS (GB/s)",
+                   PAPER_NERF_60FPS_BANDWIDTH / 1e9,
+                   traffic["cluster"] * TARGET_FPS / 1e9,
+                   f"cluster {traffic['cluster'] / 1e9:.2f} GB per frame; the GPU's kernels "
+                   f"{traffic['gpu'] / 1e9:.2f} GB ({traffic['gpu_share']:.0%} of the frame's "
+                   "DRAM traffic)", source="Table 3 (secondary notes)"))
     return out
+
+
+def kernel_times(rate: FrameRate) -> dict[str, float]:
+    """Per-frame time of the two kernels NGPC takes over, on the cluster (its encoding and MLP
+    engines' busy time) and on the GPU alone (instant-NGP's encoding kernel and fully fused
+    MLPs), s, and their ratios (kernel-level speed-ups)."""
+    busy = {"encoder": 0.0, "mlp": 0.0}
+    for r in rate.result.ops:
+        if r.unit in busy:
+            busy[r.unit] += r.duration_s
+    b = rate.baseline
+    return {"encoding_ngpc_s": busy["encoder"], "mlp_ngpc_s": busy["mlp"],
+            "encoding_gpu_s": b.encoding_s, "mlp_gpu_s": b.mlp_s,
+            "encoding_speedup": b.encoding_s / busy["encoder"] if busy["encoder"] else math.inf,
+            "mlp_speedup": b.mlp_s / busy["mlp"] if busy["mlp"] else math.inf}
+
+
+def kernel_note(rates: dict, n: int) -> str:
+    """The kernel-level speed-ups of NGPC-``n`` per app, for a row's note."""
+    parts = []
+    for a in APPS:
+        k = kernel_times(rates[a, n])
+        parts.append(f"{a} {k['encoding_speedup']:.0f}x/{k['mlp_speedup']:.0f}x")
+    return "; encoding/MLP kernels over the GPU's: " + ", ".join(parts)
+
+
+def frame_traffic(rate: FrameRate) -> dict[str, float]:
+    """DRAM bytes of one frame of ``rate`` on NGPC-64 by side (each op of the planned frame
+    costed again: the result keeps no per-op traffic): the GPU's kernels, the cluster's
+    engines, and the GPU's share."""
+    d = design("ngpc-64")
+    spec = nf.frame_spec(rate.app, rate.resolution)
+    planned = d.plan(nf.attach_frame(field(rate.app, rate.encoding,
+                                           {"log2_table_size": NGPC_LOG2_TABLE}), spec))
+    gpu = cluster = 0.0
+    for op in planned.ops:
+        c = d.cost(op)
+        if c.unit == "gpu":
+            gpu += sum(c.traffic.values())
+        else:
+            cluster += sum(c.traffic.values())
+    total = gpu + cluster
+    return {"gpu": gpu, "cluster": cluster, "gpu_share": gpu / total if total else 0.0}
+
+
+def cluster_power_w(rate: FrameRate) -> float:
+    """Average power of the NGPC cluster over the frame: its engines' dynamic energy and its
+    leakage, W."""
+    d = design("ngpc-64")
+    res = rate.result
+    dynamic = sum(r.energy_j for r in res.ops if r.unit in ("encoder", "mlp"))
+    parts = d.nfp_area_breakdown_mm2()
+    sram_mm2 = (parts["grid_sram"] + parts["mlp_buffer"]) * d.hw.nfps
+    sram_bytes = (d._sram_bytes * d.hw.encoding_units + d._buffer_bytes) * d.hw.nfps
+    leak = tech.leakage_w(d.cluster_area_mm2() - sram_mm2, sram_bytes, d.hw.node_nm)
+    return dynamic / res.latency_s + leak
+
+
 
 
 #: The RTX 3090's GA102 die, mm^2 [D NVIDIA Ampere GA102 whitepaper: 628.4 mm^2]: the paper

@@ -6,7 +6,14 @@ small/medium/large/XL sizes built from the zoo's ``gpt2`` definition with ``arch
 
 * token-generation speedup over the GPU, paper 41-137x across the 8 models;
 * energy efficiency (GPU energy per token / PIM energy per token), paper 123-383x (journal
-  version; the arXiv v1 abstract says 339-1085x).
+  version; the arXiv v1 abstract says 339-1085x);
+* the same two over the CPU (an Intel Xeon Gold 6154, the ``cpu`` template's
+  ``xeon-gold-6154`` preset running the workload in fp32, PyTorch's CPU default), paper
+  631-1074x and 320-602x (journal; v1: 890-1632x energy) [P abstract];
+* Fig. 1's text: GPT3-XL has 1.15 billion parameters and 2.1 operations per parameter per
+  generated token, ResNet-18 48.4 [P npj 2024, Sec. 1].
+
+A range row passes only inside the range.
 
 Token generation: batch 1, decode steps generating tokens 1..1024 after a one-token prompt.
 Both designs' per-token latency and energy are affine in the context length (weights are read
@@ -14,13 +21,12 @@ once per token, the KV cache grows linearly), so the mean over those steps equal
 the mean context, 512 tokens, which is what we simulate. The GPU runs the same captured
 workload (fp16).
 
-The T4 baseline is the ``gpu`` template's ``t4`` preset. By default it reports kernel time
-(``runtime: kernels``); ``rows(gpu_hw={"runtime": "eager", "host_profile": FILE})`` (CLI:
-``dse reproduce pim-gpt --gpu-hw runtime=eager --gpu-hw host_profile=FILE``) makes it PyTorch
-eager wall time: each op's host dispatch from a measured host profile, overlapped with the
-kernels. The profile is measured on whatever machine ran ``python -m
-dse.calibrate.host_profile`` (the lent H100/H200 machines' CPUs, not the paper's T4 host,
-which the paper does not describe beyond the card); nothing is fitted to the paper.
+The T4 baseline is the ``gpu`` template's ``t4`` preset run as PyTorch eager (the paper timed a
+framework, not tuned kernels): each op's host dispatch from the shipped measured host profile
+``lent-h100-xeon`` (the lent H100 machine's Xeon host, not the paper's T4 host, which the paper
+does not describe beyond the card), overlapped with the kernels. ``rows(gpu_hw=...)`` (CLI:
+``dse reproduce pim-gpt --gpu-hw runtime=kernels``) overrides it. Nothing is fitted to the
+paper.
 """
 
 from __future__ import annotations
@@ -38,6 +44,13 @@ PAPER_SPEEDUP = (41.0, 137.0)
 #: Energy efficiency over the GPU across the 8 models [P npj Unconv. Computing 2024 abstract;
 #: the arXiv v1 abstract gives 339-1085x].
 PAPER_ENERGY = (123.0, 383.0)
+#: Speedup and energy efficiency over the CPU [P npj 2024 abstract; v1: 890-1632x energy].
+PAPER_CPU_SPEEDUP = (631.0, 1074.0)
+PAPER_CPU_ENERGY = (320.0, 602.0)
+#: Fig. 1's text [P npj 2024, Sec. 1]: GPT3-XL parameters and operations per parameter of a
+#: generated token; ResNet-18's operations per parameter.
+PAPER_GPT3_XL_PARAMS = 1.15e9
+PAPER_OPS_PER_PARAM = {"gpt3-xl": 2.1, "resnet18": 48.4}
 
 #: GPT-3 sizes [P Brown et al. 2020, Table 2.1: n_layers, d_model, n_heads]. GPT-3 XL's table
 #: row (d_model 2048, 24 heads of 128) is inconsistent (24 x 128 = 3072); we keep the head size
@@ -54,41 +67,77 @@ GPT2_MODELS = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
 CONTEXT = 512
 DTYPE = "fp16"
 GPU = "gpu:t4"
+#: The T4 as PyTorch eager with the shipped measured host profile (module docstring).
+GPU_HW = {"runtime": "eager", "host_profile": "lent-h100-xeon"}
+CPU = "cpu:xeon-gold-6154"
+#: PyTorch runs on the CPU in fp32 by default.
+CPU_DTYPE = "fp32"
+
+
+def _arch(label: str) -> dict[str, Any]:
+    """Zoo ``gpt2`` overrides of a GPT-3 size."""
+    a = GPT3_SIZES[label]
+    return {**a, "d_ff": 4 * a["d_model"], "max_seq": 2048}
 
 
 def models() -> list[tuple[str, str, dict[str, Any] | None]]:
     """``(label, zoo model, arch overrides)`` of the 8 PIM-GPT models."""
     out: list[tuple[str, str, dict[str, Any] | None]] = [(m, m, None) for m in GPT2_MODELS]
-    for label, a in GPT3_SIZES.items():
-        out.append((label, "gpt2", {**a, "d_ff": 4 * a["d_model"], "max_seq": 2048}))
+    out += [(label, "gpt2", _arch(label)) for label in GPT3_SIZES]
     return out
 
 
 def measure(model: str, arch: dict[str, Any] | None, hw: dict[str, Any] | None = None,
             gpu_hw: dict[str, Any] | None = None) -> dict[str, float]:
-    """Per-token latency (s) and energy (J) of PIM-GPT and the T4 on one model."""
+    """Per-token latency (s) and energy (J) of PIM-GPT, the T4 and the CPU on one model."""
     w = build_workload(model, phase="decode", batch=1, context=CONTEXT, dtype=DTYPE, arch=arch)
     pim = simulate(w, PIM("pim-gpt", **(hw or {})))
-    design = make_accelerator(GPU, gpu_hw)
+    design = make_accelerator(GPU, {**GPU_HW, **(gpu_hw or {})})
     gpu = simulate(w, design)
     runtime = design.hw.runtime
     if design.host is not None:
         runtime += f", host profile {design.host.name} measured at " + str(
             design.host.source.get("where") if design.host.measured else "nowhere (unmeasured)")
+    w32 = build_workload(model, phase="decode", batch=1, context=CONTEXT, dtype=CPU_DTYPE,
+                         arch=arch)
+    cpu = simulate(w32, make_accelerator(CPU))
     return {"pim_s": pim.latency_s, "pim_j": pim.energy_j, "gpu_s": gpu.latency_s,
-            "gpu_j": gpu.energy_j, "params": w.params, "gpu_runtime": runtime}
+            "gpu_j": gpu.energy_j, "cpu_s": cpu.latency_s, "cpu_j": cpu.energy_j,
+            "params": w.params, "flops": w.flops, "gpu_runtime": runtime}
 
 
 def rows(hw: dict[str, Any] | None = None, gpu_hw: dict[str, Any] | None = None) -> list[Row]:
-    """``hw``: overrides of the ``pim-gpt`` preset; ``gpu_hw``: of the ``t4`` preset."""
+    """``hw``: overrides of the ``pim-gpt`` preset; ``gpu_hw``: of the T4 (eager by default)."""
     out = []
+    cpu_rows = []
+    source = "Abstract (npj 2024)"
     for label, model, arch in models():
         m = measure(model, arch, hw, gpu_hw)
         note = (f"{m['params'] / 1e6:.0f}M params, context {CONTEXT}: PIM "
                 f"{m['pim_s'] * 1e3:.3f} ms / {m['pim_j'] * 1e3:.2f} mJ per token, T4 "
                 f"{m['gpu_s'] * 1e3:.3f} ms / {m['gpu_j'] * 1e3:.1f} mJ ({m['gpu_runtime']})")
         out.append(Row(f"{label}: token-generation speedup over T4", PAPER_SPEEDUP,
-                       m["gpu_s"] / m["pim_s"], note))
+                       m["gpu_s"] / m["pim_s"], note, source=source))
         out.append(Row(f"{label}: energy efficiency over T4", PAPER_ENERGY,
-                       m["gpu_j"] / m["pim_j"], note))
+                       m["gpu_j"] / m["pim_j"], note, source=source))
+        cnote = (f"Xeon Gold 6154, fp32: {m['cpu_s'] * 1e3:.2f} ms / {m['cpu_j'] * 1e3:.0f} mJ "
+                 f"per token; PIM {m['pim_s'] * 1e3:.3f} ms / {m['pim_j'] * 1e3:.2f} mJ")
+        cpu_rows.append(Row(f"{label}: token-generation speedup over CPU", PAPER_CPU_SPEEDUP,
+                            m["cpu_s"] / m["pim_s"], cnote, source=source))
+        cpu_rows.append(Row(f"{label}: energy efficiency over CPU", PAPER_CPU_ENERGY,
+                            m["cpu_j"] / m["pim_j"], cnote, source=source))
+    out += cpu_rows
+    xl = build_workload("gpt2", phase="decode", batch=1, context=CONTEXT, dtype=DTYPE,
+                        arch=_arch("gpt3-xl"))
+    out.append(Row("gpt3-xl: parameters", PAPER_GPT3_XL_PARAMS, xl.params,
+                   "GPT-3 XL as built here (d_model 2048, 24 layers, 16 heads of 128)",
+                   source="Sec. 1, Fig. 1 (npj 2024)"))
+    out.append(Row("gpt3-xl: operations per parameter of a generated token",
+                   PAPER_OPS_PER_PARAM["gpt3-xl"], xl.flops / xl.params,
+                   f"FLOPs of one decode step at context {CONTEXT} over parameters",
+                   source="Sec. 1, Fig. 1 (npj 2024)"))
+    r18 = build_workload("resnet18", batch=1, dtype=DTYPE)
+    out.append(Row("resnet18: operations per parameter", PAPER_OPS_PER_PARAM["resnet18"],
+                   r18.flops / r18.params, "one 224 x 224 image, FLOPs over parameters (the "
+                   "paper's input size is not stated)", source="Sec. 1, Fig. 1 (npj 2024)"))
     return out

@@ -1,4 +1,7 @@
-"""One row of a reproduction table: a metric, the paper's value, ours, and their ratio."""
+"""One row of a reproduction table: a metric, the paper's value, ours, and their ratio.
+
+A row passes when ours is within +-35 % of the paper's number, or inside the paper's range
+(a range row passes only inside it)."""
 
 from __future__ import annotations
 
@@ -12,12 +15,17 @@ TOLERANCE = 0.35
 @dataclass(frozen=True)
 class Row:
     """``paper`` is a number or a ``(low, high)`` range. ``ratio`` is ours / paper; for a range,
-    ours relative to the nearest end, 1.0 inside it. ``note`` says where ours comes from."""
+    ours relative to the nearest end, 1.0 inside it. ``note`` says where ours comes from;
+    ``source`` where the paper states its value (section, figure, table); ``fitted`` marks a
+    row whose value rests on a constant fitted to that very figure: shown, never counted as
+    a prediction (:func:`summary`)."""
 
     metric: str
     paper: float | tuple[float, float]
     ours: float
     note: str = ""
+    source: str = ""
+    fitted: bool = False
 
     @property
     def ratio(self) -> float:
@@ -29,6 +37,9 @@ class Row:
         return self.ours / self.paper if self.paper else float("inf")
 
     def within(self, tolerance: float = TOLERANCE) -> bool:
+        """Within ``tolerance`` of a number; inside a range (the ends included)."""
+        if isinstance(self.paper, (tuple, list)):
+            return self.paper[0] <= self.ours <= self.paper[1]
         return abs(self.ratio - 1.0) <= tolerance
 
     def paper_text(self) -> str:
@@ -39,4 +50,14 @@ class Row:
     def to_dict(self) -> dict[str, Any]:
         paper = list(self.paper) if isinstance(self.paper, (tuple, list)) else self.paper
         return {"metric": self.metric, "paper": paper, "ours": self.ours, "ratio": self.ratio,
-                "within_35pct": self.within(), "note": self.note}
+                "within_35pct": self.within(), "note": self.note, "source": self.source,
+                "fitted": self.fitted}
+
+
+def summary(rows: list[Row]) -> dict[str, int]:
+    """How many rows are predictions (not ``fitted``) and how many of those are within
+    +-35 %; ``fitted``: the rows left out of both counts."""
+    predictions = [r for r in rows if not r.fitted]
+    return {"predictions": len(predictions),
+            "within": sum(r.within() for r in predictions),
+            "fitted": len(rows) - len(predictions)}

@@ -18,7 +18,7 @@ from typing import Any
 
 from dse.errors import DSEError, InfeasibleDesign
 from dse.study import objectives as obj
-from dse.study.heterogeneous import (Heterogeneous, offchip_bandwidth_Bps, pe_count,
+from accelerators.heterogeneous import (Heterogeneous, offchip_bandwidth_Bps, pe_count,
                                      segment_ops)
 from dse.study.loader import ResolvedStudy
 from dse.study.space import Point

@@ -1,0 +1,254 @@
+"""``cpu``: a multi-core server CPU (cores x SIMD FMA units, a cache hierarchy, DDR channels).
+
+Fixed silicon, like the ``gpu``: the parameters are the datasheet (cores, clock, SIMD width,
+FMA units per core, caches, DDR channels and data rate, TDP) plus two kernel efficiencies and a
+per-op overhead, each tagged with its source. Every op is one parallel kernel over all cores:
+
+* **compute**: matmul, convolution and attention at ``gemm_efficiency`` of the SIMD FMA peak
+  (``cores x simd_bits / 32 lanes x 2 FLOP x fma_units x clock`` in fp32); every other op on
+  the same SIMD lanes at one operation per lane and FMA unit per cycle (the npu's lane
+  operations per element, :data:`accelerators.npu.VECTOR_OPS_PER_ELEMENT`). fp16 / bf16 run
+  at the fp32 rate (converted in registers, no half-precision FMA: Skylake-SP class) unless
+  ``bf16_dot`` (AVX512-BF16 / AMX: twice); int8 at four times with ``int8_dot`` (VNNI);
+* **memory**: weights and the KV cache stream from DRAM (an LLM's weights are many times the
+  last-level cache: a bound from the slow side for a model that would fit), activations stay in
+  the caches while an op's activations fit the L3, else they cross DRAM too; DRAM at
+  ``stream_efficiency`` of the channels' peak, the L3 at ``L3_BYTES_PER_CYCLE_PER_CORE``;
+* **latency** = ``op_overhead_s`` (framework dispatch and the parallel region's fork/join) +
+  max(compute, DRAM, L3): a roofline per op.
+
+Energy as the gpu's: a dynamic energy per FLOP and per DRAM byte such that the chip at its
+sustained GEMM rate, or its sustained stream bandwidth, burns ``tdp_w - idle_power_w``
+(x ``MEMORY_POWER_FRACTION`` for streaming) [E]; the DRAM's own share from the memory
+standard. ``static_power_w`` is the idle power.
+
+Silicon (:meth:`CPU.floorplan`): ``cores_on_die`` cores (a core's logic at the node, with its
+SIMD units), L1 + L2 per core and the L3 as SRAM, the DDR PHYs and controllers by the memory
+standard, ``CPU_CONTROL_OVERHEAD`` for the uncore (mesh, I/O, PCIe/UPI agents). Power is the
+datasheet's TDP.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from accelerators import technology as tech
+from accelerators.base import OpCost, Param, Resources, Template
+from accelerators.composite import cost_composite
+from accelerators.memory_standards import MemorySystem, get_standard, memory_system
+from accelerators.npu import VECTOR_OPS_PER_ELEMENT
+from accelerators.physical import Floorplan
+from workloads import ir
+from workloads.ir import DTYPE_BYTES, Op
+
+#: L3 bandwidth per core, bytes per cycle [E: Skylake-SP's L2 <-> L3 path moves a 64-B line
+#: every ~4 cycles per core under load (measured aggregate L3 read bandwidth of an 18-28 core
+#: Skylake-SP part is ~0.5-1 TB/s)].
+L3_BYTES_PER_CYCLE_PER_CORE = 16.0
+#: Share of the dynamic power a memory-bound kernel burns, relative to a GEMM [E; the gpu's
+#: copy/GEMM power ratio measured on the H200 was 0.86; a CPU's cores stall more while
+#: streaming].
+MEMORY_POWER_FRACTION = 0.6
+#: Logic area of one core without its SIMD FMA units and caches, mm^2 at 14 nm [E: a
+#: Skylake-SP core tile is ~17 mm^2 at Intel 14 nm with 1 MiB L2 and a 1.375 MiB L3 slice
+#: (WikiChip, XCC die 694 mm^2 / 28 tiles, die shots); the caches and two 512-bit FMA units
+#: taken out leave ~6 mm^2 of front end, out-of-order engine, scalar units and L1 control].
+CORE_BASE_MM2_14NM = 6.0
+#: One 512-bit FMA unit with its share of the vector register file and bypass, mm^2 at 14 nm
+#: [E: AVX-512's port-5 FMA is ~1.2 mm^2 on the Skylake-SP die shot].
+FMA512_MM2_14NM = 1.2
+#: Uncore (mesh stops, caching/home agents, PCIe, UPI, power control) as a fraction of the
+#: cores' logic [E: on the 694 mm^2 XCC die about a third of the area is outside the 28 core
+#: tiles; part of that is the DDR PHYs the memory standard already charges].
+CPU_CONTROL_OVERHEAD = 0.35
+
+_GEMM_KINDS = (ir.MATMUL, ir.CONV, ir.ATTENTION, ir.SPARSE_ATTENTION)
+
+PARAMS = (
+    Param("cores", int, "", 18, "cores that run the workload", 1, 512, log=True),
+    Param("cores_on_die", int, "", 0, "cores on the die (area; 0 = cores)", 0, 512),
+    Param("clock_hz", float, "Hz", 2.7e9, "sustained all-core clock with the widest SIMD "
+          "busy", 5.0e8, 6.0e9, log=True),
+    Param("simd_bits", int, "bit", 512, "SIMD register width", choices=(128, 256, 512)),
+    Param("fma_units", int, "", 2, "SIMD FMA units per core", 1, 4),
+    Param("bf16_dot", bool, "", False, "native bf16 / fp16 dot products (AVX512-BF16, AMX): "
+          "twice the fp32 rate"),
+    Param("int8_dot", bool, "", False, "int8 dot products (VNNI): four times the fp32 rate"),
+    Param("l1d_kb", int, "KiB", 32, "L1 data cache per core", 8, 1024, log=True),
+    Param("l2_kb", int, "KiB", 1024, "L2 cache per core", 64, 16384, log=True),
+    Param("l3_mb", float, "MiB", 24.75, "shared last-level cache", 0.0, 1024.0),
+    Param("dram", str, "", "ddr4", "memory standard", choices=("ddr4", "ddr5")),
+    Param("dram_channels", int, "", 6, "DDR channels (64-bit each)", 1, 16),
+    Param("dram_data_rate_gbps", float, "Gb/s", 2.666, "per-pin data rate the channels run "
+          "at", 0.8, 9.6),
+    Param("dram_device_gb", float, "GB", 16.0, "capacity per channel (one of the standard's)",
+          1.0, 128.0),
+    Param("gemm_efficiency", float, "", 0.8, "share of the FMA peak a GEMM kernel sustains",
+          0.05, 1.0),
+    Param("stream_efficiency", float, "", 0.78, "share of the DRAM peak a streaming kernel "
+          "sustains", 0.05, 1.0),
+    Param("op_overhead_s", float, "s", 5.0e-6, "fixed time per op: framework dispatch and "
+          "the parallel region's fork / join", 0.0, 1.0e-2),
+    Param("tdp_w", float, "W", 200.0, "package power limit", 1.0, 2000.0),
+    Param("idle_power_w", float, "W", 40.0, "package power idle, memory background included",
+          0.0, 1000.0),
+    Param("node_nm", int, "nm", 14, "process node", choices=tech.NODES_NM),
+)
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # Intel Xeon Gold 6154 (Skylake-SP, the CPU baseline of PIM-GPT): 18 cores on the 28-core
+    # XCC die, two AVX-512 FMA units per core, 32 KiB L1d and 1 MiB L2 per core, 24.75 MiB L3,
+    # six DDR4-2666 channels (128 GB/s), 200 W TDP, Intel 14 nm [D Intel ARK 120495; WikiChip
+    # Skylake-SP]; AVX-512 all-core turbo 2.7 GHz [D, check: Intel Xeon Scalable specification
+    # update, frequency table]; idle power and capacity per channel [E].
+    "xeon-gold-6154": dict(cores=18, cores_on_die=28, clock_hz=2.7e9, simd_bits=512,
+                           fma_units=2, l1d_kb=32, l2_kb=1024, l3_mb=24.75, dram="ddr4",
+                           dram_channels=6, dram_data_rate_gbps=2.666, dram_device_gb=16.0,
+                           tdp_w=200.0, idle_power_w=40.0, node_nm=14),
+    # Intel Xeon Platinum 8480+ (Sapphire Rapids): 56 cores, AVX-512 with AMX (bf16 / int8),
+    # 2 MiB L2 per core, 105 MiB L3, eight DDR5-4800 channels, 350 W, Intel 7 (a 10-nm-class
+    # node) [D Intel ARK 231746]; AVX-512 all-core clock 2.0 GHz [E]; the AMX tiles' 8x bf16
+    # rate is not modelled (bf16_dot gives 2x) [E].
+    "xeon-8480": dict(cores=56, cores_on_die=60, clock_hz=2.0e9, simd_bits=512, fma_units=2,
+                      bf16_dot=True, int8_dot=True, l1d_kb=48, l2_kb=2048, l3_mb=105.0,
+                      dram="ddr5", dram_channels=8, dram_data_rate_gbps=4.8,
+                      dram_device_gb=32.0, tdp_w=350.0, idle_power_w=90.0, node_nm=10),
+}
+
+
+class CPU(Template):
+    """A multi-core CPU: every op a parallel kernel over all cores, SIMD roofline per op."""
+
+    name = "cpu"
+    description = ("multi-core CPU (Xeon class): cores x SIMD FMA units, caches, DDR channels; "
+                   "a roofline per op plus a per-op overhead")
+    PARAMS = PARAMS
+    PRESETS = PRESETS
+    DEFAULT_PRESET = "xeon-gold-6154"
+
+    def validate(self):
+        hw = self.hw
+        if hw.cores_on_die and hw.cores_on_die < hw.cores:
+            return ("hw.cores_on_die", hw.cores_on_die, f"expected 0 or at least cores = "
+                    f"{hw.cores}")
+        if hw.idle_power_w >= hw.tdp_w:
+            return ("hw.idle_power_w", hw.idle_power_w, f"expected less than tdp_w={hw.tdp_w:g}")
+        top = get_standard(hw.dram).data_rate_gbps
+        if hw.dram_data_rate_gbps > top:
+            return ("hw.dram_data_rate_gbps", hw.dram_data_rate_gbps,
+                    f"expected at most {top:g} Gb/s for {hw.dram}")
+        bandwidth = hw.dram_channels * 64 * hw.dram_data_rate_gbps * 1e9 / 8
+        self.memory: MemorySystem = memory_system(hw.dram, hw.dram_channels, hw.dram_device_gb,
+                                                  bandwidth, bandwidth_field="dram_data_rate_gbps")
+        return None
+
+    # ----------------------------------------------------------------------------- rates
+    @property
+    def lanes_fp32(self) -> int:
+        return self.hw.simd_bits // 32
+
+    def peak_flops(self, dtype: str = "fp32") -> float:
+        """Peak FLOP/s of the SIMD FMA units in ``dtype`` (every core, every FMA unit)."""
+        hw = self.hw
+        rate = hw.cores * self.lanes_fp32 * 2 * hw.fma_units * hw.clock_hz
+        if dtype in ("fp16", "bf16") and hw.bf16_dot:
+            return 2 * rate
+        if dtype in ("int8", "fp8") and hw.int8_dot:
+            return 4 * rate
+        return rate
+
+    def vector_ops_per_s(self, dtype: str = "fp32") -> float:
+        """Lane operations per second of the SIMD units (one per lane and FMA unit per cycle)."""
+        hw = self.hw
+        return hw.cores * self.lanes_fp32 * hw.fma_units * hw.clock_hz
+
+    @property
+    def dram_Bps(self) -> float:
+        """Sustained DRAM bandwidth of a streaming kernel, B/s."""
+        return self.memory.bandwidth_Bps * self.hw.stream_efficiency
+
+    @property
+    def l3_Bps(self) -> float:
+        return self.hw.cores * L3_BYTES_PER_CYCLE_PER_CORE * self.hw.clock_hz
+
+    def _energy(self) -> tuple[float, float, float]:
+        """(J per FLOP, J per DRAM byte in the DRAM, J per DRAM byte on chip)."""
+        hw = self.hw
+        dynamic = hw.tdp_w - hw.idle_power_w
+        per_flop = dynamic / (self.peak_flops("fp32") * hw.gemm_efficiency)
+        per_byte = dynamic * MEMORY_POWER_FRACTION / self.dram_Bps
+        dram = min(self.memory.energy_j_per_byte, per_byte)
+        return per_flop, dram, per_byte - dram
+
+    # ----------------------------------------------------------------------------- cost
+    def cost(self, op: Op) -> OpCost:
+        if op.kind in ir.COMPOSITE_KINDS:
+            return cost_composite(op, self.cost, fixed_s=self.hw.op_overhead_s)
+        hw = self.hw
+        b = DTYPE_BYTES.get(op.dtype, op.bytes_per_element)
+        scale = b / op.bytes_per_element if op.bytes_per_element else 1.0
+        if op.kind in _GEMM_KINDS:
+            compute = op.flops / (self.peak_flops(op.dtype) * hw.gemm_efficiency)
+            lane_ops = 0.0
+        else:
+            lane_ops = _lane_ops(op)
+            compute = lane_ops / self.vector_ops_per_s(op.dtype)
+        activations = (op.activation_bytes_read + op.activation_bytes_written) * scale
+        dram = (op.weight_bytes + op.kv_bytes_read + op.kv_bytes_written) * scale
+        on_chip = activations
+        if activations > hw.l3_mb * 2**20:    # the op's activations do not fit the L3
+            dram += activations
+            on_chip = 0.0
+        dram_s = dram / self.dram_Bps
+        l3_s = on_chip / self.l3_Bps
+        latency = hw.op_overhead_s + max(compute, dram_s, l3_s)
+        per_flop, dram_j, onchip_j = self._energy()
+        work = op.flops if op.kind in _GEMM_KINDS else lane_ops
+        return OpCost(unit="cpu", latency_s=latency, compute_s=compute, clock_hz=hw.clock_hz,
+                      traffic={"dram": dram} if dram else {},
+                      bytes_by_level={"cache": on_chip, "dram": dram},
+                      energy_j={"compute": work * per_flop,
+                                "onchip_memory": dram * onchip_j
+                                + on_chip * tech.sram_energy_j_per_byte(hw.l3_mb * 2**20,
+                                                                        hw.node_nm),
+                                "offchip_memory": dram * dram_j},
+                      bound="memory" if max(dram_s, l3_s) > compute else "compute")
+
+    # ----------------------------------------------------------------------------- the rest
+    def resources(self) -> Resources:
+        return Resources(units={"cpu": 1}, channels={"dram": self.dram_Bps})
+
+    def core_mm2(self) -> float:
+        """One core's logic with its SIMD FMA units, mm^2 at the node."""
+        hw = self.hw
+        at_14 = CORE_BASE_MM2_14NM + hw.fma_units * hw.simd_bits / 512 * FMA512_MM2_14NM
+        return at_14 * tech.area_scale(hw.node_nm) / tech.area_scale(14)
+
+    def floorplan(self) -> Floorplan:
+        """Cores (logic and SIMD units) and caches on one die, DDR channels as its memory, the
+        datasheet's TDP and idle power."""
+        hw = self.hw
+        cores = hw.cores_on_die or hw.cores
+        sram = cores * (hw.l1d_kb + hw.l2_kb) * 1024 + hw.l3_mb * 2**20
+        mem = self.memory
+        mem_w = mem.bandwidth_Bps * mem.energy_j_per_byte
+        return Floorplan(node_nm=hw.node_nm, compute_mm2=cores * self.core_mm2(),
+                         sram_mm2=tech.sram_area_mm2(sram, hw.node_nm),
+                         peak_dynamic_w=max(0.0, hw.tdp_w - hw.idle_power_w - mem_w),
+                         leakage_w=max(0.0, hw.idle_power_w - mem.static_w), memory=mem,
+                         host_interface="pcie4x16", control_overhead=CPU_CONTROL_OVERHEAD)
+
+    def static_power_w(self) -> float:
+        return self.hw.idle_power_w
+
+
+def _lane_ops(op: Op) -> float:
+    """SIMD lane operations of a non-GEMM op: elements x operations per element (the npu's
+    table), or its FLOPs when it counts more."""
+    elements = op.attrs.get("elements")
+    if not isinstance(elements, (int, float)) or elements <= 0:
+        outs = [math.prod(s) for s in op.output_shapes if s is not None]
+        elements = sum(outs) if outs else 0
+    per = VECTOR_OPS_PER_ELEMENT.get(op.kind, 1)
+    return max(float(elements) * per, float(op.flops))
