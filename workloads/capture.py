@@ -147,7 +147,17 @@ def _build_graph(ep, dtype: str, free: dict[str, int],
     def walk(fx_graph, tensors: dict, prefix: str, bound_inputs: list | None):
         """Add the ops of ``fx_graph``; return what its output node returns."""
         def value(a):
-            return tensors.get(a.name) if isinstance(a, torch.fx.Node) else None
+            """The tracked tensor of node ``a``; a node whose output no op produced (a
+            factory such as ``zeros``, a constant) is an activation from nowhere, so that
+            every operand of an op is counted."""
+            if not isinstance(a, torch.fx.Node):
+                return None
+            t = tensors.get(a.name)
+            if t is None and a.op in ("call_function", "get_attr"):
+                t = meta_tensor(a.meta.get("val"), None, ACT)
+                if t is not None:
+                    tensors[a.name] = t
+            return t
 
         placeholders = 0
         for node in fx_graph.nodes:

@@ -34,6 +34,7 @@ import json
 import math
 import re
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -338,18 +339,67 @@ def _main_input(module, config, batch: int, seq: int) -> dict[str, torch.Tensor]
                        "(supported: input_ids, pixel_values, input_features, input_values)")
 
 
-class _CausalDecode(nn.Module):
-    """One decode step of a causal LM whose KV cache is the ``kv_cache`` argument."""
+class _CachedDecode(nn.Module):
+    """One decode step of a causal LM whose whole cache is the ``kv_cache`` argument: per
+    layer, a dict of the tensors its cache layer holds (keys and values of attention layers,
+    the conv and recurrent states of linear-attention and state-space layers, a sparse
+    indexer's keys), set into a copy of the cache the prefill probe returned. Growing caches
+    (keys, values) are appended to; fixed-size states are read and written in place, so their
+    bytes per step do not grow with the context."""
 
-    def __init__(self, model: nn.Module, logits_to_keep: bool):
+    def __init__(self, model: nn.Module, template, logits_to_keep: bool, cache_arg: str):
         super().__init__()
-        self.model, self.logits_to_keep = model, logits_to_keep
+        self.model, self.logits_to_keep, self.cache_arg = model, logits_to_keep, cache_arg
+        self._template = template
 
     def forward(self, input_ids, kv_cache):
-        from transformers import DynamicCache
-        cache = _filled(DynamicCache(config=self.model.config), kv_cache)
+        cache = refilled(self._template, kv_cache)
         extra = {"logits_to_keep": 1} if self.logits_to_keep else {}
-        return self.model(input_ids=input_ids, past_key_values=cache, use_cache=True, **extra).logits
+        out = self.model(input_ids=input_ids, use_cache=True, **{self.cache_arg: cache}, **extra)
+        return out.logits
+
+
+def cache_tensors(cache) -> list[dict[str, torch.Tensor]]:
+    """Per layer of a transformers cache, its floating-point state tensors by attribute
+    (``keys``, ``values``, ``conv_states.0``, ``recurrent_states.0``, ``indexer_keys``...)."""
+    out = []
+    for layer in cache.layers:
+        entry: dict[str, torch.Tensor] = {}
+        for attr, value in vars(layer).items():
+            items = value.items() if isinstance(value, dict) else ((None, value),)
+            for key, v in items:
+                if isinstance(v, torch.Tensor) and v.is_floating_point() and v.dim() >= 2:
+                    entry[attr if key is None else f"{attr}.{key}"] = v
+        out.append(entry)
+    return out
+
+
+def refilled(template, tensors: list[dict[str, torch.Tensor]]):
+    """A shallow copy of the cache ``template`` whose layers hold ``tensors`` (the template
+    itself is never changed, so it serves every call)."""
+    import copy
+    cache = copy.copy(template)
+    layers = []
+    for layer, entry in zip(template.layers, tensors):
+        new = copy.copy(layer)
+        for attr, value in vars(layer).items():
+            if isinstance(value, dict):
+                setattr(new, attr, dict(value))
+        for name, t in entry.items():
+            attr, _, key = name.partition(".")
+            if key:
+                getattr(new, attr)[int(key) if key.isdigit() else key] = t
+            else:
+                setattr(new, attr, t)
+        layers.append(new)
+    cache.layers = layers
+    return cache
+
+
+def _cache_arg(model: nn.Module) -> str:
+    """The forward argument that takes the cache (renamed across transformers versions)."""
+    return next((n for n in ("cache", "past_key_values", "cache_params") if _accepts(model, n)),
+                "past_key_values")
 
 
 class _Seq2SeqDecode(nn.Module):
@@ -370,28 +420,6 @@ class _Seq2SeqDecode(nn.Module):
         out = self.model(decoder_input_ids=decoder_input_ids, encoder_outputs=(encoder_hidden,),
                          past_key_values=cache, use_cache=True)
         return out.logits if hasattr(out, "logits") else out.last_hidden_state
-
-
-class _RecurrentDecode(nn.Module):
-    """One decode step of a state-space LM (Mamba) whose per-layer (conv, recurrent) states are
-    the ``kv_cache`` argument: the recurrent state is to Mamba what the KV cache is to
-    attention, of a fixed size whatever the context."""
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids, kv_cache):
-        from transformers import DynamicCache
-        cache = DynamicCache(config=self.model.config)
-        for layer, (conv, state) in zip(cache.layers, kv_cache):
-            layer.conv_states[0], layer.recurrent_states[0] = conv, state
-            layer.conv_kernel_size[0] = conv.shape[-1]
-            layer.is_conv_states_initialized[0] = layer.is_recurrent_states_initialized[0] = True
-            layer.has_previous_state[0] = True
-        name = next((n for n in ("cache_params", "cache", "past_key_values")
-                     if _accepts(self.model, n)), "cache_params")   # renamed across versions
-        return self.model(input_ids=input_ids, use_cache=True, **{name: cache}).logits
 
 
 def _filled(cache, pairs):
@@ -420,13 +448,14 @@ def _accepts(module: nn.Module, name: str) -> bool:
 @contextlib.contextmanager
 def as_if_traced():
     """Run a probe forward on meta tensors the way an export runs it: transformers then skips
-    the data-dependent shortcuts (``.item()`` on masks) that meta tensors cannot take."""
-    original = torch.compiler.is_compiling
-    torch.compiler.is_compiling = lambda: True
+    the data-dependent shortcuts (``.item()`` on masks) that meta tensors cannot take, and
+    takes the paths it takes under export (Qwen3-Next's triangular solve as matmuls)."""
+    originals = (torch.compiler.is_compiling, torch.compiler.is_exporting)
+    torch.compiler.is_compiling = torch.compiler.is_exporting = lambda: True
     try:
         yield
     finally:
-        torch.compiler.is_compiling = original
+        torch.compiler.is_compiling, torch.compiler.is_exporting = originals
 
 
 def module_and_inputs(config, kind: str, phase: str, batch: int, seq: int, context: int,
@@ -440,23 +469,17 @@ def module_and_inputs(config, kind: str, phase: str, batch: int, seq: int, conte
             if phase == "prefill":
                 kw = {"input_ids": _ids(batch, seq, config.vocab_size), "use_cache": False}
                 return model, ({**kw, "logits_to_keep": 1} if keep else kw)
-            with as_if_traced(), selective_scan_as_one_op():
+            with selective_scan_as_one_op(), as_if_traced():
                 out = model(input_ids=_ids(batch, context, config.vocab_size), use_cache=True)
-            cache = getattr(out, "past_key_values", None)
-            # transformers < 5.24 hands Mamba's states back as ``cache_params``, later versions
-            # as ``past_key_values`` (layers of conv and recurrent states, no keys)
-            states = getattr(out, "cache_params", None) or cache
-            if states is not None and getattr(states, "layers", None) and all(
-                    hasattr(layer, "recurrent_states") for layer in states.layers):
-                return _RecurrentDecode(model), {
-                    "input_ids": _ids(batch, 1, config.vocab_size),
-                    "kv_cache": [(layer.conv_states[0], layer.recurrent_states[0])
-                                 for layer in states.layers]}
-            if cache is None or not hasattr(cache, "layers"):
-                raise BadInput("phase", phase, f"{config.model_type} keeps no KV cache transformers "
+            cache = next((c for c in (getattr(out, n, None) for n in
+                                      ("cache", "past_key_values", "cache_params"))
+                          if c is not None), None)
+            tensors = cache_tensors(cache) if getattr(cache, "layers", None) else []
+            if not any(tensors):
+                raise BadInput("phase", phase, f"{config.model_type} keeps no cache transformers "
                                "can hand over: expected prefill")
-            return _CausalDecode(model, keep), {"input_ids": _ids(batch, 1, config.vocab_size),
-                                                "kv_cache": _cache_pairs(cache)}
+            return _CachedDecode(model, cache, keep, _cache_arg(model)), {
+                "input_ids": _ids(batch, 1, config.vocab_size), "kv_cache": tensors}
         if kind == "seq2seq":
             encoder = model.get_encoder()
             enc_in = _main_input(encoder if hasattr(encoder, "main_input_name") else model,
@@ -544,16 +567,49 @@ def workload_from_hf_config(path: str | Path | dict, phase: str | None = None,
     return cached(key, lambda: _capture(config, data, moe, sizes, dtype, kv_update), use_cache)
 
 
-def _capture(config, data, moe, sizes, dtype, kv_update) -> ir.Workload:
-    kind, phase = sizes["kind"], sizes["phase"]
-    module, kwargs = module_and_inputs(config, kind, phase, sizes["batch"], sizes["seq"],
-                                       sizes["context"], moe)
-    arch = {k: v for k, v in data.items() if isinstance(v, (int, float, str, bool))}
-    with selective_scan_as_one_op(), warnings.catch_warnings():
+@dataclass
+class Prepared:
+    """A resolved config with the module to export for its phase and the module's inputs."""
+    config: Any
+    data: dict[str, Any]
+    moe: dict[str, float]
+    sizes: dict[str, Any]
+    module: nn.Module
+    kwargs: dict[str, Any]
+
+
+def prepare(data: dict[str, Any], phase: str | None = None, batch: int | None = None,
+            seq: int | None = None, context: int | None = None,
+            arch: dict[str, Any] | None = None) -> Prepared:
+    """:func:`resolve` then :func:`module_and_inputs` (for checks that run the module too)."""
+    config, data, moe, sizes = resolve(data, phase, batch, seq, context, arch)
+    module, kwargs = module_and_inputs(config, sizes["kind"], sizes["phase"], sizes["batch"],
+                                       sizes["seq"], sizes["context"], moe)
+    return Prepared(config, data, moe, sizes, module, kwargs)
+
+
+@contextlib.contextmanager
+def capture_patches(config):
+    """What routes transformers' code through the project's single ops while a module is
+    exported or probed (Mamba's scans)."""
+    with selective_scan_as_one_op():
+        yield
+
+
+def capture_prepared(p: Prepared, dtype: str, kv_update: str) -> ir.Workload:
+    """The workload of a prepared module."""
+    kind, phase = p.sizes["kind"], p.sizes["phase"]
+    arch = {k: v for k, v in p.data.items() if isinstance(v, (int, float, str, bool))}
+    with capture_patches(p.config), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return capture(module, (), kwargs, model=f"hf:{config.model_type}", phase=phase,
-                       dtype=dtype, batch=sizes["batch"], seq=sizes["seq"],
-                       context=sizes["context"],
-                       arch={**arch, **{k: v for k, v in moe.items() if v != MOE_KEYS[k]}},
+        return capture(p.module, (), p.kwargs, model=f"hf:{p.config.model_type}", phase=phase,
+                       dtype=dtype, batch=p.sizes["batch"], seq=p.sizes["seq"],
+                       context=p.sizes["context"],
+                       arch={**arch, **{k: v for k, v in p.moe.items() if v != MOE_KEYS[k]}},
                        causal=kind == "causal", kv_update=kv_update)
 
+
+def _capture(config, data, moe, sizes, dtype, kv_update) -> ir.Workload:
+    module, kwargs = module_and_inputs(config, sizes["kind"], sizes["phase"], sizes["batch"],
+                                       sizes["seq"], sizes["context"], moe)
+    return capture_prepared(Prepared(config, data, moe, sizes, module, kwargs), dtype, kv_update)

@@ -1,0 +1,298 @@
+"""Every ``model_type`` transformers builds from a config, as a user would bring it: its
+published config where ``tests/data/hf/published/`` holds one (else transformers' default),
+cut to a few layers, captured in every phase its family runs, FLOP-checked against torch's
+``FlopCounterMode`` on the same module and inputs, and simulated on ``npu`` and ``gpu:h200``.
+
+Each (type, phase) ends in one status:
+
+* ``captured`` — a workload (then ``flops_ok``: our matmul / conv / attention / recurrent
+  FLOPs within 1 % of ``FlopCounterMode``, and routed-expert / scan FLOPs equal to their
+  analytic counts; ``simulated``: both designs ran it);
+* ``refused`` — one clean line (:class:`dse.errors.DSEError`) naming what is missing;
+* ``transformers`` — transformers itself cannot build the model or run its own forward on
+  plain inputs (listed with its error, never counted as ours);
+* ``failed`` — anything else (a raw exception: ours to fix).
+
+``python benchmarks/capture_corpus.py --all-types`` prints the table and the totals per
+group (causal LMs: prefill and decode; multimodal: forward).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+import traceback
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+PUBLISHED = ROOT / "tests" / "data" / "hf" / "published"
+#: Kinds whose FLOPs FlopCounterMode counts on the same module.
+COUNTED_KINDS = ("matmul", "conv", "attention", "recurrent")
+#: Layer-count keys cut in the small configs (in sub-configs too).
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "encoder_layers",
+              "decoder_layers", "num_decoder_layers", "num_encoder_layers", "depth",
+              "num_text_layers", "num_vision_layers")
+#: Deepest cut model: enough layers that every kind of a hybrid's ``layer_types`` appears.
+MAX_SMALL_LAYERS = 8
+#: Seconds one (type, phase) may take before it is recorded as failed.
+CASE_TIMEOUT_S = 240
+SIZES = {"batch": 1, "seq": 32, "context": 64}
+
+
+@dataclass
+class Case:
+    model_type: str
+    group: str
+    phase: str
+    source: str
+    status: str = "failed"
+    flops_ok: bool | None = None
+    simulated: bool = False
+    flops: int = 0
+    reference_flops: int = 0
+    seconds: float = 0.0
+    error: str = ""
+    unknown_ops: dict[str, int] = field(default_factory=dict)
+
+
+def groups() -> dict[str, str]:
+    """model_type -> ``causal`` | ``multimodal`` | ``other`` for every type transformers maps
+    to a model class."""
+    from transformers.models.auto import modeling_auto as ma
+    out = {mt: "other" for mt in ma.MODEL_MAPPING_NAMES}
+    for mt in (set(ma.MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES)
+               | set(ma.MODEL_FOR_ZERO_SHOT_IMAGE_CLASSIFICATION_MAPPING_NAMES)):
+        out[mt] = "multimodal"
+    for mt in ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        out[mt] = "causal"
+    return out
+
+
+def published() -> dict[str, dict[str, Any]]:
+    """The shipped published configs: model_type -> {"config", "source", ...}."""
+    out = {}
+    for path in sorted(PUBLISHED.glob("*.json")):
+        entry = json.loads(path.read_text())
+        out.setdefault(entry["config"]["model_type"], {**entry, "file": path.name})
+    return out
+
+
+def config_of(model_type: str, corpus: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], str]:
+    if model_type in corpus:
+        return dict(corpus[model_type]["config"]), corpus[model_type]["source"]
+    from transformers import AutoConfig
+    return {"model_type": model_type, **AutoConfig.for_model(model_type).to_dict()}, \
+        "transformers default"
+
+
+def small_config(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` cut to a few layers: 2, or as many as it takes for every kind of layer a
+    hybrid lists (``layer_types`` and the like) to appear once; per-layer lists and pattern
+    strings cut to match, dense-prefix counts to 1, in sub-configs too."""
+    out: dict[str, Any] = {}
+    total = next((data[k] for k in LAYER_KEYS if isinstance(data.get(k), int)), None)
+    n = 2
+    if total:
+        for v in data.values():
+            seq = v if isinstance(v, (list, str)) else None
+            if seq and len(seq) == total and (isinstance(v, str) or all(
+                    isinstance(x, str) for x in v)):
+                kinds = set(seq)
+                seen: set = set()
+                for i, x in enumerate(seq):
+                    seen.add(x)
+                    if seen == kinds:
+                        n = max(n, i + 1)
+                        break
+        n = min(n, MAX_SMALL_LAYERS, total)
+    for k, v in data.items():
+        if k in LAYER_KEYS and isinstance(v, int) and v > n:
+            out[k] = n
+        elif total and isinstance(v, (list, str)) and len(v) == total and total > n and (
+                isinstance(v, str) or all(isinstance(x, (str, int, bool)) for x in v)):
+            out[k] = v[:n]
+        elif k.startswith("first_k_dense") and isinstance(v, int) and v > 1:
+            out[k] = 1
+        elif k.endswith("_offset") and isinstance(v, int) and v >= n:
+            out[k] = n - 1
+        elif k.endswith("_period") and isinstance(v, int) and v > n:
+            out[k] = n
+        elif isinstance(v, dict) and (k.endswith("_config") or k == "text_config"):
+            out[k] = small_config(v)
+        else:
+            out[k] = v
+    return out
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _Timeout(f"over {CASE_TIMEOUT_S} s")
+
+
+def run_case(model_type: str, group: str, phase: str | None, data: dict[str, Any],
+             source: str, simulate: bool = True) -> list[Case]:
+    """Capture, check and simulate ``data`` in ``phase`` (None: every phase of its family)."""
+    from dse.errors import DSEError
+    from workloads import hf
+    rows = []
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            config, _, _, sizes = hf.resolve(dict(data), None, 1, None, None, None)
+        phases = [phase] if phase else list(hf.phases_of(sizes["kind"]))
+    except DSEError as exc:
+        return [Case(model_type, group, phase or "-", source, "refused", error=_short(exc))]
+    except Exception as exc:
+        return [Case(model_type, group, phase or "-", source,
+                     *(_classify(exc)))]
+    for ph in phases:
+        row = Case(model_type, group, ph, source)
+        t0 = time.perf_counter()
+        old = signal.signal(signal.SIGALRM, _alarm)
+        signal.alarm(CASE_TIMEOUT_S)
+        try:
+            _capture_check(row, data, ph, simulate)
+        except DSEError as exc:
+            row.status, row.error = "refused", _short(exc)
+        except Exception as exc:
+            row.status, row.error = _classify(exc)
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, old)
+        row.seconds = time.perf_counter() - t0
+        rows.append(row)
+    return rows
+
+
+def _capture_check(row: Case, data: dict[str, Any], phase: str, simulate: bool) -> None:
+    from torch.utils.flop_counter import FlopCounterMode
+    from workloads import hf
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prepared = hf.prepare(dict(data), phase, SIZES["batch"], None, SIZES["context"], None)
+        w = hf.capture_prepared(prepared, "bf16", "concat")
+        row.status, row.unknown_ops = "captured", w.unknown_ops
+        row.flops = sum(op.flops for op in w.ops if op.kind in COUNTED_KINDS)
+        with FlopCounterMode(display=False) as fc, hf.capture_patches(prepared.config):
+            with hf.as_if_traced(), torch.no_grad():
+                prepared.module(**prepared.kwargs)
+        row.reference_flops = int(fc.get_total_flops())
+        row.flops_ok = (abs(row.flops - row.reference_flops)
+                        <= 0.01 * max(row.reference_flops, 1)) and _analytic_ok(w)
+        if simulate:
+            row.simulated = all(_simulates(w, a) for a in ("npu", "gpu:h200"))
+
+
+def _simulates(w, accelerator: str) -> bool:
+    """The simulator runs ``w`` on ``accelerator``: a latency, or an infeasible design with
+    its reason (a model that does not fit the default design is an answer, not a failure)."""
+    from dse import api
+    from dse.errors import InfeasibleDesign
+    try:
+        return api.simulate(w, accelerator).latency_s > 0
+    except InfeasibleDesign:
+        return True
+
+
+def _analytic_ok(w) -> bool:
+    """Routed-expert and scan FLOPs equal their analytic counts (dropless: every token)."""
+    from workloads.scan_op import scan_flops
+    for op in w.ops:
+        a = op.attrs
+        if op.kind == "moe" and a.get("capacity_factor") == 0:
+            want = 2 * a["tokens"] * (a["top_k"] or 1) * sum(n * k for n, k in a["gemms"])
+            if abs(op.flops - want) > 0.01 * want:
+                return False
+        if op.kind == "scan" and op.flops < scan_flops(a["batch"], a["channels"], a["seq"],
+                                                       a["state"], False, False):
+            return False
+    return True
+
+
+def _short(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300]
+
+
+def _classify(exc: BaseException) -> tuple[str, str]:
+    """(status, error) of a raw exception: ``transformers`` when its innermost frame is in
+    transformers' code and the error is one transformers raises about itself, else failed."""
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = f"{Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else "?"
+    text = f"{type(exc).__name__}: {_short(exc)} [{where}]"
+    return "failed", text[:400]
+
+
+def sweep(types: list[str] | None = None, phase: str | None = None, simulate: bool = True,
+          progress=None) -> list[Case]:
+    from transformers import AutoConfig  # noqa: F401  (import once, outside the timings)
+    grp = groups()
+    corpus = published()
+    rows: list[Case] = []
+    for mt in types or sorted(grp):
+        try:
+            data, source = config_of(mt, corpus)
+            data = small_config(data)
+        except Exception as exc:
+            rows.append(Case(mt, grp.get(mt, "other"), phase or "-", "transformers default",
+                             "transformers", error=f"config: {type(exc).__name__}: {_short(exc)}"))
+            continue
+        for r in run_case(mt, grp.get(mt, "other"), phase, data, source, simulate):
+            rows.append(r)
+            if progress:
+                progress(r)
+    return rows
+
+
+def summary(rows: list[Case]) -> dict[str, Any]:
+    """Per group: types, and how many captured every phase; counts by status."""
+    out: dict[str, Any] = {}
+    by_type: dict[str, list[Case]] = {}
+    for r in rows:
+        by_type.setdefault(r.model_type, []).append(r)
+    for group in ("causal", "multimodal", "other"):
+        types = {mt: rs for mt, rs in by_type.items() if rs[0].group == group}
+        if not types:
+            continue
+        status: dict[str, int] = {}
+        for rs in types.values():
+            for r in rs:
+                status[r.status] = status.get(r.status, 0) + 1
+        full = [mt for mt, rs in types.items() if all(r.status == "captured" for r in rs)
+                and (group != "causal" or {r.phase for r in rs} >= {"prefill", "decode"})]
+        out[group] = {"types": len(types), "all_phases_captured": len(full),
+                      "share": len(full) / len(types), "cases_by_status": status,
+                      "flops_ok": sum(1 for rs in types.values() for r in rs if r.flops_ok),
+                      "flops_checked": sum(1 for rs in types.values() for r in rs
+                                           if r.flops_ok is not None),
+                      "simulated": sum(1 for rs in types.values() for r in rs if r.simulated)}
+    return out
+
+
+def print_rows(rows: list[Case]) -> None:
+    print(f"{'model_type':<28} {'group':<10} {'phase':<8} {'status':<12} {'flops':>5} "
+          f"{'sim':>3} {'s':>6}  source / error")
+    for r in rows:
+        print(_line(r))
+
+
+def _line(r: Case) -> str:
+    flops = "-" if r.flops_ok is None else ("ok" if r.flops_ok else "DIFF")
+    note = r.error or (r.source if r.source != "transformers default" else "")
+    if r.unknown_ops:
+        note = f"unknown {r.unknown_ops} " + note
+    return (f"{r.model_type:<28} {r.group:<10} {r.phase:<8} {r.status:<12} {flops:>5} "
+            f"{'yes' if r.simulated else '-':>3} {r.seconds:>6.1f}  {note[:200]}")
+
+
+def save(rows: list[Case], path: Path) -> None:
+    path.write_text(json.dumps({"rows": [asdict(r) for r in rows], "summary": summary(rows)},
+                               indent=1))
