@@ -578,7 +578,7 @@ class GPU(Template):
             lat, comp, mem = self.model.attention(
                 int(a["batch"]), int(a["heads"]), int(a.get("kv_heads") or a["heads"]),
                 int(a["q_len"]), int(a["kv_len"]), int(a["head_dim"]), bool(a.get("causal")),
-                dtype, int(a.get("value_dim") or a["head_dim"]))
+                dtype, int(a.get("value_dim") or a["head_dim"]), bool(a.get("kv_shared")))
             if a.get("causal"):
                 flops = int(a.get("causal_flops", flops))
             qb = int(self.knobs["attention_q_block"])

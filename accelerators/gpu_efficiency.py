@@ -308,10 +308,12 @@ class KernelModel:
     # -- attention -----------------------------------------------------------------------
 
     def attention(self, batch: int, heads: int, kv_heads: int, q_len: int, kv_len: int,
-                  head_dim: int, causal: bool, dtype: str, value_dim: int | None = None
-                  ) -> tuple[float, float, float]:
-        """(latency_s, compute_s, memory_s) of scaled-dot-product attention."""
-        key = ("attn", batch, heads, kv_heads, q_len, kv_len, head_dim, causal, dtype, value_dim)
+                  head_dim: int, causal: bool, dtype: str, value_dim: int | None = None,
+                  kv_shared: bool = False) -> tuple[float, float, float]:
+        """(latency_s, compute_s, memory_s) of scaled-dot-product attention; ``kv_shared``:
+        the values are a prefix of the keys' rows (MLA over its latent cache), read once."""
+        key = ("attn", batch, heads, kv_heads, q_len, kv_len, head_dim, causal, dtype, value_dim,
+               kv_shared)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
@@ -320,7 +322,8 @@ class KernelModel:
         dv = value_dim or head_dim
         kv_heads = kv_heads or heads
         q_bytes = es * batch * heads * q_len * (head_dim + dv)          # Q read, O written
-        kv_bytes = es * batch * kv_heads * kv_len * (head_dim + dv)     # K and V read once
+        kv_row = head_dim if kv_shared else head_dim + dv
+        kv_bytes = es * batch * kv_heads * kv_len * kv_row              # K and V read once
         sms = self.chip.sms
         qb = int(kn["attention_q_block"])
         if is_decode(heads, kv_heads, q_len):
@@ -330,7 +333,7 @@ class KernelModel:
             splits = max(1, min(sms // max(units, 1),
                                 math.ceil(kv_len / kn["decode_split_keys"])))
             waves = math.ceil(units * splits / sms)
-            block_bytes = es * kv_len * (head_dim + dv) / splits
+            block_bytes = es * kv_len * kv_row / splits
             compute = waves * (kn["decode_block_s"] + block_bytes / kn["decode_sm_bandwidth_Bps"])
             out = (kn["decode_launch_s"] + max(compute, mem_s), compute, mem_s)
         else:

@@ -182,7 +182,7 @@ def _capture_check(row: Case, data: dict[str, Any], phase: str, simulate: bool) 
         w = hf.capture_prepared(prepared, "bf16", "concat")
         row.status, row.unknown_ops = "captured", w.unknown_ops
         row.flops = sum(op.flops for op in w.ops if op.kind in COUNTED_KINDS)
-        with FlopCounterMode(display=False) as fc, hf.capture_patches(prepared.config):
+        with FlopCounterMode(display=False) as fc, hf.capture_patches(prepared.module, phase):
             with hf.as_if_traced(), torch.no_grad():
                 prepared.module(**prepared.kwargs)
         row.reference_flops = int(fc.get_total_flops())

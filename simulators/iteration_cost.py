@@ -165,8 +165,7 @@ class IterationCostModel:
         # dense memory of one device: weights, one token's KV (every layer), activations
         self.weights_bytes = float(memory_footprint(share).weights_bytes)
         self.kv_bytes_per_token = float(sum(
-            int(op.attrs.get("kv_heads", op.attrs["heads"]))
-            * (int(op.attrs["head_dim"]) + int(op.attrs.get("value_dim", op.attrs["head_dim"])))
+            int(op.attrs.get("kv_heads", op.attrs["heads"])) * ir.kv_row_elements(op.attrs)
             * op.bytes_per_element for op in attention_ops(share)))
         self.activation_bytes = float(memory_footprint(
             target.share(scale_tokens(base, self.max_tokens))).activation_bytes)

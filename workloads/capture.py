@@ -323,6 +323,9 @@ def _make_op(node, op_name: str, name: str, kind: str, inputs: list[_Tensor], ou
         elif kind == ir.CONV:
             attrs = _conv_attrs(name, node, inputs, outputs)
             flops = 2 * attrs["gemm_m"] * attrs["gemm_n"] * attrs["gemm_k"] * attrs["groups"]
+        elif kind == ir.ATTENTION and name == "mla_attention":
+            from workloads.mla_op import capture_attrs
+            attrs, flops = capture_attrs(inputs)
         elif kind == ir.ATTENTION:
             attrs = _attention_attrs(node, inputs)
             flops = attrs.pop("_flops")

@@ -51,6 +51,10 @@ from workloads.limits import int_limit
 #: Keys of ``--arch`` on a Hugging Face config that are not config fields: the load imbalance
 #: of routed experts (``workloads/moe.py``) and their capacity factor (0: dropless).
 MOE_KEYS = {"expert_imbalance": 1.0, "capacity_factor": 0.0}
+#: Keys of ``--arch`` that choose how a serving engine runs the model (not config fields):
+#: ``mla`` — multi-head latent attention in decode, ``absorbed`` (engines) or ``expanded``
+#: (transformers' code as written); see :mod:`workloads.hf_mla`.
+ENGINE_KEYS = {"mla": "absorbed"}
 #: Default sizes when the caller gives none (tokens).
 DEFAULT_SEQ = {"causal": 512}
 DEFAULT_TEXT_SEQ = 128
@@ -124,9 +128,15 @@ def _config_error(exc: Exception, data: dict[str, Any]) -> BadInput:
 def apply_arch(data: dict[str, Any], arch: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, float]]:
     """``data`` with ``--arch`` overrides (existing config keys, coerced to their type and
     bounded), and the MoE routing settings (``MOE_KEYS``)."""
-    out, moe = dict(data), dict(MOE_KEYS)
+    from workloads.hf_mla import FORMS
+    out, moe = dict(data), {**MOE_KEYS, **ENGINE_KEYS}
     defaults = None
     for key, value in (arch or {}).items():
+        if key == "mla":
+            if value not in FORMS:
+                raise BadInput("arch.mla", value, "expected " + " or ".join(FORMS))
+            moe[key] = value
+            continue
         if key in MOE_KEYS:
             try:
                 moe[key] = float(value)
@@ -589,10 +599,14 @@ def prepare(data: dict[str, Any], phase: str | None = None, batch: int | None = 
 
 
 @contextlib.contextmanager
-def capture_patches(config):
-    """What routes transformers' code through the project's single ops while a module is
-    exported or probed (Mamba's scans)."""
-    with selective_scan_as_one_op():
+def capture_patches(module: nn.Module, phase: str, settings: dict[str, Any] | None = None):
+    """What routes transformers' code through the project's single ops while ``module`` is
+    exported or probed: Mamba's scans, and in decode MLA absorbed (unless ``settings["mla"]``
+    is ``expanded``)."""
+    from workloads import hf_mla
+    absorb = phase == "decode" and (settings or ENGINE_KEYS).get("mla") == "absorbed"
+    with selective_scan_as_one_op(), (hf_mla.absorbed(module) if absorb
+                                      else contextlib.nullcontext()):
         yield
 
 
@@ -600,12 +614,13 @@ def capture_prepared(p: Prepared, dtype: str, kv_update: str) -> ir.Workload:
     """The workload of a prepared module."""
     kind, phase = p.sizes["kind"], p.sizes["phase"]
     arch = {k: v for k, v in p.data.items() if isinstance(v, (int, float, str, bool))}
-    with capture_patches(p.config), warnings.catch_warnings():
+    with capture_patches(p.module, phase, p.moe), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return capture(p.module, (), p.kwargs, model=f"hf:{p.config.model_type}", phase=phase,
                        dtype=dtype, batch=p.sizes["batch"], seq=p.sizes["seq"],
                        context=p.sizes["context"],
-                       arch={**arch, **{k: v for k, v in p.moe.items() if v != MOE_KEYS[k]}},
+                       arch={**arch, **{k: v for k, v in p.moe.items()
+                                         if v != {**MOE_KEYS, **ENGINE_KEYS}[k]}},
                        causal=kind == "causal", kv_update=kv_update)
 
 

@@ -42,7 +42,7 @@ SCAN = frozenset({"selective_scan"})
 RECURRENT = frozenset("lstm gru rnn_tanh rnn_relu".split())
 ATTENTION = frozenset("scaled_dot_product_attention _scaled_dot_product_flash_attention "
                       "_scaled_dot_product_efficient_attention "
-                      "_scaled_dot_product_flash_attention_for_cpu".split())
+                      "_scaled_dot_product_flash_attention_for_cpu mla_attention".split())
 NORM = frozenset("""
 layer_norm rms_norm batch_norm _native_batch_norm_legit_no_training native_batch_norm
 native_layer_norm group_norm native_group_norm instance_norm _batch_norm_with_update

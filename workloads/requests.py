@@ -177,7 +177,7 @@ def with_kv_lengths(w: ir.Workload, kv_lens: Sequence[int]) -> ir.Workload:
         b = op.bytes_per_element
         heads, kv_heads = int(a["heads"]), int(a.get("kv_heads", a["heads"]))
         d, dv, sq = int(a["head_dim"]), int(a.get("value_dim", a["head_dim"])), int(a["q_len"])
-        kv_bytes = total * kv_heads * (d + dv) * b
+        kv_bytes = total * kv_heads * ir.kv_row_elements(a) * b
         flops = 2 * sq * heads * (d + dv) * total
         ops[n] = replace(op, kv_bytes_read=kv_bytes, flops=flops,
                          attrs={**a, KV_LENS: kv_lens, "kv_len": round(total / len(kv_lens)),
