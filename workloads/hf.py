@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from dse.errors import BadInput, CaptureError
-from workloads import hf_checks, ir
+from workloads import hf_checks, hf_experts, ir
 from workloads.hf_checks import read_config
 from workloads.build import check_size
 from workloads.capture import capture
@@ -225,7 +225,7 @@ def _model_class(config, kind: str):
 
 def build_module(config, kind: str, moe: dict[str, float] | None = None) -> nn.Module:
     """The model on the meta device, its experts routed through ``dse::moe_experts``."""
-    _register_experts()
+    hf_experts.register()
     auto = _model_class(config, kind)
     if getattr(config, "architectures", None) is None:   # transformers iterates over it (DeiT)
         config.architectures = []
@@ -242,38 +242,8 @@ def build_module(config, kind: str, moe: dict[str, float] | None = None) -> nn.M
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise CaptureError(f"transformers could not build {config.model_type}: {first[:300]}") from None
-    moe = moe or MOE_KEYS
-    for m in module.modules():   # the routing assumptions of every experts block
-        if hasattr(m, "_is_expert_parallel"):
-            m.dse_imbalance, m.dse_capacity_factor = moe["expert_imbalance"], moe["capacity_factor"]
+    hf_experts.set_routing(module, moe or MOE_KEYS)
     return module.eval()
-
-
-_ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "relu": "relu",
-                "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh"}
-
-
-def _dse_experts_forward(self, hidden_states, top_k_index, top_k_weights):
-    """transformers' experts interface, through ``dse::moe_experts`` (one op per layer)."""
-    from workloads.moe_op import moe_experts
-    if self.has_gate:
-        w_up, b_up = self.gate_up_proj, getattr(self, "gate_up_proj_bias", None)
-    else:
-        w_up, b_up = self.up_proj, getattr(self, "up_proj_bias", None)
-    w_down, b_down = self.down_proj, getattr(self, "down_proj_bias", None)
-    if self.is_transposed:
-        w_up, w_down = w_up.transpose(-2, -1), w_down.transpose(-2, -1)
-    act = _ACTIVATIONS.get(str(getattr(self.config, "hidden_act", "silu")), "silu")
-    return moe_experts(hidden_states, top_k_index.long(), top_k_weights.to(hidden_states.dtype),
-                       w_up, w_down, b_up if self.has_bias else None,
-                       b_down if self.has_bias else None, bool(self.has_gate), act,
-                       float(getattr(self, "dse_capacity_factor", 0.0)),
-                       float(getattr(self, "dse_imbalance", 1.0)))
-
-
-def _register_experts() -> None:
-    from transformers.integrations.moe import ExpertsInterface
-    ExpertsInterface.register("dse", _dse_experts_forward)
 
 
 @contextlib.contextmanager
@@ -310,11 +280,33 @@ def selective_scan_as_one_op():
 
 
 # ----------------------------------------------------------------------------- inputs
-def _size_limit(config) -> int | None:
-    for key in ("max_position_embeddings", "n_positions", "max_target_positions"):
-        v = getattr(config, key, None)
+def text_config(config):
+    """The (decoder's) text sub-config of a composite config (Gemma 3, Llama 4, Qwen-VL,
+    CLIP...), the config itself otherwise."""
+    try:
+        sub = config.get_text_config(decoder=True)
+    except Exception:   # configs without a text part raise or return odd things
+        return config
+    return sub if sub is not None else config
+
+
+def vocab_size(config) -> int | None:
+    """The vocabulary the token ids are drawn from: the text sub-config's, else the config's."""
+    for c in (text_config(config), config):
+        v = getattr(c, "vocab_size", None)
         if isinstance(v, int) and v > 0:
             return v
+    return None
+
+
+def _size_limit(config) -> int | None:
+    """Positions the text model holds (read from the text sub-config first: CLIP's text tower
+    holds 77 whatever its vision tower does)."""
+    for c in (text_config(config), config):
+        for key in ("max_position_embeddings", "n_positions", "max_target_positions"):
+            v = getattr(c, key, None)
+            if isinstance(v, int) and v > 0:
+                return v
     return None
 
 
@@ -336,7 +328,7 @@ def _ids(batch: int, seq: int, vocab: int | None) -> torch.Tensor:
 def _main_input(module, config, batch: int, seq: int) -> dict[str, torch.Tensor]:
     name = getattr(module, "main_input_name", "input_ids")
     if name == "input_ids":
-        return {"input_ids": _ids(batch, seq, getattr(config, "vocab_size", None))}
+        return {"input_ids": _ids(batch, seq, vocab_size(config))}
     if name == "pixel_values":
         c, h, w = _image_size(config)
         return {"pixel_values": torch.zeros(batch, c, h, w)}
@@ -477,10 +469,10 @@ def module_and_inputs(config, kind: str, phase: str, batch: int, seq: int, conte
         if kind == "causal":
             keep = _accepts(model, "logits_to_keep")
             if phase == "prefill":
-                kw = {"input_ids": _ids(batch, seq, config.vocab_size), "use_cache": False}
+                kw = {"input_ids": _ids(batch, seq, vocab_size(config)), "use_cache": False}
                 return model, ({**kw, "logits_to_keep": 1} if keep else kw)
             with selective_scan_as_one_op(), as_if_traced():
-                out = model(input_ids=_ids(batch, context, config.vocab_size), use_cache=True)
+                out = model(input_ids=_ids(batch, context, vocab_size(config)), use_cache=True)
             cache = next((c for c in (getattr(out, n, None) for n in
                                       ("cache", "past_key_values", "cache_params"))
                           if c is not None), None)
@@ -489,21 +481,21 @@ def module_and_inputs(config, kind: str, phase: str, batch: int, seq: int, conte
                 raise BadInput("phase", phase, f"{config.model_type} keeps no cache transformers "
                                "can hand over: expected prefill")
             return _CachedDecode(model, cache, keep, _cache_arg(model)), {
-                "input_ids": _ids(batch, 1, config.vocab_size), "kv_cache": tensors}
+                "input_ids": _ids(batch, 1, vocab_size(config)), "kv_cache": tensors}
         if kind == "seq2seq":
             encoder = model.get_encoder()
             enc_in = _main_input(encoder if hasattr(encoder, "main_input_name") else model,
                                  config, batch, seq)
             if phase == "forward":
                 return encoder, enc_in
-            start = _ids(batch, context, getattr(config, "vocab_size", None))
+            start = _ids(batch, context, vocab_size(config))
             with as_if_traced():
                 hidden = encoder(**enc_in).last_hidden_state
                 out = model(decoder_input_ids=start, encoder_outputs=(hidden,), use_cache=True)
             cache = out.past_key_values
             kv = {"self": _cache_pairs(cache.self_attention_cache),
                   "cross": _cache_pairs(cache.cross_attention_cache)}
-            return _Seq2SeqDecode(model), {"decoder_input_ids": _ids(batch, 1, config.vocab_size),
+            return _Seq2SeqDecode(model), {"decoder_input_ids": _ids(batch, 1, vocab_size(config)),
                                            "encoder_hidden": hidden, "kv_cache": kv}
         if kind == "multimodal":
             text = config.text_config
@@ -601,12 +593,13 @@ def prepare(data: dict[str, Any], phase: str | None = None, batch: int | None = 
 @contextlib.contextmanager
 def capture_patches(module: nn.Module, phase: str, settings: dict[str, Any] | None = None):
     """What routes transformers' code through the project's single ops while ``module`` is
-    exported or probed: Mamba's scans, and in decode MLA absorbed (unless ``settings["mla"]``
-    is ``expanded``)."""
+    exported or probed: Mamba's scans, experts that bypass transformers' experts interface
+    (:mod:`workloads.hf_experts`), and in decode MLA absorbed (unless ``settings["mla"]`` is
+    ``expanded``)."""
     from workloads import hf_mla
     absorb = phase == "decode" and (settings or ENGINE_KEYS).get("mla") == "absorbed"
-    with selective_scan_as_one_op(), (hf_mla.absorbed(module) if absorb
-                                      else contextlib.nullcontext()):
+    with selective_scan_as_one_op(), hf_experts.routed(module), (
+            hf_mla.absorbed(module) if absorb else contextlib.nullcontext()):
         yield
 
 
