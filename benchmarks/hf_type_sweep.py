@@ -34,6 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PUBLISHED = ROOT / "tests" / "data" / "hf" / "published"
 #: Kinds whose FLOPs FlopCounterMode counts on the same module.
 COUNTED_KINDS = ("matmul", "conv", "attention", "recurrent")
+#: Attention custom ops (checked against their analytic FLOPs instead).
+CUSTOM_ATTENTION = ("mla_attention",)
 #: Layer-count keys cut in the small configs (in sub-configs too).
 LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "encoder_layers",
               "decoder_layers", "num_decoder_layers", "num_encoder_layers", "depth",
@@ -59,6 +61,11 @@ class Case:
     seconds: float = 0.0
     error: str = ""
     unknown_ops: dict[str, int] = field(default_factory=dict)
+    #: routed experts: None when the config names no more than one expert per layer, else
+    #: whether the capture has ``moe`` ops and ``active_params < params``
+    experts_routed: bool | None = None
+    #: what the reference FLOPs ran: ``eager`` (the module) or ``exported graph``
+    reference: str = ""
 
 
 def groups() -> dict[str, str]:
@@ -174,22 +181,52 @@ def run_case(model_type: str, group: str, phase: str | None, data: dict[str, Any
 
 
 def _capture_check(row: Case, data: dict[str, Any], phase: str, simulate: bool) -> None:
-    from torch.utils.flop_counter import FlopCounterMode
     from workloads import hf
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        prepared = hf.prepare(dict(data), phase, SIZES["batch"], None, SIZES["context"], None)
-        w = hf.capture_prepared(prepared, "bf16", "concat")
+        prepared = hf.prepare(dict(data), phase, SIZES["batch"], SIZES["seq"], SIZES["context"],
+                              None)
+        record: dict = {}
+        w = hf.capture_prepared(prepared, "bf16", "concat", record)
         row.status, row.unknown_ops = "captured", w.unknown_ops
-        row.flops = sum(op.flops for op in w.ops if op.kind in COUNTED_KINDS)
+        if config_experts(data) > 1:
+            row.experts_routed = (any(op.kind == "moe" for op in w.ops)
+                                  and w.active_params < w.params)
+        row.flops = sum(op.flops for op in w.ops   # custom ops FlopCounterMode cannot see:
+                        if op.kind in COUNTED_KINDS and op.target not in CUSTOM_ATTENTION)
+        reference = _reference_flops(prepared, phase, record["exported"])
+        if isinstance(reference, str):
+            row.error = f"no FLOP reference: {reference}"
+        else:
+            row.reference_flops, row.reference = reference
+            row.flops_ok = (abs(row.flops - row.reference_flops)
+                            <= 0.01 * max(row.reference_flops, 1)) and _analytic_ok(w)
+        if simulate:
+            row.simulated = all(_simulates(w, a) for a in ("npu", "gpu:h200"))
+
+
+def _reference_flops(prepared, phase: str, exported) -> tuple[int, str] | str:
+    """torch's ``FlopCounterMode`` count of the module on its inputs, run eagerly on meta
+    tensors; where that eager run cannot go (``.item()`` on a meta tensor: a check transformers
+    makes outside export), of the exported graph run on the same inputs (the graph's own ATen
+    calls, counted by torch). Returns ``(flops, "eager" | "exported graph")`` or the error."""
+    from torch.utils.flop_counter import FlopCounterMode
+    from workloads import hf
+    try:
         with FlopCounterMode(display=False) as fc, hf.capture_patches(prepared.module, phase):
             with hf.as_if_traced(), torch.no_grad():
                 prepared.module(**prepared.kwargs)
-        row.reference_flops = int(fc.get_total_flops())
-        row.flops_ok = (abs(row.flops - row.reference_flops)
-                        <= 0.01 * max(row.reference_flops, 1)) and _analytic_ok(w)
-        if simulate:
-            row.simulated = all(_simulates(w, a) for a in ("npu", "gpu:h200"))
+        return int(fc.get_total_flops()), "eager"
+    except Exception as eager_exc:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+        try:   # fake tensors: the graph's checks (.item()) become symbols, not errors
+            with FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv()), \
+                    FlopCounterMode(display=False) as fc, torch.no_grad():
+                exported.module()(**prepared.kwargs)
+            return int(fc.get_total_flops()), "exported graph"
+        except Exception:
+            return _classify(eager_exc)[1]
 
 
 def _simulates(w, accelerator: str) -> bool:
@@ -203,6 +240,19 @@ def _simulates(w, accelerator: str) -> bool:
         return True
 
 
+def config_experts(data: dict[str, Any]) -> int:
+    """The most routed experts any (sub-)config names (``num_experts``, ``n_routed_experts``,
+    ``num_local_experts``, ``moe_num_experts``...; shared experts not counted)."""
+    n = 0
+    for k, v in data.items():
+        if isinstance(v, dict):
+            n = max(n, config_experts(v))
+        elif (isinstance(v, int) and not isinstance(v, bool) and k.endswith("experts")
+              and "shared" not in k and "per_tok" not in k):
+            n = max(n, v)
+    return n
+
+
 def _analytic_ok(w) -> bool:
     """Routed-expert and scan FLOPs equal their analytic counts (dropless: every token)."""
     from workloads.scan_op import scan_flops
@@ -211,6 +261,10 @@ def _analytic_ok(w) -> bool:
         if op.kind == "moe" and a.get("capacity_factor") == 0:
             want = 2 * a["tokens"] * (a["top_k"] or 1) * sum(n * k for n, k in a["gemms"])
             if abs(op.flops - want) > 0.01 * want:
+                return False
+        if op.target == "mla_attention":
+            b, h, s, n = (a[k] for k in ("batch", "heads", "q_len", "kv_len"))
+            if op.flops != 2 * b * h * s * n * (a["head_dim"] + a["value_dim"]):
                 return False
         if op.kind == "scan" and op.flops < scan_flops(a["batch"], a["channels"], a["seq"],
                                                        a["state"], False, False):
@@ -273,7 +327,9 @@ def summary(rows: list[Case]) -> dict[str, Any]:
                       "flops_ok": sum(1 for rs in types.values() for r in rs if r.flops_ok),
                       "flops_checked": sum(1 for rs in types.values() for r in rs
                                            if r.flops_ok is not None),
-                      "simulated": sum(1 for rs in types.values() for r in rs if r.simulated)}
+                      "simulated": sum(1 for rs in types.values() for r in rs if r.simulated),
+                      "experts_not_routed": sorted({r.model_type for rs in types.values()
+                                                    for r in rs if r.experts_routed is False})}
     return out
 
 
@@ -289,6 +345,8 @@ def _line(r: Case) -> str:
     note = r.error or (r.source if r.source != "transformers default" else "")
     if r.unknown_ops:
         note = f"unknown {r.unknown_ops} " + note
+    if r.experts_routed is False:
+        note = "EXPERTS NOT ROUTED " + note
     return (f"{r.model_type:<28} {r.group:<10} {r.phase:<8} {r.status:<12} {flops:>5} "
             f"{'yes' if r.simulated else '-':>3} {r.seconds:>6.1f}  {note[:200]}")
 

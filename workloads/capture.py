@@ -83,7 +83,8 @@ def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
     whose query and key lengths are equal is causal (a causal LM's prefill). ``record``, when
     given, receives what :mod:`workloads.reshape` needs to rebuild the graph at other sizes:
     ``ops`` (per op in insertion order: FX node, op name, ATen name, kind, input and output
-    ``_Tensor``s) and ``params`` (each parameter's qualified name and shape).
+    ``_Tensor``s), ``params`` (each parameter's qualified name and shape) and ``exported``
+    (the ``ExportedProgram``).
     """
     if dtype not in ir.DTYPE_BYTES:
         raise BadInput("dtype", dtype, "expected one of " + ", ".join(ir.DTYPE_BYTES))
@@ -91,6 +92,8 @@ def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
         raise BadInput("phase", phase, "expected one of " + ", ".join(ir.PHASES))
     check_kv_update(kv_update)
     ep = export_module(module, args, kwargs)
+    if record is not None:
+        record["exported"] = ep
     params = _count_params(module)
     free: dict[str, int] = {}
     kv_names = (kv_input,) if isinstance(kv_input, str) else tuple(kv_input)

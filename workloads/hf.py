@@ -196,7 +196,8 @@ def task(config) -> str:
     if any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs) or (
             mt in ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and mt not in ma.MODEL_FOR_MASKED_LM_MAPPING_NAMES):
         return "causal"
-    if getattr(config, "text_config", None) is not None and getattr(config, "vision_config", None) is not None:
+    if getattr(config, "text_config", None) is not None and any(
+            getattr(config, sub, None) is not None for sub in ("vision_config", "audio_config")):
         return "multimodal"
     if mt in ma.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES:
         return "vision"
@@ -220,6 +221,8 @@ def _model_class(config, kind: str):
             return transformers.AutoModelForSeq2SeqLM
     if kind == "vision":
         return transformers.AutoModelForImageClassification
+    if kind == "multimodal" and mt in getattr(ma, "MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES", {}):
+        return transformers.AutoModelForMultimodalLM
     return transformers.AutoModel
 
 
@@ -325,18 +328,24 @@ def _ids(batch: int, seq: int, vocab: int | None) -> torch.Tensor:
     return (torch.arange(batch * seq) % max(int(vocab or 2), 2)).reshape(batch, seq)
 
 
-def _main_input(module, config, batch: int, seq: int) -> dict[str, torch.Tensor]:
+def _main_input(module, config, batch: int, seq: int,
+                media: dict[str, Any] | None = None) -> dict[str, torch.Tensor]:
+    from workloads import hf_inputs
+    media = media or {}
     name = getattr(module, "main_input_name", "input_ids")
     if name == "input_ids":
         return {"input_ids": _ids(batch, seq, vocab_size(config))}
     if name == "pixel_values":
         c, h, w = _image_size(config)
+        if media.get("image_size"):
+            h = w = media["image_size"]
         return {"pixel_values": torch.zeros(batch, c, h, w)}
-    if name == "input_features":   # Whisper-style: the encoder's fixed mel frames
-        frames = 2 * int(getattr(config, "max_source_positions", 1500))
-        return {"input_features": torch.zeros(batch, int(config.num_mel_bins), frames)}
-    if name == "input_values":     # raw audio samples
-        return {"input_values": torch.zeros(batch, seq)}
+    if name in ("input_features", "input_values"):   # Whisper's mel frames, raw samples
+        audio = hf_inputs.audio_part(module, config, batch, media.get("frames"),
+                                     media.get("audio_seconds"))
+        if name in audio:
+            return {name: audio[name]}
+        return {name: torch.zeros(batch, seq)}
     raise CaptureError(f"{config.model_type}: main input {name!r} is not supported "
                        "(supported: input_ids, pixel_values, input_features, input_values)")
 
@@ -460,9 +469,58 @@ def as_if_traced():
         torch.compiler.is_compiling, torch.compiler.is_exporting = originals
 
 
+def _multimodal(model: nn.Module, config, batch: int, seq: int,
+                media: dict[str, Any]) -> tuple[nn.Module, dict[str, Any]]:
+    """A multimodal model's forward (no cache) on ``seq`` text tokens plus one image and/or
+    audio clip per sequence and their placeholder tokens (:mod:`workloads.hf_inputs`)."""
+    from workloads import hf_inputs as hi
+    names = hi.accepts(model)
+    inputs: dict[str, Any] = {}
+    constants: dict[str, torch.Tensor] = {}
+    placeholders = 0
+    width = getattr(text_config(config), "hidden_size", None)
+    parts = []
+    if "pixel_values" in names:
+        img, const = hi.image_part(model, config, batch, media.get("image_size"))
+        parts.append(("image", img, const, ("image_token_id", "image_token_index"),
+                      "get_image_features"))
+    aud = hi.audio_part(model, config, batch, media.get("frames"), media.get("audio_seconds"))
+    if aud:
+        parts.append(("audio", aud, {}, ("audio_token_id", "audio_token_index"),
+                      "get_audio_features"))
+    for what, tensors, const, token_names, getter in parts:
+        inputs.update(tensors)
+        constants.update(const)
+        unset = [n for n in token_names if hasattr(config, n) and getattr(config, n) is None]
+        if "input_ids" in names and unset and hi.token_id(config, *token_names) is None:
+            raise BadInput(f"hf_config.{unset[0]}", None, f"the {what} placeholder token id "
+                           f"the {config.model_type} processor puts in the text (an int)")
+        if ("input_ids" in names and width and hi.token_id(config, *token_names) is not None
+                and hi.getter_of(model, getter) is not None):
+            try:
+                with hi.vision_helpers_eager(), selective_scan_as_one_op():
+                    placeholders += hi.placeholder_tokens(model, getter, tensors, const,
+                                                          int(width)) // batch
+            except Exception as exc:
+                raise CaptureError(f"{config.model_type}: could not size the {what} placeholder "
+                                   f"tokens from its {what} tower ({_first_line(exc)})") from None
+    if "input_ids" in names:
+        inputs["input_ids"] = _ids(batch, seq + placeholders, vocab_size(config))
+    if "position_ids" in names and any(hasattr(m, "get_rope_index") for m in model.modules()):
+        inputs["position_ids"] = torch.zeros(3, batch, seq + placeholders, dtype=torch.long)
+    options = {"use_cache": False} if "use_cache" in names else {}
+    return hi.WithConstants(model, constants, options), inputs
+
+
+def _first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: " + " ".join(str(exc).split())[:200]
+
+
 def module_and_inputs(config, kind: str, phase: str, batch: int, seq: int, context: int,
-                      moe: dict[str, float] | None = None) -> tuple[nn.Module, dict[str, Any]]:
-    """The module to export for ``phase`` and its keyword inputs (on the meta device)."""
+                      moe: dict[str, float] | None = None, media: dict[str, Any] | None = None
+                      ) -> tuple[nn.Module, dict[str, Any]]:
+    """The module to export for ``phase`` and its keyword inputs (on the meta device;
+    ``media``: ``image_size``, ``frames``, ``audio_seconds`` of multimodal inputs)."""
     model = build_module(config, kind, moe)
     with torch.device("meta"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -485,7 +543,7 @@ def module_and_inputs(config, kind: str, phase: str, batch: int, seq: int, conte
         if kind == "seq2seq":
             encoder = model.get_encoder()
             enc_in = _main_input(encoder if hasattr(encoder, "main_input_name") else model,
-                                 config, batch, seq)
+                                 config, batch, seq, media)
             if phase == "forward":
                 return encoder, enc_in
             start = _ids(batch, context, vocab_size(config))
@@ -498,16 +556,14 @@ def module_and_inputs(config, kind: str, phase: str, batch: int, seq: int, conte
             return _Seq2SeqDecode(model), {"decoder_input_ids": _ids(batch, 1, vocab_size(config)),
                                            "encoder_hidden": hidden, "kv_cache": kv}
         if kind == "multimodal":
-            text = config.text_config
-            c, h, w = _image_size(config.vision_config)
-            return model, {"input_ids": _ids(batch, seq, getattr(text, "vocab_size", None)),
-                           "pixel_values": torch.zeros(batch, c, h, w)}
-        return model, _main_input(model, config, batch, seq)
+            return _multimodal(model, config, batch, seq, media or {})
+        return model, _main_input(model, config, batch, seq, media)
 
 
 # ----------------------------------------------------------------------------- the workload
 def resolve(data: dict[str, Any], phase: str | None, batch: int | None, seq: int | None,
-            context: int | None, arch: dict[str, Any] | None):
+            context: int | None, arch: dict[str, Any] | None,
+            media: dict[str, Any] | None = None):
     """The config and validated, defaulted capture arguments."""
     data, moe = apply_arch(data, arch)
     config = make_config(data)
@@ -534,8 +590,34 @@ def resolve(data: dict[str, Any], phase: str | None, batch: int | None, seq: int
         raise BadInput("seq" if phase != "decode" else "context", seq + context,
                        f"{config.model_type} holds at most {limit} positions "
                        "(max_position_embeddings)")
-    return config, data, moe, {"phase": phase, "batch": batch, "seq": seq, "context": context,
-                               "kind": kind}
+    sizes = {"phase": phase, "batch": batch, "seq": seq, "context": context, "kind": kind}
+    media = check_media(media)
+    if media:
+        sizes["media"] = media
+    return config, data, moe, sizes
+
+
+#: Bounds of the multimodal input options [E: 8K images, a 10-minute clip at 100 frames/s].
+MEDIA_LIMITS = {"image_size": 8192, "frames": 60_000, "audio_seconds": 600.0}
+
+
+def check_media(media: dict[str, Any] | None) -> dict[str, Any]:
+    """``media`` (``image_size``, ``frames`` ints, ``audio_seconds`` a number) checked, the
+    unset ones dropped."""
+    out: dict[str, Any] = {}
+    for key, value in (media or {}).items():
+        if value is None:
+            continue
+        if key not in MEDIA_LIMITS:
+            raise BadInput(key, value, "one of " + ", ".join(MEDIA_LIMITS))
+        high = MEDIA_LIMITS[key]
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if (not number or not math.isfinite(value) or not 0 < value <= high
+                or (key != "audio_seconds" and not float(value).is_integer())):
+            kind = "a number of seconds" if key == "audio_seconds" else "a positive int"
+            raise BadInput(key, value, f"expected {kind} in (0, {high:,}]")
+        out[key] = float(value) if key == "audio_seconds" else int(value)
+    return out
 
 
 def _count(field: str, value: Any) -> int:
@@ -550,16 +632,19 @@ def workload_from_hf_config(path: str | Path | dict, phase: str | None = None,
                             batch: int | None = None, seq: int | None = None,
                             context: int | None = None, dtype: str = "bf16",
                             arch: dict[str, Any] | None = None, kv_update: str = "concat",
-                            use_cache: bool = True) -> ir.Workload:
+                            use_cache: bool = True,
+                            media: dict[str, Any] | None = None) -> ir.Workload:
     """The workload of a Hugging Face config (a config.json path or its dict), cached like zoo
     captures (the key holds the config's content, so an edited file is captured again).
     ``kv_update``: ``concat`` by default, what transformers' default ``DynamicCache`` does
-    (``torch.cat`` of the whole cache every step); ``in_place`` for its ``StaticCache``."""
+    (``torch.cat`` of the whole cache every step); ``in_place`` for its ``StaticCache``.
+    ``media``: ``image_size`` (pixels), ``frames`` (mel frames) or ``audio_seconds`` of the
+    image / audio inputs a multimodal model gets (:mod:`workloads.hf_inputs`)."""
     from workloads.build import cached
     from workloads.kv_update import check_kv_update
     check_kv_update(kv_update)
     data = dict(path) if isinstance(path, dict) else read_config(path)
-    config, data, moe, sizes = resolve(data, phase, batch, seq, context, arch)
+    config, data, moe, sizes = resolve(data, phase, batch, seq, context, arch, media)
     if dtype not in ir.DTYPE_BYTES:
         raise BadInput("dtype", dtype, "expected one of " + ", ".join(ir.DTYPE_BYTES))
     transformers = _transformers()
@@ -582,11 +667,16 @@ class Prepared:
 
 def prepare(data: dict[str, Any], phase: str | None = None, batch: int | None = None,
             seq: int | None = None, context: int | None = None,
-            arch: dict[str, Any] | None = None) -> Prepared:
+            arch: dict[str, Any] | None = None, media: dict[str, Any] | None = None
+            ) -> Prepared:
     """:func:`resolve` then :func:`module_and_inputs` (for checks that run the module too)."""
-    config, data, moe, sizes = resolve(data, phase, batch, seq, context, arch)
+    config, data, moe, sizes = resolve(data, phase, batch, seq, context, arch, media)
+    return _prepared(config, data, moe, sizes)
+
+
+def _prepared(config, data, moe, sizes) -> Prepared:
     module, kwargs = module_and_inputs(config, sizes["kind"], sizes["phase"], sizes["batch"],
-                                       sizes["seq"], sizes["context"], moe)
+                                       sizes["seq"], sizes["context"], moe, sizes.get("media"))
     return Prepared(config, data, moe, sizes, module, kwargs)
 
 
@@ -598,13 +688,15 @@ def capture_patches(module: nn.Module, phase: str, settings: dict[str, Any] | No
     ``expanded``)."""
     from workloads import hf_mla
     absorb = phase == "decode" and (settings or ENGINE_KEYS).get("mla") == "absorbed"
-    with selective_scan_as_one_op(), hf_experts.routed(module), (
+    from workloads.hf_inputs import vision_helpers_eager
+    with selective_scan_as_one_op(), hf_experts.routed(module), vision_helpers_eager(), (
             hf_mla.absorbed(module) if absorb else contextlib.nullcontext()):
         yield
 
 
-def capture_prepared(p: Prepared, dtype: str, kv_update: str) -> ir.Workload:
-    """The workload of a prepared module."""
+def capture_prepared(p: Prepared, dtype: str, kv_update: str,
+                     record: dict | None = None) -> ir.Workload:
+    """The workload of a prepared module (``record``: as :func:`workloads.capture.capture`)."""
     kind, phase = p.sizes["kind"], p.sizes["phase"]
     arch = {k: v for k, v in p.data.items() if isinstance(v, (int, float, str, bool))}
     with capture_patches(p.module, phase, p.moe), warnings.catch_warnings():
@@ -614,10 +706,8 @@ def capture_prepared(p: Prepared, dtype: str, kv_update: str) -> ir.Workload:
                        context=p.sizes["context"],
                        arch={**arch, **{k: v for k, v in p.moe.items()
                                          if v != {**MOE_KEYS, **ENGINE_KEYS}[k]}},
-                       causal=kind == "causal", kv_update=kv_update)
+                       causal=kind == "causal", kv_update=kv_update, record=record)
 
 
 def _capture(config, data, moe, sizes, dtype, kv_update) -> ir.Workload:
-    module, kwargs = module_and_inputs(config, sizes["kind"], sizes["phase"], sizes["batch"],
-                                       sizes["seq"], sizes["context"], moe)
-    return capture_prepared(Prepared(config, data, moe, sizes, module, kwargs), dtype, kv_update)
+    return capture_prepared(_prepared(config, data, moe, sizes), dtype, kv_update)
