@@ -94,36 +94,54 @@ def config_of(model_type: str, corpus: dict[str, dict[str, Any]]) -> tuple[dict[
     if model_type in corpus:
         return dict(corpus[model_type]["config"]), corpus[model_type]["source"]
     from transformers import AutoConfig
-    return {"model_type": model_type, **AutoConfig.for_model(model_type).to_dict()}, \
-        "transformers default"
+    config = AutoConfig.for_model(model_type)
+    return {"model_type": model_type, **config.to_dict()}, default_source(type(config))
+
+
+def default_source(config_class) -> str:
+    """``transformers default`` and the checkpoint its config class's docstring says the
+    defaults reproduce (``[org/name](https://huggingface.co/org/name)``), where it names one."""
+    import re
+    m = re.search(r"\[([\w.\-]+/[\w.\-]+)\]\(https://huggingface\.co/", config_class.__doc__ or "")
+    return "transformers default" + (f" (= {m.group(1)} per its docstring)" if m else "")
 
 
 def small_config(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` cut to a few layers: 2, or as many as it takes for every kind of layer a
-    hybrid lists (``layer_types`` and the like) to appear once; per-layer lists and pattern
-    strings cut to match, dense-prefix counts to 1, in sub-configs too."""
+    hybrid lists (``layer_types`` and the like, pattern strings such as Nemotron-H's) to appear
+    once; per-layer lists and pattern strings cut to match, per-layer dicts (``per_layer_config``)
+    to the kept layers, layer counts that split the total (``n_input_layers``...) split anew,
+    dense-prefix counts to 1; in sub-configs too."""
     out: dict[str, Any] = {}
     total = next((data[k] for k in LAYER_KEYS if isinstance(data.get(k), int)), None)
     n = 2
     if total:
         for v in data.values():
-            seq = v if isinstance(v, (list, str)) else None
-            if seq and len(seq) == total and (isinstance(v, str) or all(
+            if isinstance(v, (list, str)) and len(v) == total and (isinstance(v, str) or all(
                     isinstance(x, str) for x in v)):
-                kinds = set(seq)
-                seen: set = set()
-                for i, x in enumerate(seq):
+                kinds, seen = set(v), set()
+                for i, x in enumerate(v):
                     seen.add(x)
                     if seen == kinds:
                         n = max(n, i + 1)
                         break
-        n = min(n, MAX_SMALL_LAYERS, total)
+        parts = {k: v for k, v in data.items() if k.endswith("_layers") and k not in LAYER_KEYS
+                 and isinstance(v, int) and not isinstance(v, bool) and v > 0}
+        if len(parts) > 1 and sum(parts.values()) == total:
+            n = max(n, len(parts))
+        n = min(max(n, 2), MAX_SMALL_LAYERS, total)
+        if len(parts) > 1 and sum(parts.values()) == total:
+            out.update(_split(parts, n))
     for k, v in data.items():
+        if k in out:
+            continue
         if k in LAYER_KEYS and isinstance(v, int) and v > n:
             out[k] = n
         elif total and isinstance(v, (list, str)) and len(v) == total and total > n and (
-                isinstance(v, str) or all(isinstance(x, (str, int, bool)) for x in v)):
+                isinstance(v, str) or all(isinstance(x, (str, int, float, bool)) for x in v)):
             out[k] = v[:n]
+        elif total and isinstance(v, dict) and v and all(str(x).isdigit() for x in v):
+            out[k] = {x: y for x, y in v.items() if int(x) < n}
         elif k.startswith("first_k_dense") and isinstance(v, int) and v > 1:
             out[k] = 1
         elif k.endswith("_offset") and isinstance(v, int) and v >= n:
@@ -137,6 +155,15 @@ def small_config(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _split(parts: dict[str, int], n: int) -> dict[str, int]:
+    """``n`` layers split over ``parts`` in proportion, at least one each."""
+    total = sum(parts.values())
+    out = {k: max(1, v * n // total) for k, v in parts.items()}
+    biggest = max(parts, key=parts.get)
+    out[biggest] += n - sum(out.values())
+    return out
+
+
 class _Timeout(Exception):
     pass
 
@@ -146,9 +173,11 @@ def _alarm(signum, frame):
 
 
 def run_case(model_type: str, group: str, phase: str | None, data: dict[str, Any],
-             source: str, simulate: bool = True) -> list[Case]:
-    """Capture, check and simulate ``data`` in ``phase`` (None: every phase of its family)."""
-    from dse.errors import DSEError
+             source: str, simulate: bool = True, full: dict[str, Any] | None = None
+             ) -> list[Case]:
+    """Capture, check and simulate ``data`` in ``phase`` (None: every phase of its family);
+    ``full``: the uncut config, built when transformers fails to build ``data`` (a failure of
+    both is transformers', of the cut one only is the cut's)."""
     from workloads import hf
     rows = []
     try:
@@ -156,11 +185,8 @@ def run_case(model_type: str, group: str, phase: str | None, data: dict[str, Any
             warnings.simplefilter("ignore")
             config, _, _, sizes = hf.resolve(dict(data), None, 1, None, None, None)
         phases = [phase] if phase else list(hf.phases_of(sizes["kind"]))
-    except DSEError as exc:
-        return [Case(model_type, group, phase or "-", source, "refused", error=_short(exc))]
     except Exception as exc:
-        return [Case(model_type, group, phase or "-", source,
-                     *(_classify(exc)))]
+        return [Case(model_type, group, phase or "-", source, *(_classify(exc)))]
     for ph in phases:
         row = Case(model_type, group, ph, source)
         t0 = time.perf_counter()
@@ -168,21 +194,59 @@ def run_case(model_type: str, group: str, phase: str | None, data: dict[str, Any
         signal.alarm(CASE_TIMEOUT_S)
         try:
             _capture_check(row, data, ph, simulate)
-        except DSEError as exc:
-            row.status, row.error = "refused", _short(exc)
         except Exception as exc:
             row.status, row.error = _classify(exc)
         finally:
             signal.alarm(0)
             signal.signal(signal.SIGALRM, old)
         row.seconds = time.perf_counter() - t0
+        if row.status == "transformers" and full is not None and _builds(full):
+            row.status = "failed"
+            row.error = "the cut config does not build (the full one does): " + row.error
+        elif row.status == "failed" and ph == "prefill":
+            own = _own_forward_fails(data)
+            if own:
+                row.status, row.error = "transformers", f"its own forward fails: {own}"
         rows.append(row)
     return rows
 
 
+def _own_forward_fails(data: dict[str, Any]) -> str:
+    """transformers' error when the model's own eager forward on plain ``input_ids`` (meta
+    tensors, as an export runs it, no project patch) raises inside transformers' code; ""
+    when it runs or fails elsewhere."""
+    from workloads import hf
+    try:
+        config = hf.make_config(dict(data))
+        model = hf.build_module(config, hf.task(config))
+        with torch.device("meta"), hf.as_if_traced(), torch.no_grad(), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ids = torch.zeros(SIZES["batch"], SIZES["seq"], dtype=torch.long)
+            model(input_ids=ids, use_cache=False)
+    except Exception as exc:
+        frames = [f for f in traceback.extract_tb(exc.__traceback__)
+                  if "/torch/" not in f.filename]   # the innermost frame outside torch
+        if frames and "/transformers/" in frames[-1].filename:
+            f = frames[-1]
+            return f"{type(exc).__name__}: {_short(exc)} [{Path(f.filename).name}:{f.lineno}]"[:300]
+    return ""
+
+
+def _builds(data: dict[str, Any]) -> bool:
+    """transformers builds ``data`` (on meta tensors)."""
+    from workloads import hf
+    try:
+        config = hf.make_config(dict(data))
+        hf.build_module(config, hf.task(config))
+        return True
+    except Exception:
+        return False
+
+
 def _capture_check(row: Case, data: dict[str, Any], phase: str, simulate: bool) -> None:
     from workloads import hf
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), hf.refusing(str(data.get("model_type")), phase):
         warnings.simplefilter("ignore")
         prepared = hf.prepare(dict(data), phase, SIZES["batch"], SIZES["seq"], SIZES["context"],
                               None)
@@ -277,12 +341,21 @@ def _short(exc: BaseException) -> str:
 
 
 def _classify(exc: BaseException) -> tuple[str, str]:
-    """(status, error) of a raw exception: ``transformers`` when its innermost frame is in
-    transformers' code and the error is one transformers raises about itself, else failed."""
-    tb = traceback.extract_tb(exc.__traceback__)
-    where = f"{Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else "?"
-    text = f"{type(exc).__name__}: {_short(exc)} [{where}]"
-    return "failed", text[:400]
+    """(status, error): ``transformers`` when transformers cannot build the model from the
+    config (its own defaults included), ``refused`` for the project's clean one-line errors,
+    ``failed`` for everything else (an :class:`~workloads.hf.UnexpectedCaptureError` or a raw
+    exception)."""
+    from dse.errors import DSEError
+    from workloads.hf import UnexpectedCaptureError
+    if isinstance(exc, UnexpectedCaptureError) or not isinstance(exc, DSEError):
+        tb = traceback.extract_tb(exc.__traceback__)
+        where = f" [{Path(tb[-1].filename).name}:{tb[-1].lineno}]" if tb and not isinstance(
+            exc, DSEError) else ""
+        return "failed", f"{type(exc).__name__}: {_short(exc)}{where}"[:400]
+    text = _short(exc)
+    if text.startswith("transformers could not build"):
+        return "transformers", text
+    return "refused", text
 
 
 def sweep(types: list[str] | None = None, phase: str | None = None, simulate: bool = True,
@@ -294,12 +367,12 @@ def sweep(types: list[str] | None = None, phase: str | None = None, simulate: bo
     for mt in types or sorted(grp):
         try:
             data, source = config_of(mt, corpus)
-            data = small_config(data)
+            small = small_config(data)
         except Exception as exc:
             rows.append(Case(mt, grp.get(mt, "other"), phase or "-", "transformers default",
                              "transformers", error=f"config: {type(exc).__name__}: {_short(exc)}"))
             continue
-        for r in run_case(mt, grp.get(mt, "other"), phase, data, source, simulate):
+        for r in run_case(mt, grp.get(mt, "other"), phase, small, source, simulate, data):
             rows.append(r)
             if progress:
                 progress(r)
@@ -342,7 +415,7 @@ def print_rows(rows: list[Case]) -> None:
 
 def _line(r: Case) -> str:
     flops = "-" if r.flops_ok is None else ("ok" if r.flops_ok else "DIFF")
-    note = r.error or (r.source if r.source != "transformers default" else "")
+    note = r.error or (r.source if not r.source.startswith("transformers default") else "")
     if r.unknown_ops:
         note = f"unknown {r.unknown_ops} " + note
     if r.experts_routed is False:

@@ -43,7 +43,7 @@ def workload(model: str | torch.nn.Module | None = None, phase: str | None = Non
              dtype: str = "bf16", arch: dict[str, Any] | None = None,
              hf_config: str | dict | None = None, module: torch.nn.Module | None = None,
              inputs: Any = None, kv_input: str = "kv_cache", strict: bool = False,
-             kv_update: str | None = None) -> Workload:
+             kv_update: str | None = None, media: dict[str, Any] | None = None) -> Workload:
     """Capture (or fetch from the cache) the workload of zoo ``model``, of a Hugging Face
     config (a config.json path or its dict; ``arch`` overrides its fields), or of your own
     ``module`` on ``inputs`` (a tuple of arguments, a dict of keyword arguments or a tensor;
@@ -55,6 +55,8 @@ def workload(model: str | torch.nn.Module | None = None, phase: str | None = Non
 
     Ops the capture cannot classify are listed in ``w.unknown_ops`` and warned about (their
     FLOPs are missing; they are costed by their bytes); ``strict=True`` raises instead.
+    ``media`` (Hugging Face configs): ``{"image_size": px, "frames": n, "audio_seconds": s}``,
+    the image and audio inputs of a multimodal model (``workloads/hf_inputs.py``).
     """
     if isinstance(model, torch.nn.Module):
         model, module = None, model
@@ -67,7 +69,7 @@ def workload(model: str | torch.nn.Module | None = None, phase: str | None = Non
         from workloads.hf import workload_from_hf_config
         w = workload_from_hf_config(hf_config, phase=phase, batch=batch, seq=seq,
                                     context=context, dtype=dtype, arch=arch,
-                                    kv_update=kv_update or "concat")
+                                    kv_update=kv_update or "concat", media=media)
     elif model is None:
         raise BadInput("model", None, "a zoo model name, hf_config or module")
     else:

@@ -13,9 +13,11 @@ experts):
 * **experts** (a count of experts, routed or shared) — :data:`workloads.moe.MAX_EXPERTS`.
 * **positions** (context lengths) — 2**31: Llama-4 Scout's 10M-token context is under it [R
   meta-llama/Llama-4-Scout-17B-16E config.json].
-* **widths** and everything else — 2**20: the widest published sizes are vocabularies of
-  262,144 (Gemma 3 [R google/gemma-3-27b-it config.json]) and FFNs of 53,248 (Llama-3.1-405B);
-  2**20 keeps a product of two widths far from int64 [E].
+* **widths** and everything else — 2**28: the widest published sizes are the 20,000,000-row
+  n-gram hash table of Qwen4-exp (``ngram_vocab_size_base``, its config's default in
+  transformers 5.24), vocabularies of 262,144 (Gemma 3 [R google/gemma-3-27b-it config.json])
+  and FFNs of 53,248 (Llama-3.1-405B); 2**28 keeps a product of two widths (2**56) far from
+  int64 [E].
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import re
 from workloads.moe import MAX_EXPERTS
 
 MAX_LAYERS = 256
-MAX_INT = 2 ** 20
+MAX_INT = 2 ** 28
 MAX_POSITIONS = 2 ** 31
 
 #: A width, not a count: ``hidden_size``, ``moe_intermediate_size``, ``head_dim``, ``kv_lora_rank``.
