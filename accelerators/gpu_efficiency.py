@@ -191,7 +191,7 @@ def gemm_waves(m: int, n: int, batch: int, tile: tuple[int, int], sms: int,
     ``waves = ceil(tiles / sms)``, efficiency ``tiles / (waves sms)``."""
     tiles = math.ceil(m / tile[0]) * math.ceil(n / tile[1]) * batch * split
     waves = math.ceil(tiles / sms)
-    return tiles, waves, tiles / (waves * sms)
+    return tiles, waves, tiles / (waves * sms) if waves else 1.0
 
 
 @dataclass
@@ -255,6 +255,8 @@ class KernelModel:
         """(latency_s, compute_s, memory_s) of one GEMM. ``bytes_hbm`` defaults to the
         compulsory A + B + C bytes; ``align`` to the alignment (B) of the k and n leading
         dimensions; ``rate_factor`` scales the compute rate (convolutions)."""
+        if min(m, n, batch) <= 0:   # an empty GEMM (a zero-size dimension): a launch only
+            return (self.k["gemm_launch_s"], 0.0, 0.0)
         key = ("gemm", m, n, k, batch, dtype, bytes_hbm, align, rate_factor)
         hit = self._cache.get(key)
         if hit is not None:

@@ -98,6 +98,19 @@ def config_of(model_type: str, corpus: dict[str, dict[str, Any]]) -> tuple[dict[
     return {"model_type": model_type, **config.to_dict()}, default_source(type(config))
 
 
+def as_causal_lm(model_type: str, data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` as the causal LM transformers maps ``model_type`` to (``BertLMHeadModel``,
+    ``BartForCausalLM``...): its ``architectures`` name that class, and it is a decoder."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as M
+    name = M.get(model_type)
+    if not name or data.get("architectures"):
+        return data
+    out = {**data, "architectures": [name]}
+    if "is_decoder" in data or data.get("is_encoder_decoder"):
+        out.update(is_decoder=True, is_encoder_decoder=False)
+    return out
+
+
 def default_source(config_class) -> str:
     """``transformers default`` and the checkpoint its config class's docstring says the
     defaults reproduce (``[org/name](https://huggingface.co/org/name)``), where it names one."""
@@ -367,6 +380,8 @@ def sweep(types: list[str] | None = None, phase: str | None = None, simulate: bo
     for mt in types or sorted(grp):
         try:
             data, source = config_of(mt, corpus)
+            if grp.get(mt) == "causal":
+                data = as_causal_lm(mt, data)
             small = small_config(data)
         except Exception as exc:
             rows.append(Case(mt, grp.get(mt, "other"), phase or "-", "transformers default",

@@ -191,10 +191,11 @@ def task(config) -> str:
     from transformers.models.auto import modeling_auto as ma
     mt = config.model_type
     archs = getattr(config, "architectures", None) or []
+    if any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs):
+        return "causal"   # what the config says it is (BertLMHeadModel, BartForCausalLM...)
     if getattr(config, "is_encoder_decoder", False) or mt in ma.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES:
         return "seq2seq"
-    if any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs) or (
-            mt in ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and mt not in ma.MODEL_FOR_MASKED_LM_MAPPING_NAMES):
+    if mt in ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and mt not in ma.MODEL_FOR_MASKED_LM_MAPPING_NAMES:
         return "causal"
     if getattr(config, "text_config", None) is not None and any(
             getattr(config, sub, None) is not None for sub in ("vision_config", "audio_config")):
@@ -213,6 +214,8 @@ def _model_class(config, kind: str):
     from transformers.models.auto import modeling_auto as ma
     mt = config.model_type
     if kind == "causal":
+        if getattr(config, "is_decoder", None) is False and mt in ma.MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+            config.is_decoder = True   # a BERT-like model as a causal LM runs as a decoder
         return transformers.AutoModelForCausalLM
     if kind == "seq2seq":
         if mt in ma.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES:
