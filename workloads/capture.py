@@ -59,9 +59,12 @@ class _Tensor:
 
 def export_module(module: torch.nn.Module, args: tuple, kwargs: dict | None = None):
     """``torch.export`` the module in eval mode; :class:`CaptureError` on rejection."""
+    import contextlib
+    import io
     module.eval()
-    try:
-        with torch.no_grad():  # inference graphs (flex_attention refuses to trace autograd on CPU)
+    try:   # a rejected export prints its partial graph to stderr: the user gets one line
+        with torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):
+            # inference graphs (flex_attention refuses to trace autograd on CPU)
             return torch.export.export(module, tuple(args), kwargs or {}, strict=False)
     except Exception as exc:  # torch raises many types; the user gets one line
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]

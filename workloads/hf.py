@@ -103,24 +103,56 @@ def make_config(data: dict[str, Any]):
                        + (f"closest: {', '.join(close)}; " if close else "")
                        + f"{len(CONFIG_MAPPING_NAMES)} in all, e.g. llama, gpt2, bert, t5, vit)")
     fields = {k: v for k, v in data.items() if k != "model_type"}
-    try:
-        with hf_checks.quiet_transformers():
-            config = transformers.AutoConfig.for_model(model_type, **fields)
-    except Exception as exc:  # transformers raises many types; the user gets one line
+    for _ in range(8):   # each retry turns one more int where a float is typed into a float
+        try:
+            with hf_checks.quiet_transformers():
+                config = transformers.AutoConfig.for_model(model_type, **fields)
+            break
+        except Exception as exc:  # transformers raises many types; the user gets one line
+            key = re.search(r"Field '(\w+)' expected float, got int", str(exc))
+            if not (key and _floated(fields, key.group(1))):
+                raise _config_error(exc, data) from None
+    else:
         raise _config_error(exc, data) from None
     hf_checks.check_sizes(config)
     return config
 
 
+def _floated(data: dict[str, Any], key: str) -> bool:
+    """``data[key]`` (at any depth) made a float where it is an int: JSON writes ``1`` and
+    ``1.0`` alike (DBRX's published ``moe_normalize_expert_weights: 1``, which transformers 5's
+    typed configs refuse). Whether one was changed."""
+    changed = False
+    for k, v in data.items():
+        if k == key and isinstance(v, int) and not isinstance(v, bool):
+            data[k], changed = float(v), True
+        elif isinstance(v, dict):
+            data[k] = dict(v)
+            changed = _floated(data[k], key) or changed
+    return changed
+
+
+def _find(data: dict[str, Any], key: str, path: str = "hf_config") -> tuple[str, Any]:
+    """(dotted path, value) of ``key`` at any depth of ``data``; the top-level path and
+    ``(unset)`` when absent."""
+    if key in data:
+        return f"{path}.{key}", data[key]
+    for k, v in data.items():
+        if isinstance(v, dict):
+            found = _find(v, key, f"{path}.{k}")
+            if found[1] != "(unset)":
+                return found
+    return f"{path}.{key}", "(unset)"
+
+
 def _config_error(exc: Exception, data: dict[str, Any]) -> BadInput:
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     text = " ".join(lines)
-    named = re.search(r"field '([^']+)'", text) or re.search(r"`([A-Za-z_][\w]*)`", text)
+    named = re.search(r"field '([^']+)'", text, re.I) or re.search(r"`([A-Za-z_][\w]*)`", text)
     reason = lines[-1] if lines else type(exc).__name__
     reason = re.sub(r"^\w+(Error|Exception): ", "", reason)
     if named:
-        key = named.group(1)
-        return BadInput(f"hf_config.{key}", data.get(key, "(unset)"), reason[:200])
+        return BadInput(*_find(data, named.group(1)), reason[:200])
     return BadInput("hf_config", data.get("model_type"),
                     f"expected a config transformers understands ({reason[:200]})")
 

@@ -6,7 +6,9 @@
   and most others) are built with ``experts_implementation="dse"``: :func:`experts_forward`
   receives the routed token indices and weights and calls the op.
 * Families whose MoE block bypasses that interface are routed by an adapter
-  (:data:`ADAPTERS`, applied by :func:`routed` while a module is captured): Llama-4's
+  (:data:`ADAPTERS`, applied by :func:`routed` while a module is captured): DBRX's
+  ``DbrxExperts`` loops over the experts a batch hits (data-dependent, which an export cannot
+  trace on meta tensors); Llama-4's
   ``Llama4TextMoe`` runs every token through every expert as two dense ``bmm`` (its routing
   only zeroes the scores of experts a token did not pick), which a capture would count as 16x
   the routed work with ``active_params == params``; its adapter takes the router's top-k
@@ -87,8 +89,23 @@ def _activation_of(fn: nn.Module) -> str:
     return "relu" if "relu" in name else "silu"
 
 
+def _dbrx_experts(self, hidden_states, top_k_index, top_k_weights):
+    """``DbrxExperts.forward`` (a loop over the experts a batch hits, which an export cannot
+    trace on meta tensors) as one op: DBRX keeps each expert's gate (``w1``), up (``v1``) and
+    down (``w2``) projections as ``[E * f, d]`` stacks."""
+    batch = hidden_states.shape[0]
+    h = hidden_states.reshape(-1, self.hidden_size)
+    shape = (self.num_experts, self.ffn_hidden_size, self.hidden_size)
+    mlp = self.mlp
+    out = moe_experts(h, top_k_index.long(), top_k_weights.to(h.dtype), mlp.v1.view(shape),
+                      mlp.w2.view(shape).transpose(1, 2), None, None, True,
+                      _activation_of(mlp.activation_fn), *_routing_args(self), mlp.w1.view(shape))
+    return out.view(batch, -1, self.hidden_size)
+
+
 #: MoE block classes (by name) that bypass the experts interface -> their routed forward.
-ADAPTERS: dict[str, Callable[..., Any]] = {"Llama4TextMoe": _llama4_moe}
+ADAPTERS: dict[str, Callable[..., Any]] = {"Llama4TextMoe": _llama4_moe,
+                                           "DbrxExperts": _dbrx_experts}
 
 
 def adapted(model: nn.Module) -> list[nn.Module]:

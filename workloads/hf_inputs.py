@@ -38,11 +38,11 @@ DEFAULT_IMAGE_SIZE = 224
 
 
 class WithConstants(nn.Module):
-    """``model(**inputs, **constants, **options)``: ``constants`` are CPU tensors the export
-    treats as constants (their values are read, e.g. a Qwen-VL patch grid)."""
+    """``model(**inputs, **constants, **options)``: ``constants`` are CPU tensors or Python
+    values the export treats as constants (their values are read: a Qwen-VL patch grid, the
+    image sizes of a LLaVA-NeXT)."""
 
-    def __init__(self, model: nn.Module, constants: dict[str, torch.Tensor],
-                 options: dict[str, Any]):
+    def __init__(self, model: nn.Module, constants: dict[str, Any], options: dict[str, Any]):
         super().__init__()
         self.model, self.options = model, options
         self._constants = dict(constants)
@@ -97,8 +97,8 @@ def image_part(model: nn.Module, config, batch: int, image_size: int | None
     if "image_sizes" in names and tiled(model):
         tiles = num_tiles(model, config, size)
         tile = _int(getattr(vc, "image_size", None), size)
-        return ({"pixel_values": torch.zeros(batch, tiles, channels, tile, tile)},
-                {"image_sizes": torch.tensor([[size, size]] * batch, device="cpu")})
+        return ({"pixel_values": torch.zeros(batch, tiles, channels, tile, tile)},   # sizes
+                {"image_sizes": [[size, size]] * batch})   # as Python ints: read per image
     return {"pixel_values": torch.zeros(batch, channels, size, size)}, {}
 
 
