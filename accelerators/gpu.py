@@ -53,7 +53,8 @@ from typing import Any
 
 from accelerators import technology as tech
 from accelerators.base import OpCost, Param, Resources, Template
-from accelerators.gpu_efficiency import DEFAULT_KNOBS, Chip, KernelModel, transfer_knobs
+from accelerators.gpu_efficiency import (DEFAULT_KNOBS, Chip, KernelModel, memory_target,
+                                         transfer_knobs)
 from accelerators.gpu_runtime import RUNTIMES, START_TARGET, stream_plan
 from accelerators.host_profile import load_host_profile
 from accelerators.composite import cost_composite
@@ -595,8 +596,8 @@ class GPU(Template):
             bound = "compute" if comp >= mem else "memory"
         else:
             width, rows = _rows(op)
-            lat, mem = self.model.memory(nbytes, op.target, op.kind, rows=rows, width=width,
-                                         bytes_per_element=b)
+            lat, mem = self.model.memory(nbytes, memory_target(op), op.kind, rows=rows,
+                                         width=width, bytes_per_element=b)
             comp = 0.0
             bound = "memory"
         lat = max(lat, nbytes / self.hw.memory_bandwidth_Bps)

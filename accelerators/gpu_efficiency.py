@@ -124,6 +124,14 @@ DEFAULT_MEMORY_OPS: dict[str, tuple[float, float, float, float]] = {
     "*softmax": (0.45, 512.0, 1.5e-6, 3e-10), "*reduction": (0.5, 0.0, 1e-6, 3e-10),
     "*embedding": (0.85, 0.0, 5e-7, 0.0), "*data_movement": (0.8, 0.0, 2e-7, 0.0),
     "*unknown": (0.8, 0.0, 5e-7, 0.0), "*hashgrid": (0.3, 0.0, 2e-6, 0.0),
+    # ``cat`` with a strided input (:func:`memory_target`): PyTorch's scalar
+    # ``CatArrayBatchedCopy`` instead of ``CatArrayBatchedCopy_vectorized``; 0.655 TB/s
+    # incremental on an H200 for bf16 caches of 6-100 MB against 4.78 TB/s for the vectorized
+    # kernel, i.e. 0.154 of this model's H200 copy rate [fitted on the microbenchmark rows of
+    # tests/data/hf_decode_profile_h200.json (``micro``, ``cat strided``), bf16 only; the
+    # whole-model rows of that file are not fitted: ``python benchmarks/hf_decode_profile.py
+    # --compare tests/data/hf_decode_profile_h200.json``]
+    "cat:strided": (0.154, 0.0, 2e-7, 0.0),
 }
 
 
@@ -142,6 +150,7 @@ MEMORY_OP_ALIASES = {
     "silu_": "silu", "gelu_": "gelu", "tanh": "silu", "sigmoid": "silu", "exp": "silu",
     "index_select": "embedding", "gather": "embedding", "concat": "cat", "stack": "cat",
     "clone": "contiguous", "copy_": "copy", "_to_copy": "copy",
+    "concat:strided": "cat:strided", "stack:strided": "cat:strided",
 }
 
 
@@ -402,8 +411,11 @@ class KernelModel:
 
     def memory_op(self, target: str, kind: str) -> tuple[float, float, float, float]:
         """(efficiency relative to a copy, per-row overhead elements, extra latency s,
-        latency per element of a row s) of an operator."""
+        latency per element of a row s) of an operator (``<target>:strided``: see
+        :func:`memory_target`; an operator without a strided entry falls back to its own)."""
+        base = target.split(":")[0]
         return (self.mops.get(target) or self.mops.get(MEMORY_OP_ALIASES.get(target, ""))
+                or self.mops.get(base) or self.mops.get(MEMORY_OP_ALIASES.get(base, ""))
                 or self.mops.get("*" + kind) or self.mops["*unknown"])
 
     def memory(self, nbytes: float, target: str, kind: str = "unknown", rows: int = 0,
@@ -417,6 +429,12 @@ class KernelModel:
         ramp = kn["mem_ramp_s"] * min(1.0, nbytes / kn["mem_ramp_bytes"])
         latency = kn["mem_floor_s"] + extra_s + (row_s * width if rows else 0.0)
         return latency + ramp + mem_s, mem_s
+
+
+def memory_target(op) -> str:
+    """The memory-op entry that costs ``op``: its ATen target, or ``<target>:strided`` for a
+    ``cat`` with a strided input (``attrs["strided_inputs"]``, set by the capture)."""
+    return f"{op.target}:strided" if op.attrs.get("strided_inputs") else op.target
 
 
 def is_decode(heads: int, kv_heads: int, q_len: int) -> bool:

@@ -13,6 +13,7 @@ Usage:
     python benchmarks/capture_corpus.py                 # the corpus below
     python benchmarks/capture_corpus.py --all-hf        # + every model type transformers builds
     python benchmarks/capture_corpus.py --only llama mixtral --json out.json
+    python benchmarks/capture_corpus.py --published     # published configs at full depth
     python benchmarks/capture_corpus.py --all-types [--types llama jamba] [--json out.json]
         # every model type as a user brings it (published configs, every phase; see
         # benchmarks/hf_type_sweep.py): captured / FLOPs-checked / simulated / refused /
@@ -285,7 +286,13 @@ def main() -> None:
     ap.add_argument("--types", nargs="*", help="with --all-types: only these model types")
     ap.add_argument("--group", choices=("causal", "multimodal", "other"),
                     help="with --all-types: only this group")
+    ap.add_argument("--published", action="store_true", help="the shipped published configs "
+                    "at full depth: parameters, active parameters, decode FLOPs per token")
     args = ap.parse_args()
+    if args.published:
+        import hf_type_sweep as sweep
+        sweep.print_published(sweep.published_table())
+        return
     if args.all_types:
         all_types(args)
         return

@@ -29,6 +29,13 @@ GPT-2's shapes with the new entry contiguous or a strided view, and a contiguous
 same bytes (the achieved bandwidth of each, for the cost model's copy efficiency).
 
 The JSON is written after every row; a failing row records its error and the run goes on.
+
+Compare (here; no GPU): every row's kernel time (the profiler's sum) against the project's
+capture of the same config and step (``--hf-config`` semantics: ``concat`` for the dynamic
+cache, ``in_place`` over all ``max_cache_len`` slots for the static one; the contiguous variant
+captured with the same patch) simulated on the measured GPU's preset (runtime ``kernels``)::
+
+    python benchmarks/hf_decode_profile.py --compare tests/data/hf_decode_profile_h200.json
 """
 
 from __future__ import annotations
@@ -251,14 +258,75 @@ def micro(torch, device: str, context: int, batches, reps: int, tiny: bool) -> l
     return rows
 
 
+def predict_rows(data: dict[str, Any], preset: str | None = None) -> list[dict[str, Any]]:
+    """Measured vs predicted kernel time of every row of a measurement file (see the module
+    docstring, "Compare")."""
+    import warnings
+    from accelerators.gpu import DEVICE_PRESETS, GPU
+    from simulators.engine import simulate
+    from workloads.hf import workload_from_hf_config
+    preset = preset or DEVICE_PRESETS.get(data["device"].get("name", ""), "h200")
+    design = GPU(preset)
+    rows = []
+    for rec in data["rows"]:
+        if "kernel_sum_s" not in rec or not rec.get("kernel_sum_s"):
+            continue
+        cfg = data["models"][rec["model"]]
+        static = rec["cache"] == "static"
+        context = (rec["max_cache_len"] - 1) if static else int(round(rec["context_profiled"]))
+        patch = contiguous_updates() if rec["cache"] == "dynamic-contiguous" else None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if patch:
+                patch.__enter__()
+            try:
+                w = workload_from_hf_config(dict(cfg), phase="decode", batch=rec["batch"],
+                                            context=context, use_cache=False,
+                                            kv_update="in_place" if static else "concat")
+            finally:
+                if patch:
+                    patch.__exit__(None, None, None)
+        r = simulate(w, design)
+        appends = {op.name for op in w.ops if op.attrs.get("kv_append")}
+        cat_s = sum(o.duration_s for o in r.ops if o.name in appends)
+        measured_cat = sum(k["device_s"] for k in rec["kernels"] if "CatArrayBatchedCopy" in k["kernel"])
+        rows.append({"model": rec["model"], "cache": rec["cache"], "batch": rec["batch"],
+                     "measured_s": rec["kernel_sum_s"], "predicted_s": r.latency_s,
+                     "error": r.latency_s / rec["kernel_sum_s"] - 1,
+                     "measured_cat_s": measured_cat, "predicted_cat_s": cat_s})
+    return rows
+
+
+def print_comparison(rows: list[dict[str, Any]]) -> None:
+    print(f"{'model':<15} {'cache':<19} {'b':>3} {'measured ms':>11} {'predicted ms':>12} "
+          f"{'error':>7}  {'cat meas/pred ms':>17}")
+    for r in rows:
+        cat = (f"{r['measured_cat_s'] * 1e3:7.3f}/{r['predicted_cat_s'] * 1e3:.3f}"
+               if r["predicted_cat_s"] is not None else "")
+        print(f"{r['model']:<15} {r['cache']:<19} {r['batch']:>3} {r['measured_s'] * 1e3:>11.3f} "
+              f"{r['predicted_s'] * 1e3:>12.3f} {r['error']:>+7.1%}  {cat:>17}")
+    errs = sorted(abs(r["error"]) for r in rows)
+    if errs:
+        print(f"\n{len(rows)} rows: median |error| {errs[len(errs) // 2]:.1%}, max {errs[-1]:.1%}, "
+              f"within 25 %: {sum(e <= 0.25 for e in errs)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--compare", type=Path, help="a measurement file: print measured vs "
+                    "predicted kernel time (needs the project, not a GPU)")
+    ap.add_argument("--out")
     ap.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes")
     ap.add_argument("--context", type=int, default=512)
     ap.add_argument("--reps", type=int, default=8)
     ap.add_argument("--budget-s", type=float, default=130.0)
     args = ap.parse_args(argv)
+    if args.compare:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        print_comparison(predict_rows(json.loads(args.compare.read_text())))
+        return 0
+    if not args.out:
+        ap.error("--out is required to measure")
     import torch
     import transformers
     cuda = not args.dry_run

@@ -140,11 +140,13 @@ def small_config(data: dict[str, Any]) -> dict[str, Any]:
                         break
         parts = {k: v for k, v in data.items() if k.endswith("_layers") and k not in LAYER_KEYS
                  and isinstance(v, int) and not isinstance(v, bool) and v > 0}
-        if len(parts) > 1 and sum(parts.values()) == total:
-            n = max(n, len(parts))
+        split = len(parts) > 1 and sum(parts.values()) == total
+        if split:
+            n = max(n, 2 * len(parts))
         n = min(max(n, 2), MAX_SMALL_LAYERS, total)
-        if len(parts) > 1 and sum(parts.values()) == total:
+        if split:
             out.update(_split(parts, n))
+            n = sum(out[k] for k in parts)
     for k, v in data.items():
         if k in out:
             continue
@@ -169,11 +171,12 @@ def small_config(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _split(parts: dict[str, int], n: int) -> dict[str, int]:
-    """``n`` layers split over ``parts`` in proportion, at least one each."""
+    """``n`` layers split over ``parts`` in proportion, in pairs (a config may count an
+    attention and an MLP block as two, Dory's does), at least one pair each."""
     total = sum(parts.values())
-    out = {k: max(1, v * n // total) for k, v in parts.items()}
+    out = {k: 2 * max(1, v * n // total // 2) for k, v in parts.items()}
     biggest = max(parts, key=parts.get)
-    out[biggest] += n - sum(out.values())
+    out[biggest] = max(2, out[biggest] + 2 * ((n - sum(out.values())) // 2))
     return out
 
 
@@ -199,7 +202,8 @@ def run_case(model_type: str, group: str, phase: str | None, data: dict[str, Any
             config, _, _, sizes = hf.resolve(dict(data), None, 1, None, None, None)
         phases = [phase] if phase else list(hf.phases_of(sizes["kind"]))
     except Exception as exc:
-        return [Case(model_type, group, phase or "-", source, *(_classify(exc)))]
+        status, error = _classify(exc)
+        return [Case(model_type, group, phase or "-", source, status, error=error)]
     for ph in phases:
         row = Case(model_type, group, ph, source)
         t0 = time.perf_counter()
@@ -442,3 +446,43 @@ def _line(r: Case) -> str:
 def save(rows: list[Case], path: Path) -> None:
     path.write_text(json.dumps({"rows": [asdict(r) for r in rows], "summary": summary(rows)},
                                indent=1))
+
+
+def published_table(decode_context: int = 1024) -> list[dict[str, Any]]:
+    """Every shipped published config at full depth: parameters and active parameters of a
+    prefill capture (meta tensors) against the counts its model card states, and the decode
+    FLOPs per token (``decode_context`` cached tokens, batch 1; MLA absorbed)."""
+    from workloads import hf
+    rows = []
+    for mt, entry in sorted(published().items()):
+        row: dict[str, Any] = {"model_type": mt, "name": entry["name"]}
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                w = hf.workload_from_hf_config(dict(entry["config"]), phase="prefill", batch=1,
+                                               seq=8, use_cache=False)
+                d = hf.workload_from_hf_config(dict(entry["config"]), phase="decode", batch=1,
+                                               context=decode_context, use_cache=False,
+                                               kv_update="in_place")
+            row.update(params=w.params, active_params=w.active_params,
+                       published_params=entry.get("published_params"),
+                       published_active_params=entry.get("published_active_params"),
+                       decode_flops=d.flops)
+        except Exception as exc:
+            row["error"] = f"{type(exc).__name__}: {_short(exc)}"
+        rows.append(row)
+    return rows
+
+
+def print_published(rows: list[dict[str, Any]]) -> None:
+    def b(x):
+        return f"{x / 1e9:8.2f}B" if x else "       -"
+    print(f"{'model_type':<12} {'params':>9} {'published':>9} {'active':>9} {'published':>9} "
+          f"{'decode GFLOP/token':>18}  name")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['model_type']:<12} {r['error']}")
+            continue
+        print(f"{r['model_type']:<12} {b(r['params'])} {b(r['published_params'])} "
+              f"{b(r['active_params'])} {b(r['published_active_params'])} "
+              f"{r['decode_flops'] / 1e9:18.2f}  {r['name']}")

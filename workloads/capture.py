@@ -205,6 +205,8 @@ def _build_graph(ep, dtype: str, free: dict[str, int],
             inputs = _tensor_inputs(node, value)
             val = node.meta.get("val")
             outs = val if isinstance(val, (tuple, list)) else (val,)
+            if kind == "free" and name in _RESHAPES and _reshape_copies(node):
+                kind = ir.DATA_MOVEMENT
             if kind == "free" or (name == "contiguous" and all(
                     isinstance(v, torch.Tensor) and v.is_contiguous() for v in outs)):
                 free[name] = free.get(name, 0) + 1
@@ -294,6 +296,8 @@ def _make_op(node, op_name: str, name: str, kind: str, inputs: list[_Tensor], ou
         out_role = KV
         attrs["kv_append"] = True
         attrs["elements"] = sum(t.numel for t in new)
+        if _strided_inputs(node):
+            attrs["strided_inputs"] = True
     elif name in ("copy_", "copy") and len(inputs) >= 2 and inputs[0].role == KV:
         # In-place update of a cached state (a recurrent state, a conv window): read the
         # source, write the cache.
@@ -352,6 +356,39 @@ def _make_op(node, op_name: str, name: str, kind: str, inputs: list[_Tensor], ou
                activation_bytes_read=int(act_r), activation_bytes_written=int(act_w),
                kv_bytes_read=int(kv_r), kv_bytes_written=int(kv_w), attrs=attrs)
     return op, out_role
+
+
+#: View ops that copy when their input's strides cannot express the new shape.
+_RESHAPES = ("reshape", "flatten", "_reshape_alias", "reshape_as")
+
+
+def _reshape_copies(node) -> bool:
+    """Whether a ``reshape`` must copy: its input's strides cannot be viewed as the output
+    shape (a broadcast K/V repeated to every query head and flattened, as transformers'
+    ``repeat_kv`` does, is materialised)."""
+    src = node.args[0].meta.get("val") if node.args and isinstance(node.args[0], torch.fx.Node) \
+        else None
+    out = node.meta.get("val")
+    if not (isinstance(src, torch.Tensor) and isinstance(out, torch.Tensor)) or not src.numel():
+        return False
+    try:
+        torch.empty_strided(src.shape, src.stride(), device="meta").view(out.shape)
+        return False
+    except RuntimeError:
+        return True
+
+
+def _strided_inputs(node) -> bool:
+    """Whether a ``cat``'s inputs include a strided (non-contiguous) view, as GPT-2's keys and
+    values sliced out of its fused ``c_attn`` output are: PyTorch's CUDA ``cat`` then copies
+    with its scalar kernel instead of its vectorized one (``benchmarks/hf_decode_profile.py``
+    measures the difference)."""
+    tensors = node.args[0] if node.args and isinstance(node.args[0], (list, tuple)) else ()
+    for a in tensors:
+        val = a.meta.get("val") if isinstance(a, torch.fx.Node) else None
+        if isinstance(val, torch.Tensor) and val.numel() and not val.is_contiguous():
+            return True
+    return False
 
 
 def _matmul_attrs(name: str, node, inputs: list[_Tensor]) -> dict[str, Any]:

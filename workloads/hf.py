@@ -725,8 +725,27 @@ def capture_patches(module: nn.Module, phase: str, settings: dict[str, Any] | No
     absorb = phase == "decode" and (settings or ENGINE_KEYS).get("mla") == "absorbed"
     from workloads.hf_inputs import vision_helpers_eager
     with selective_scan_as_one_op(), hf_experts.routed(module), vision_helpers_eager(), (
-            hf_mla.absorbed(module) if absorb else contextlib.nullcontext()):
+            hf_mla.absorbed(module) if absorb else contextlib.nullcontext()), _sdpa_gqa():
         yield
+
+
+@contextlib.contextmanager
+def _sdpa_gqa():
+    """Grouped-query attention through SDPA's ``enable_gqa`` while a module is exported: an
+    eager CUDA run without padding passes no mask and so never repeats K/V per query head,
+    but an export builds the causal mask it cannot prove unneeded, and with a mask transformers
+    would repeat (and so copy) K/V — work the eager run does not do
+    (``TRANSFORMERS_SDPA_FORCE_GQA``, transformers' own switch)."""
+    import os
+    old = os.environ.get("TRANSFORMERS_SDPA_FORCE_GQA")
+    os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TRANSFORMERS_SDPA_FORCE_GQA", None)
+        else:
+            os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = old
 
 
 def capture_prepared(p: Prepared, dtype: str, kv_update: str,

@@ -30,8 +30,9 @@ MAX_LAYERS = 256
 MAX_INT = 2 ** 28
 MAX_POSITIONS = 2 ** 31
 
-#: A width, not a count: ``hidden_size``, ``moe_intermediate_size``, ``head_dim``, ``kv_lora_rank``.
-_WIDTH = re.compile(r"(size|dim|dims|rank|width|channels|features)$")
+#: A width, not a count: ``hidden_size``, ``moe_intermediate_size``, ``head_dim``, ``kv_lora_rank``,
+#: ``vocab_size_per_layer_input``.
+_WIDTH = re.compile(r"(^|_)(size|dim|dims|rank|width|channels|features)($|_)")
 _LAYERS = re.compile(r"(^|_)(layers?|depths?|blocks?|n_layer)($|_)")
 #: A count of experts: ``num_experts``, ``n_routed_experts``, ``num_local_experts``,
 #: ``moe_num_experts``, ``n_shared_experts``, ``num_experts_per_tok`` (a count too).
