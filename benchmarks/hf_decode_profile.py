@@ -268,12 +268,13 @@ def predict_rows(data: dict[str, Any], preset: str | None = None) -> list[dict[s
     preset = preset or DEVICE_PRESETS.get(data["device"].get("name", ""), "h200")
     design = GPU(preset)
     rows = []
-    for rec in data["rows"]:
-        if "kernel_sum_s" not in rec or not rec.get("kernel_sum_s"):
+    for rec in data["rows"]:   # this script's rows, or benchmarks/hf_models.py's decode rows
+        if not rec.get("kernel_sum_s") or rec.get("phase", "decode") != "decode":
             continue
         cfg = data["models"][rec["model"]]
         static = rec["cache"] == "static"
-        context = (rec["max_cache_len"] - 1) if static else int(round(rec["context_profiled"]))
+        context = (rec["max_cache_len"] - 1) if static else int(round(
+            rec.get("context_profiled") or rec["context_profile"]))
         patch = contiguous_updates() if rec["cache"] == "dynamic-contiguous" else None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -289,7 +290,9 @@ def predict_rows(data: dict[str, Any], preset: str | None = None) -> list[dict[s
         r = simulate(w, design)
         appends = {op.name for op in w.ops if op.attrs.get("kv_append")}
         cat_s = sum(o.duration_s for o in r.ops if o.name in appends)
-        measured_cat = sum(k["device_s"] for k in rec["kernels"] if "CatArrayBatchedCopy" in k["kernel"])
+        kernels = rec["kernels"] if isinstance(rec.get("kernels"), list) else [
+            {"kernel": k, "device_s": t} for k, t in rec.get("top_kernels_s", {}).items()]
+        measured_cat = sum(k["device_s"] for k in kernels if "CatArrayBatchedCopy" in k["kernel"])
         rows.append({"model": rec["model"], "cache": rec["cache"], "batch": rec["batch"],
                      "measured_s": rec["kernel_sum_s"], "predicted_s": r.latency_s,
                      "error": r.latency_s / rec["kernel_sum_s"] - 1,
