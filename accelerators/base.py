@@ -353,4 +353,6 @@ class Template(ABC):
         phys = self.physical()
         if phys is not None and phys.memory is not None:
             out["memory"] = phys.memory.to_dict()
+        if phys is not None:   # the chiplet split (chosen to cost least unless pinned)
+            out["dies"], out["die_mm2"] = phys.dies, phys.die_mm2
         return out

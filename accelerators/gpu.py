@@ -35,12 +35,16 @@ Runtime (``runtime``, :mod:`accelerators.gpu_runtime`): ``kernels`` reports devi
 :mod:`accelerators.host_profile`), overlapped with the kernels until the GPU starves: wall
 time; ``cuda_graphs`` one graph launch, then the kernels.
 
-Energy: a dynamic energy per FLOP and per HBM byte such that a chip running its sustained GEMM
-rate, or its achievable copy bandwidth, burns ``tdp_w - idle_power_w`` (x
-``memory_power_fraction`` for the copy) [E; on the H200 the measured split was 680 W under a
-sustained bf16 GEMM and 616 W under a 1 GiB copy loop, 119 W idle with a CUDA context]. The
-per-byte energy is split into the DRAM's own energy (technology table) and the rest (L2, NoC,
-load/store: ``onchip_memory``). ``static_power_w`` is the idle power.
+Energy: built bottom-up from the technology tables, the method every template uses (one
+energy method, docs/validation.md "One energy method"): a tensor-core MAC of the op's dtype plus
+its register-file operand traffic (``RF_BYTES_PER_TENSOR_MAC``), CUDA-core fp32 FMAs and
+element-wise FLOPs with theirs, every DRAM byte at the memory standard's energy and through the
+L2 (``technology.sram_energy_j_per_byte`` of the L2), and the logic the tables do not count at
+``physical.uncounted_logic_w`` for the time each kernel runs. Static power is leakage plus the
+memory's background, as for every template. ``tdp_w`` (the datasheet's board power) is what
+the model's own TDP (``physical().tdp_w``) is validated against; the H200's measured power
+(680 W under a sustained bf16 GEMM, 616 W under a 1 GiB copy loop, 119 W idle with a CUDA
+context) checks the per-op energies (docs/validation.md).
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ from accelerators.gpu_runtime import RUNTIMES, START_TARGET, stream_plan
 from accelerators.host_profile import load_host_profile
 from accelerators.composite import cost_composite
 from accelerators.memory_standards import STANDARD_NAMES, memory_system
-from accelerators.physical import HOST_INTERFACES, Floorplan
+from accelerators.physical import HOST_INTERFACES, MAX_CHIPLETS, Floorplan
 from accelerators.gpu_sparse_attention import MASK_POLICIES, sparse_attention_time
 from dse.errors import BadInput
 from workloads import ir
@@ -107,9 +111,9 @@ PARAMS = (
     Param("memory_device_gb", float, "GB", 0.0, "capacity of each memory device; 0: the "
           "standard's default", 0.0, 128.0),
     Param("l2_bytes", float, "B", 60 * 2**20, "L2 cache", 1e5, 1e10, log=True),
-    Param("tdp_w", float, "W", 700.0, "board power limit", 1.0, 5000.0),
-    Param("idle_power_w", float, "W", 119.0, "power with a CUDA context and no kernel "
-          "running (static power)", 0.0, 2000.0),
+    Param("tdp_w", float, "W", 700.0, "board power limit from the datasheet: what the "
+          "model's own bottom-up TDP is validated against (docs/validation.md); results "
+          "report the model's", 1.0, 5000.0),
     Param("sms_on_die", int, "SMs", 0, "SMs on the die, disabled ones included (area); 0: sms",
           0, 1024),
     Param("tensor_macs_per_sm", int, "MAC/cycle", 2048, "dense fp16 tensor-core multiply-"
@@ -122,6 +126,8 @@ PARAMS = (
     Param("host_interface", str, "", "pcie5x16", "link to the host",
           choices=tuple(HOST_INTERFACES)),
     Param("peer_links", int, "links", 18, "GPU-to-GPU links (NVLink) on the die", 0, 64),
+    Param("chiplets", int, "dies", 1, "logic dies the GPU is built of (fixed silicon: a "
+          "monolithic die 1, B200 2); 0: the count that costs least", 0, MAX_CHIPLETS),
     Param("peer_link_phy_mm2", float, "mm^2", 0.965, "PHY area of one peer link [R LLMCompass "
           "cost model: NVLink 3 1.888, NVLink 4 0.965 mm^2]", 0.0, 100.0),
     Param("other_logic_mm2", float, "mm^2", 0.0, "laid-out logic the SM model leaves out "
@@ -146,8 +152,6 @@ PARAMS = (
           "fraction of the dense peak flash attention's two GEMMs run at", 0.05, 1.0),
     Param("conv_efficiency", float, "", DEFAULT_KNOBS["conv_efficiency"],
           "implicit-GEMM convolution rate relative to a GEMM", 0.01, 1.5),
-    Param("memory_power_fraction", float, "", 0.85, "power of a copy at full bandwidth over "
-          "tdp_w - idle_power_w [E; 0.86 measured on the H200]", 0.05, 1.5),
     Param("calibration", str, "", "", "calibration file: a shipped name (h200) or a path to "
           "a JSON written by `dse calibrate gpu`; empty: datasheet and estimated "
           "efficiencies only"),
@@ -219,7 +223,8 @@ RT_CORE_MM2_45NM = 0.7 / 2 / tech.area_scale(12)
 #:   Infinity Cache (the model's L2: the last level before HBM), 750 W; 320 CUs on the dies,
 #:   128 fp32 lanes and 64 KB LDS + 32 KB L1 per CU, 5 nm compute dies, 7 Infinity Fabric
 #:   links (costed as NVLink 4 PHYs [E]). AMD publishes no die area (press estimates: 8
-#:   compute dies of ~115 mm^2 on 4 I/O dies of ~370 mm^2). The kernel model is CUDA's
+#:   compute dies of ~115 mm^2 on 4 I/O dies of ~370 mm^2): the floorplan is split into its 8
+#:   compute dies (the I/O dies' logic spread over them [E]). The kernel model is CUDA's
 #:   (cuBLAS tiles, flash attention): its efficiencies are [E].
 #:
 #: The graphics dies (``t4``, ``rtx3090``, ``l40s``, ``rtx4090``) carry one RT core per SM on
@@ -231,7 +236,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                  peak_fp32_flops=19.5e12, peak_fp8_flops=0.0, peak_int8_ops=624e12,
                  memory_bandwidth_Bps=2.039e12, memory_capacity_bytes=80e9,
                  memory_kind="hbm2e", memory_devices=5, memory_devices_on_die=6,
-                 memory_device_gb=16, l2_bytes=40 * 2**20, tdp_w=400.0, idle_power_w=50.0,
+                 memory_device_gb=16, l2_bytes=40 * 2**20, tdp_w=400.0,
                  sms_on_die=128, tensor_macs_per_sm=1024, fp32_lanes_per_sm=64,
                  l1_kb_per_sm=192, node_nm=7, host_interface="pcie4x16", peer_links=12,
                  peer_link_phy_mm2=1.888),
@@ -240,32 +245,31 @@ PRESETS: dict[str, dict[str, Any]] = {
                       peak_int8_ops=624e12, memory_bandwidth_Bps=1.555e12,
                       memory_capacity_bytes=40e9, memory_kind="hbm2e", memory_devices=5,
                       memory_devices_on_die=6, memory_device_gb=8, l2_bytes=40 * 2**20,
-                      tdp_w=400.0, idle_power_w=50.0, sms_on_die=128, tensor_macs_per_sm=1024,
+                      tdp_w=400.0, sms_on_die=128, tensor_macs_per_sm=1024,
                       fp32_lanes_per_sm=64, l1_kb_per_sm=192, node_nm=7,
                       host_interface="pcie4x16", peer_links=12, peer_link_phy_mm2=1.888),
     "h100": dict(sms=132, clock_hz=1.98e9, peak_bf16_flops=989e12, peak_fp16_flops=989e12,
                  peak_fp32_flops=67e12, peak_fp8_flops=1979e12, peak_int8_ops=1979e12,
                  memory_bandwidth_Bps=3.35e12, memory_capacity_bytes=80e9,
                  memory_kind="hbm3", memory_devices=5, memory_devices_on_die=6,
-                 memory_device_gb=16, l2_bytes=50 * 2**20, tdp_w=700.0, idle_power_w=100.0,
+                 memory_device_gb=16, l2_bytes=50 * 2**20, tdp_w=700.0,
                  sms_on_die=144, calibration="h200"),
     "h100-pcie": dict(sms=114, clock_hz=1.755e9, peak_bf16_flops=756e12,
                       peak_fp16_flops=756e12, peak_fp32_flops=51e12, peak_fp8_flops=1513e12,
                       peak_int8_ops=1513e12, memory_bandwidth_Bps=2.0e12,
                       memory_capacity_bytes=80e9, memory_kind="hbm2e", memory_devices=5,
                       memory_devices_on_die=6, memory_device_gb=16, l2_bytes=50 * 2**20,
-                      tdp_w=350.0, idle_power_w=60.0, sms_on_die=144, calibration="h200"),
+                      tdp_w=350.0, sms_on_die=144, calibration="h200"),
     "h200": dict(sms=132, clock_hz=1.98e9, peak_bf16_flops=989e12, peak_fp16_flops=989e12,
                  peak_fp32_flops=67e12, peak_fp8_flops=1979e12, peak_int8_ops=1979e12,
                  memory_bandwidth_Bps=4.8e12, memory_capacity_bytes=141e9,
                  memory_kind="hbm3e", memory_devices=6, memory_device_gb=24,
-                 l2_bytes=60 * 2**20, tdp_w=700.0, idle_power_w=119.0, sms_on_die=144,
-                 calibration="h200", memory_power_fraction=0.855),
+                 l2_bytes=60 * 2**20, tdp_w=700.0, sms_on_die=144, calibration="h200"),
     "l40s": dict(sms=142, clock_hz=2.52e9, peak_bf16_flops=362.05e12,
                  peak_fp16_flops=362.05e12, peak_fp32_flops=91.6e12, peak_fp8_flops=733e12,
                  peak_int8_ops=733e12, memory_bandwidth_Bps=864e9, memory_capacity_bytes=48e9,
                  memory_kind="gddr6", memory_devices=0, memory_device_gb=4,
-                 l2_bytes=96 * 2**20, tdp_w=350.0, idle_power_w=35.0, sms_on_die=144,
+                 l2_bytes=96 * 2**20, tdp_w=350.0, sms_on_die=144,
                  tensor_macs_per_sm=512, fp32_lanes_per_sm=128, l1_kb_per_sm=128, node_nm=4,
                  host_interface="pcie4x16", peer_links=0,
                  other_logic_mm2=144 * RT_CORE_MM2_45NM * tech.area_scale(4)),
@@ -273,7 +277,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                peak_fp32_flops=8.1e12, peak_fp8_flops=0.0, peak_int8_ops=130e12,
                memory_bandwidth_Bps=320e9, memory_capacity_bytes=16e9, memory_kind="gddr6",
                memory_devices=8, memory_device_gb=2, l2_bytes=4 * 2**20, tdp_w=70.0,
-               idle_power_w=10.0, sms_on_die=48, tensor_macs_per_sm=512,
+               sms_on_die=48, tensor_macs_per_sm=512,
                fp32_lanes_per_sm=64, l1_kb_per_sm=96, node_nm=12, host_interface="pcie4x16",
                other_logic_mm2=48 * RT_CORE_MM2_45NM * tech.area_scale(12),
                # TU104's one x8 NVLink (used by the RTX 2080, not the T4) is on the die: the
@@ -285,7 +289,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                     peak_fp32_flops=35.6e12, peak_fp8_flops=0.0, peak_int8_ops=284e12,
                     memory_bandwidth_Bps=936e9, memory_capacity_bytes=24e9,
                     memory_kind="gddr6x", memory_devices=12, memory_device_gb=2,
-                    l2_bytes=6 * 2**20, tdp_w=350.0, idle_power_w=30.0, sms_on_die=84,
+                    l2_bytes=6 * 2**20, tdp_w=350.0, sms_on_die=84,
                     tensor_macs_per_sm=512, fp32_lanes_per_sm=128, l1_kb_per_sm=128,
                     node_nm=10, host_interface="pcie4x16", peer_links=4,
                     peer_link_phy_mm2=1.888,
@@ -295,7 +299,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                     peak_fp8_flops=330.3e12, peak_int8_ops=660.6e12,
                     memory_bandwidth_Bps=1008e9, memory_capacity_bytes=24e9,
                     memory_kind="gddr6x", memory_devices=12, memory_device_gb=2,
-                    l2_bytes=72 * 2**20, tdp_w=450.0, idle_power_w=25.0, sms_on_die=144,
+                    l2_bytes=72 * 2**20, tdp_w=450.0, sms_on_die=144,
                     tensor_macs_per_sm=512, fp32_lanes_per_sm=128, l1_kb_per_sm=128,
                     node_nm=4, host_interface="pcie4x16", peer_links=0,
                     other_logic_mm2=144 * RT_CORE_MM2_45NM * tech.area_scale(4)),
@@ -304,9 +308,9 @@ PRESETS: dict[str, dict[str, Any]] = {
                    peak_fp8_flops=2614.9e12, peak_int8_ops=2614.9e12,
                    memory_bandwidth_Bps=5.3e12, memory_capacity_bytes=192e9,
                    memory_kind="hbm3", memory_devices=8, memory_device_gb=24,
-                   l2_bytes=256 * 2**20, tdp_w=750.0, idle_power_w=140.0, sms_on_die=320,
+                   l2_bytes=256 * 2**20, tdp_w=750.0, sms_on_die=320,
                    tensor_macs_per_sm=1024, fp32_lanes_per_sm=128, l1_kb_per_sm=96, node_nm=5,
-                   host_interface="pcie5x16", peer_links=7),
+                   host_interface="pcie5x16", peer_links=7, chiplets=8),
     # B200 (HGX B200, SXM, 1000 W): dense (no sparsity) fp16/bf16 2.25 PFLOP/s, fp8 and int8
     # 4.5 P, 8 TB/s of HBM3e, 180 GB per GPU usable (1.44 TB per 8-GPU board; eight 24 GB
     # stacks), 18 NVLink 5 links [D: NVIDIA HGX B200 datasheet]; fp32 75 TFLOP/s = 148 SMs x
@@ -320,9 +324,9 @@ PRESETS: dict[str, dict[str, Any]] = {
                  peak_fp32_flops=75e12, peak_fp8_flops=4.5e15, peak_int8_ops=4.5e15,
                  memory_bandwidth_Bps=8.0e12, memory_capacity_bytes=180e9,
                  memory_kind="hbm3e", memory_devices=8, memory_device_gb=24, l2_bytes=126e6,
-                 tdp_w=1000.0, idle_power_w=150.0, sms_on_die=160, tensor_macs_per_sm=4096,
+                 tdp_w=1000.0, sms_on_die=160, tensor_macs_per_sm=4096,
                  fp32_lanes_per_sm=128, l1_kb_per_sm=256, node_nm=4,
-                 host_interface="pcie5x16", peer_links=18),
+                 host_interface="pcie5x16", peer_links=18, chiplets=2),
 }
 
 #: The preset of each device name torch reports (``torch.cuda.get_device_properties().name``):
@@ -361,6 +365,16 @@ LATENCY_MEANING = {
 
 #: Register file per SM, B [D: 64K 32-bit registers per SM since Volta].
 REGISTER_FILE_BYTES_PER_SM = 256 * 1024
+#: Register-file bytes per tensor-core MAC: an m16n8k16 fp16 MMA (2,048 MACs) reads A (16 x 16
+#: x 2 B), B (16 x 8 x 2 B) and C (16 x 8 x 4 B) and writes D (16 x 8 x 4 B) [D NVIDIA PTX ISA,
+#: mma.m16n8k16] = 1,792 B; from the 64 KiB register file of one of an SM's four
+#: sub-partitions (256 KiB per SM [D]), read a bank at a time (``tech.sram_energy_j_per_byte``).
+RF_BYTES_PER_TENSOR_MAC = 1792 / 2048
+RF_BANK_BYTES = 64 * 1024
+#: Register-file bytes per CUDA-core fp32 FMA (three 4-byte operands read, one written) and
+#: per element-wise FLOP (two read, one written) [E, from the instruction's operands].
+RF_BYTES_PER_FP32_FMA = 16
+RF_BYTES_PER_VECTOR_OP = 12
 #: The rest of an SM apart from its tensor and fp32 datapaths and its register file and L1
 #: (schedulers, dispatch, operand collectors, load/store, special-function, texture, integer
 #: and fp64 units, crossbars), mm^2 at 45 nm, scaled to the node by ``technology.area_scale``
@@ -378,7 +392,7 @@ SM_BASE_MM2_45NM = 31.35
 #: [fitted with ``physical.CONTROL_OVERHEAD`` on the published dies (the GPUs' set it):
 #: ``dse.calibrate.physical_fit.fit``]. It is smaller than an npu's because an SM, unlike a
 #: systolic array, is counted with its control.
-GPU_CONTROL_OVERHEAD = 0.902
+GPU_CONTROL_OVERHEAD = 0.891
 
 _MEMORY_KINDS = (ir.ELEMENTWISE, ir.NORM, ir.SOFTMAX, ir.REDUCTION, ir.EMBEDDING,
                  ir.DATA_MOVEMENT, ir.UNKNOWN, ir.HASHGRID)
@@ -489,9 +503,14 @@ class GPU(Template):
             fitted, memory_ops = transfer_knobs(fitted, mops, calibration_chip(cal) or chip,
                                                 chip)
             knobs.update(fitted)
+        preset = self.PRESETS.get(self.preset) or {}
         for name in KNOB_PARAMS:  # a parameter set by hand or by a preset beats the file
-            if cal is None or name in explicit or name in (self.PRESETS.get(self.preset) or {}):
+            if cal is None or name in explicit or name in preset:
                 knobs[name] = float(hw[name])
+        if cal is None and not {"bandwidth_efficiency"} & (explicit | set(preset)):
+            # uncalibrated: a copy streams at the memory standard's sustained share, the rule
+            # every template's DRAM follows (memory_standards.SUSTAINED_FRACTION)
+            knobs["bandwidth_efficiency"] = self.memory.standard.sustained_fraction
         if cal is None or "launch_overhead_s" in explicit:
             shift = float(hw.launch_overhead_s) - knobs["mem_floor_s"]
             for name in _FIXED_TIMES:
@@ -509,8 +528,6 @@ class GPU(Template):
             return ("hw.memory_capacity_bytes", hw.memory_capacity_bytes,
                     f"expected at most the {self.memory.capacity_bytes / 1e9:g} GB of "
                     f"{self.memory.devices} {hw.memory_kind} {self.memory.standard.device}s")
-        if hw.idle_power_w >= hw.tdp_w:
-            return ("hw.idle_power_w", hw.idle_power_w, f"expected less than tdp_w={hw.tdp_w:g}")
         if hw.calibration:
             load_calibration(hw.calibration)
         if hw.runtime != "kernels" and not hw.host_profile:
@@ -523,22 +540,29 @@ class GPU(Template):
 
     # ------------------------------------------------------------------------ rates / energy
     def _energy_model(self) -> dict[str, Any]:
-        """Dynamic J/FLOP per dtype and J/B (DRAM share and on-chip share)."""
-        hw = self.hw
-        dynamic_w = hw.tdp_w - hw.idle_power_w
-        per_flop = {d: dynamic_w / self.model.sustained_flops(d) for d in DTYPE_BYTES}
-        per_byte = dynamic_w * hw.memory_power_fraction / self.model.copy_Bps
-        dram = self.memory.energy_j_per_byte
-        return {"flop": per_flop, "byte": per_byte, "dram": min(dram, per_byte),
-                "onchip": max(0.0, per_byte - dram)}
+        """Dynamic J per FLOP of each datapath (tensor-core dtypes, ``fp32`` on the CUDA
+        cores, ``vector`` for element-wise work), J per DRAM byte, J per L2 byte, and the
+        power of the logic the tables do not count (charged per second of kernel time)."""
+        node = self.hw.node_nm
+        rf_j = tech.sram_energy_j_per_byte(RF_BANK_BYTES, node)
+        per_flop = {d: (tech.mac_energy_j(d, node) + RF_BYTES_PER_TENSOR_MAC * rf_j) / 2
+                    for d in DTYPE_BYTES if d != "fp32"}
+        per_flop["fp32"] = (tech.mac_energy_j("fp32", node) + RF_BYTES_PER_FP32_FMA * rf_j) / 2
+        per_flop["vector"] = (tech.vector_op_energy_j("fp32", node)
+                              + RF_BYTES_PER_VECTOR_OP * rf_j)
+        return {"flop": per_flop, "dram": self.memory.energy_j_per_byte,
+                "l2": tech.sram_energy_j_per_byte(self.hw.l2_bytes, node),
+                "active_w": self.physical().active_w}
 
     def energy_per_flop_j(self, dtype: str = "bf16") -> float:
-        """Dynamic energy of one FLOP in ``dtype``, J."""
+        """Dynamic energy of one FLOP in ``dtype`` on its datapath, J (the uncounted logic,
+        charged per second, apart)."""
         return self._energy["flop"][dtype]
 
     def energy_per_byte_j(self) -> float:
-        """Dynamic energy of one DRAM byte moved by a kernel (DRAM + on-chip share), J/B."""
-        return self._energy["byte"]
+        """Dynamic energy of one DRAM byte moved by a kernel (DRAM and one pass through the
+        L2), J/B."""
+        return self._energy["dram"] + self._energy["l2"]
 
     # ----------------------------------------------------------------------------- cost
     def cost(self, op: Op) -> OpCost:
@@ -602,14 +626,14 @@ class GPU(Template):
             bound = "memory"
         lat = max(lat, nbytes / self.hw.memory_bandwidth_Bps)
         e = self._energy
-        flop_dtype = dtype if op.kind in (ir.MATMUL, ir.CONV, ir.ATTENTION,
-                                          ir.SPARSE_ATTENTION) else "fp32"
+        tensor = op.kind in (ir.MATMUL, ir.CONV, ir.ATTENTION, ir.SPARSE_ATTENTION)
+        path = self.model.chip.datapath(dtype) if tensor else "vector"
         out = OpCost(
             unit="sm", latency_s=lat, compute_s=min(comp, lat), clock_hz=self.hw.clock_hz,
             traffic={"hbm": nbytes}, bytes_by_level={"hbm": nbytes, "l2": l2_bytes},
-            energy_j={"compute": flops * e["flop"][flop_dtype],
+            energy_j={"compute": flops * e["flop"][path] + e["active_w"] * lat,
                       "offchip_memory": nbytes * e["dram"],
-                      "onchip_memory": nbytes * e["onchip"]},
+                      "onchip_memory": l2_bytes * e["l2"]},
             bound=bound, details=details)
         self._cache[key] = out
         return out
@@ -645,28 +669,34 @@ class GPU(Template):
         systolic-class PEs, fp32 lanes, the register file and L1), ``other_logic_mm2`` and the
         PHYs of memory sites left empty, with ``GPU_CONTROL_OVERHEAD``; the L2 as SRAM; memory
         PHYs for every filled site and the peer-link (NVLink) PHYs as link PHYs (no control
-        overhead). Power is the datasheet's: ``tdp_w`` at full load and ``idle_power_w`` idle
-        (memory included)."""
+        overhead). Power bottom-up, as every template's: every enabled SM's tensor MACs busy
+        each cycle in fp16 with their register-file operands, the L2 passing the memory's full
+        bandwidth, leakage of the logic and SRAM (``physical.assess`` adds the memory, the
+        uncounted logic at ``clock_hz`` and the memory's background)."""
         hw = self.hw
         node, sms = hw.node_nm, hw.sms_on_die or hw.sms
+        sm_sram = REGISTER_FILE_BYTES_PER_SM + hw.l1_kb_per_sm * 1024
         sm = (SM_BASE_MM2_45NM * tech.area_scale(node)
               + hw.tensor_macs_per_sm * tech.pe_area_mm2("fp16", node)
               + hw.fp32_lanes_per_sm * tech.pe_area_mm2("fp32", node)
-              + tech.sram_area_mm2(REGISTER_FILE_BYTES_PER_SM + hw.l1_kb_per_sm * 1024, node))
+              + tech.sram_area_mm2(sm_sram, node))
         mem = self.memory
-        mem_w = mem.bandwidth_Bps * mem.energy_j_per_byte
         phys_on_die = hw.memory_devices_on_die or mem.devices
         extra_phy = (phys_on_die - mem.devices) * mem.standard.phy_area_mm2
-        return Floorplan(node_nm=node, compute_mm2=sms * sm + extra_phy + hw.other_logic_mm2,
+        compute = sms * sm + extra_phy + hw.other_logic_mm2
+        rf_j = tech.sram_energy_j_per_byte(RF_BANK_BYTES, node)
+        tensor_w = hw.sms * hw.tensor_macs_per_sm * hw.clock_hz * (
+            tech.mac_energy_j("fp16", node) + RF_BYTES_PER_TENSOR_MAC * rf_j)
+        l2_w = mem.bandwidth_Bps * tech.sram_energy_j_per_byte(hw.l2_bytes, node)
+        logic = (1 + GPU_CONTROL_OVERHEAD) * compute - tech.sram_area_mm2(sms * sm_sram, node)
+        return Floorplan(node_nm=node, compute_mm2=compute,
                          sram_mm2=tech.sram_area_mm2(hw.l2_bytes, node),
-                         peak_dynamic_w=max(0.0, hw.tdp_w - hw.idle_power_w - mem_w),
-                         leakage_w=max(0.0, hw.idle_power_w - mem.static_w), memory=mem,
-                         host_interface=hw.host_interface,
+                         peak_dynamic_w=tensor_w + l2_w,
+                         leakage_w=tech.leakage_w(logic, sms * sm_sram + hw.l2_bytes, node),
+                         memory=mem, host_interface=hw.host_interface,
                          control_overhead=GPU_CONTROL_OVERHEAD,
-                         link_phy_mm2=hw.peer_links * hw.peer_link_phy_mm2)
-
-    def static_power_w(self) -> float:
-        return self.hw.idle_power_w
+                         link_phy_mm2=hw.peer_links * hw.peer_link_phy_mm2, dies=hw.chiplets,
+                         clock_hz=hw.clock_hz)
 
     def memory_capacity_bytes(self) -> float:
         return self.hw.memory_capacity_bytes

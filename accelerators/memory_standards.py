@@ -28,9 +28,20 @@ repository's model, [E] estimate (the docstring says from what).
   (I/O ~0.9, core ~3.0), DDR4 ~15, LPDDR4 ~4.5; GDDR6 7.5 and GDDR6X 7.25 pJ/bit [D Micron
   GDDR6X product brief]; DDR3 20 pJ/bit [P Horowitz ISSCC 2014: 1.3-2.6 nJ per 64 bits];
   the rest [E] from the trend (each HBM generation ~10-20 % lower per bit).
-* Price per GB [R LLMCompass: DDR5 $2.4, HBM $7, DRAMeXchange spot, Oct 2023]; other
-  standards [E] relative to those (GDDR ~1.3x DDR5, LPDDR ~1.5x, HBM3/3E 1.4-1.7x HBM2E as
-  reported for 2024 contract prices).
+* Price per GB [R LLMCompass: DDR5 $2.4, DRAMeXchange spot, Oct 2023]; HBM3 and HBM3E ~$15
+  [S: the 2023 H100 bill-of-materials estimate republished by the press ($1,500 for 80 GB of
+  HBM3 at ~$15/GB) and Silicon Analysts' cost bridge (Feb. 2026: H100 $1,400 for 80 GB of
+  HBM3, B200 ~$2,900 for 192 GB of HBM3E), both on Raymond James / Epoch AI estimates;
+  LLMCompass's $7 is a spot price, not what a GPU vendor pays under contract]; HBM2E $12 and
+  HBM2 $10 [E, older generations below HBM3]; other standards [E] relative to DDR5 (GDDR
+  ~1.3x, LPDDR ~1.5x).
+* Sustained bandwidth [measured / E]: the share of the pins' peak a large streaming transfer
+  reaches, one rule per standard for every template (``MemoryStandard.sustained_fraction``,
+  ``MemorySystem.sustained_bandwidth_Bps``): HBM 0.886, what a 1 GiB device copy reached on
+  this project's H200 (HBM3E; ``calibration/h200.json``, ``bandwidth_efficiency``), taken for
+  every HBM generation [E]; GDDR 0.85 [E: refresh, read/write turnaround and bank conflicts
+  as in HBM, with fewer channels to hide them]; DDR and LPDDR 0.80 [E: STREAM results on DDR4
+  and DDR5 servers reach 75-85 % of their peak].
 * Static power per device [E]: DRAM background (refresh, standby) plus PHY idle: ~2 W per
   HBM stack, ~0.5 W per GDDR chip or DDR channel, ~0.1 W per LPDDR device.
 * Most devices one package takes [D/E]: 8 HBM stacks (MI300X, B200 on CoWoS), 16 GDDR chips
@@ -73,6 +84,7 @@ class MemoryStandard:
     static_w: float                 #: background + PHY idle power per device, W
     on_interposer: bool = False     #: needs a 2.5-D interposer next to the logic die
     footprint_mm2: float = 0.0      #: package area a device takes on the interposer, mm^2
+    sustained_fraction: float = 1.0  #: share of the peak a streaming transfer sustains
 
     @property
     def bandwidth_Bps(self) -> float:
@@ -90,10 +102,20 @@ class MemoryStandard:
         return self.controller_mtr / CONTROLLER_REFERENCE_DENSITY_MTR_MM2 * node_scale
 
 
+#: Share of the pins' peak a streaming transfer sustains, per family of standards (see the
+#: module docstring: HBM measured on an H200, the others [E]).
+SUSTAINED_FRACTION = {"hbm": 0.886, "gddr": 0.85, "lpddr": 0.80, "ddr": 0.80}
+
+
+def _family(name: str) -> str:
+    return next(f for f in ("hbm", "gddr", "lpddr", "ddr") if name.startswith(f))
+
+
 def _std(name, device, bits, rate, caps, default, phy, ctrl, shore, phy_pj, core_pj, price,
          max_dev, static, interposer=False, footprint=0.0) -> MemoryStandard:
     return MemoryStandard(name, device, bits, rate, caps, default, phy, ctrl, shore, phy_pj,
-                          core_pj, price, max_dev, static, interposer, footprint)
+                          core_pj, price, max_dev, static, interposer, footprint,
+                          SUSTAINED_FRACTION[_family(name)])
 
 
 _DDR_PHY = 2 * 1.45       # x64 channel = two DDR5 32-bit PHY units [R]
@@ -130,14 +152,14 @@ MEMORY_STANDARDS: dict[str, MemoryStandard] = {s.name: s for s in (
          4.0, 12, 0.5),
     _std("gddr7", "chip", 32, 32.0, (2, 3), 2, _X32_PHY_GDDR, _X32_CTRL, 4.5, 3.5, 2.5, 5.0,
          16, 0.5),
-    _std("hbm2", "stack", 1024, 2.4, (4, 8), 8, _HBM_PHY, _HBM_CTRL, 8.5, 0.9, 3.0, 7.0, 8,
+    _std("hbm2", "stack", 1024, 2.4, (4, 8), 8, _HBM_PHY, _HBM_CTRL, 8.5, 0.9, 3.0, 10.0, 8,
          2.0, True, 7.75 * 11.87),
-    _std("hbm2e", "stack", 1024, 3.6, (8, 16), 16, _HBM_PHY, _HBM_CTRL, 8.5, 0.8, 2.7, 7.0,
+    _std("hbm2e", "stack", 1024, 3.6, (8, 16), 16, _HBM_PHY, _HBM_CTRL, 8.5, 0.8, 2.7, 12.0,
          8, 2.0, True, 7.75 * 11.87),
     _std("hbm3", "stack", 1024, 6.4, (16, 24), 16, _HBM_PHY, _HBM_CTRL, 11.0, 0.7, 2.3,
-         10.0, 8, 2.0, True, 11.0 * 11.0),
+         15.0, 8, 2.0, True, 11.0 * 11.0),
     _std("hbm3e", "stack", 1024, 9.6, (24, 36), 24, _HBM_PHY, _HBM_CTRL, 11.0, 0.65, 2.1,
-         12.0, 8, 2.0, True, 11.0 * 11.0),
+         15.0, 8, 2.0, True, 11.0 * 11.0),
 )}
 
 STANDARD_NAMES = tuple(MEMORY_STANDARDS)
@@ -169,6 +191,12 @@ class MemorySystem:
     @property
     def peak_bandwidth_Bps(self) -> float:
         return self.devices * self.standard.bandwidth_Bps
+
+    @property
+    def sustained_bandwidth_Bps(self) -> float:
+        """What a streaming transfer sustains at the interface's ``bandwidth_Bps``: the
+        standard's ``sustained_fraction`` of it (one rule for every template)."""
+        return self.bandwidth_Bps * self.standard.sustained_fraction
 
     @property
     def price_usd(self) -> float:

@@ -39,12 +39,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 import networkx as nx
 
 from accelerators import hashgrid_cost as hc
-from accelerators import technology as tech
+from accelerators import physical, technology as tech
 from accelerators.base import OpCost, Param, Resources, Template
 from accelerators.capacity import capacity_problem
 from accelerators.composite import cost_composite
@@ -310,7 +311,8 @@ class NGPC(Template):
             unit="encoder", latency_s=max(compute_s, mem_s), compute_s=compute_s,
             clock_hz=hw.clock_hz, traffic={"dram": dram} if dram else {},
             bytes_by_level={"grid_sram": e.sram_bytes * nfps, "dram": dram},
-            energy_j={"compute": int_j + e.flops * nfps / 2 * self._mac_j,
+            energy_j={"compute": int_j + e.flops * nfps / 2 * self._mac_j
+                      + self._active_w["encoder"] * max(compute_s, mem_s),
                       "onchip_memory": e.sram_bytes * nfps * self._grid_j,
                       "offchip_memory": dram * self._dram_j},
             bound="memory" if mem_s > compute_s else "compute")
@@ -338,7 +340,8 @@ class NGPC(Template):
             clock_hz=hw.clock_hz, traffic={"dram": dram} if dram else {},
             bytes_by_level={"register": macs * (3 * self._b + 8), "mlp_buffer": buffer_bytes,
                             "dram": dram},
-            energy_j={"compute": macs * self._mac_j,
+            energy_j={"compute": macs * self._mac_j
+                      + self._active_w["mlp"] * max(compute_s, mem_s),
                       "onchip_memory": buffer_bytes * self._buffer_j
                       + macs * (3 * self._b + 8) * self._reg_j,
                       "offchip_memory": dram * self._dram_j},
@@ -371,7 +374,8 @@ class NGPC(Template):
         return OpCost(unit="encoder", latency_s=compute_s, compute_s=compute_s,
                       clock_hz=hw.clock_hz,
                       bytes_by_level={"register": elements * 3 * self._b},
-                      energy_j={"compute": elements * self._vec_j,
+                      energy_j={"compute": elements * self._vec_j
+                                + self._active_w["encoder"] * compute_s,
                                 "onchip_memory": elements * 3 * self._b * self._reg_j},
                       bound="compute")
 
@@ -426,10 +430,28 @@ class NGPC(Template):
                 INTERP_MACS_PER_LANE * tech.mac_energy_j("fp16", node)
                 + 2 * DTYPE_BYTES[hw.dtype] * tech.sram_energy_j_per_byte(self._sram_bytes, node)))
         gpu = self.gpu.floorplan()
-        return replace(gpu, compute_mm2=gpu.compute_mm2 + logic_mm2,
-                       sram_mm2=gpu.sram_mm2 + sram_mm2,
+        logic = gpu.compute_mm2 + logic_mm2
+        return replace(gpu, compute_mm2=logic, sram_mm2=gpu.sram_mm2 + sram_mm2,
                        peak_dynamic_w=gpu.peak_dynamic_w + per_cycle_j * hw.clock_hz,
-                       leakage_w=gpu.leakage_w + tech.leakage_w(logic_mm2, sram_bytes, node))
+                       leakage_w=gpu.leakage_w + tech.leakage_w(logic_mm2, sram_bytes, node),
+                       dies=0,   # a new chip: split into the dies that cost least
+                       # the GPU's and the cluster's logic at their own clocks
+                       clock_hz=(gpu.clock_hz * gpu.compute_mm2 + hw.clock_hz * logic_mm2)
+                       / logic)
+
+    @cached_property
+    def _active_w(self) -> dict[str, float]:
+        """Uncounted-logic power of the cluster's two units (the GPU's kernels pay the GPU's
+        own), W: the cluster's logic at the GPU die's control overhead and the cluster clock,
+        split between the encoding engine (hash, interpolation and vector lanes) and the MLP
+        array by their counted logic."""
+        hw, parts = self.hw, self.nfp_area_breakdown_mm2()
+        enc = parts["hash_lanes"] + parts["interp_lanes"] + parts["vector_lanes"]
+        mlp = parts["mlp_array"]
+        logic = self.cluster_area_mm2() - (parts["grid_sram"] + parts["mlp_buffer"]) * hw.nfps
+        w = physical.uncounted_logic_w(logic * (1 + self.gpu.floorplan().control_overhead),
+                                       hw.clock_hz, hw.node_nm)
+        return {"encoder": w * enc / (enc + mlp), "mlp": w * mlp / (enc + mlp)}
 
     def memory_capacity_bytes(self) -> float:
         return self.gpu.memory_capacity_bytes()

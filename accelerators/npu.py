@@ -26,7 +26,7 @@ from accelerators import systolic, technology as tech
 from accelerators.base import OpCost, Param, Resources, Template
 from accelerators.composite import cost_composite
 from accelerators.memory_standards import STANDARD_NAMES, MemorySystem, memory_system
-from accelerators.physical import HOST_INTERFACES, Floorplan, control_mm2
+from accelerators.physical import HOST_INTERFACES, MAX_CHIPLETS, Floorplan, control_mm2
 from dse.errors import BadInput, InfeasibleDesign
 from workloads import ir
 from workloads.gna import op_tiles
@@ -94,6 +94,9 @@ PARAMS = (
     Param("vector_lanes", int, "lanes", 1024, "vector-unit elements per cycle (softmax, norm, "
           "elementwise, reductions, data movement)", 1, 65536, log=True),
     Param("node_nm", int, "nm", 7, "process node", choices=tech.NODES_NM),
+    Param("chiplets", int, "dies", 0, "logic dies the design is split into (each within the "
+          "reticle, joined on an interposer by die-to-die links); 0: the count that costs "
+          "least (shown in results as dies)", 0, MAX_CHIPLETS),
 )
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -108,7 +111,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # 24 MiB Unified Buffer (activations) -> ifmap, 4 MiB of 32-bit accumulators -> ofmap,
     # weight FIFO of four 64 KiB tiles -> filter, 8 GiB DDR3 at 34 GB/s (two DDR3-2133
     # channels of 4 GB), 256-wide activation pipeline -> vector lanes.
-    "tpu-v1-like": dict(rows=256, cols=256, dataflow="ws", arrays=1, clock_hz=7.0e8,
+    "tpu-v1-like": dict(chiplets=1, rows=256, cols=256, dataflow="ws", arrays=1, clock_hz=7.0e8,
                         dtype="int8", ifmap_sram_kb=24576, filter_sram_kb=256,
                         ofmap_sram_kb=4096, dram_bandwidth_Bps=3.4e10, dram="ddr3",
                         vector_lanes=256, node_nm=28),
@@ -120,12 +123,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     # photos; the template runs them at the standard's 2.4 Gb/s, 1.23 TB/s) [E]; the 32 MiB
     # split 16 / 8 / 8 MiB over ifmap / filter / ofmap [E]; a PCIe 3 x16 host link, the PCIe 4
     # PHY standing in [E]. Not modelled: its four ICI links.
-    "tpu-v2": dict(rows=128, cols=128, dataflow="ws", arrays=2, clock_hz=7.0e8, dtype="bf16",
+    "tpu-v2": dict(chiplets=1, rows=128, cols=128, dataflow="ws", arrays=2, clock_hz=7.0e8, dtype="bf16",
                    ifmap_sram_kb=16384, filter_sram_kb=8192, ofmap_sram_kb=8192, dram="hbm2",
                    dram_devices=4, dram_device_gb=4, vector_lanes=2048, node_nm=16),
     # TPUv3 [P same sources: 16 nm, 940 MHz, two TensorCores of two 128x128 MXUs, 32 MiB on
     # chip, 32 GiB HBM at 900 GB/s]; four 8-GB HBM2 stacks [E], the rest as TPUv2.
-    "tpu-v3": dict(rows=128, cols=128, dataflow="ws", arrays=4, clock_hz=9.4e8, dtype="bf16",
+    "tpu-v3": dict(chiplets=1, rows=128, cols=128, dataflow="ws", arrays=4, clock_hz=9.4e8, dtype="bf16",
                    ifmap_sram_kb=16384, filter_sram_kb=8192, ofmap_sram_kb=8192, dram="hbm2",
                    dram_devices=4, dram_device_gb=8, vector_lanes=2048, node_nm=16),
     # TPUv4i [P Jouppi et al., ISCA 2021: 7 nm, 1,050 MHz, one TensorCore of four 128x128 bf16
@@ -133,7 +136,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # GB/s = two 4-GB stacks at 2.4 Gb/s, TDP 175 W]; CMEM and vector memory taken as ifmap
     # and filter 64 MiB each and ofmap 16 MiB [E]; one 128 x 8 vector unit; host PCIe [E].
     # Not modelled: its two ICI links.
-    "tpu-v4i": dict(rows=128, cols=128, dataflow="ws", arrays=4, clock_hz=1.05e9,
+    "tpu-v4i": dict(chiplets=1, rows=128, cols=128, dataflow="ws", arrays=4, clock_hz=1.05e9,
                     dtype="bf16", ifmap_sram_kb=65536, filter_sram_kb=65536,
                     ofmap_sram_kb=16384, dram="hbm2", dram_devices=2, dram_device_gb=4,
                     vector_lanes=1024, node_nm=7),
@@ -155,7 +158,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # 52.4 TFLOP/s) [E]; shared SRAM as ifmap + filter, local memories as ofmap [E]; eight
     # x32 LPDDR5 devices of 8 GB, run at the standard's 6.4 Gb/s (205 GB/s) [E]; a 512-bit
     # SIMD unit per PE (32 fp16 lanes) [E]; the PCIe 4 x16 PHY stands in for x8 [E].
-    "mtia-v1": dict(rows=32, cols=16, dataflow="ws", arrays=64, clock_hz=8.0e8, dtype="fp16",
+    "mtia-v1": dict(chiplets=1, rows=32, cols=16, dataflow="ws", arrays=64, clock_hz=8.0e8, dtype="fp16",
                     ifmap_sram_kb=65536, filter_sram_kb=65536, ofmap_sram_kb=8192,
                     dram="lpddr5", dram_devices=8, dram_device_gb=8, vector_lanes=2048,
                     node_nm=7),
@@ -173,7 +176,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # and the HBM2_8Gb_x128 device]; node 7 nm [E: TPUv4's, whose eight 128x128 MXUs it
     # mirrors; at 22 nm its arrays alone would take 360 mm^2, ~2,400 mm^2 of die with what an
     # npu leaves uncounted (physical.CONTROL_OVERHEAD)].
-    "neupims-npu": dict(rows=128, cols=128, dataflow="ws", arrays=8, clock_hz=1.0e9,
+    "neupims-npu": dict(chiplets=1, rows=128, cols=128, dataflow="ws", arrays=8, clock_hz=1.0e9,
                         dtype="bf16", ifmap_sram_kb=512, filter_sram_kb=512, ofmap_sram_kb=1024,
                         dram_bandwidth_Bps=1.024e12, dram="hbm2", vector_lanes=1024,
                         node_nm=7),
@@ -265,9 +268,18 @@ class NPU(Template):
                                                   hw.dram_bandwidth_Bps)
         # plain attributes: read on every cost() call
         self._rows, self._cols, self._arrays, self._df = hw.rows, hw.cols, hw.arrays, hw.dataflow
-        self._clock, self._bw, self._lanes = hw.clock_hz, self.memory.bandwidth_Bps, hw.vector_lanes
+        # DRAM streams at the standard's sustained share of the interface (one rule for every
+        # template, memory_standards.SUSTAINED_FRACTION)
+        self._clock, self._lanes = hw.clock_hz, hw.vector_lanes
+        self._bw = self.memory.sustained_bandwidth_Bps
         self._caps = {p: v / 2 for p, v in self._sram_bytes.items()}   # double buffering
-        self._dram_j = self.physical().memory_energy_j_per_byte
+        phys = self.physical()
+        self._dram_j = phys.memory_energy_j_per_byte
+        # the logic the energy tables do not count, charged per unit for the time it is busy
+        # (physical.uncounted_logic_w), split by the units' counted logic
+        pe_mm2, lane_mm2 = self._unit_logic_mm2()
+        self._active_w = {"array": phys.active_w * pe_mm2 / (pe_mm2 + lane_mm2),
+                          "vector": phys.active_w * lane_mm2 / (pe_mm2 + lane_mm2)}
         self._problem = self._scratchpad_problem()
         self._cache: dict[tuple, OpCost] = {}
 
@@ -504,6 +516,8 @@ class NPU(Template):
         drain_bytes = min(drain_bytes, dram_bytes - fill_bytes)
         overlap_s = (dram_bytes - fill_bytes - drain_bytes) / bw
         latency_s = fill_bytes / bw + max(busy_s, overlap_s) + drain_bytes / bw
+        active_w = self._active_w[unit] + sum(self._active_w[u] for u in also_holds)
+        compute_j = compute_j + active_w * latency_s
         return OpCost(
             unit=unit, latency_s=latency_s, compute_s=compute_s, clock_hz=clock,
             traffic={"dram": dram_bytes},
@@ -526,8 +540,7 @@ class NPU(Template):
         hw, b = self.hw, DTYPE_BYTES[self.hw.dtype]
         node = hw.node_nm
         pes = hw.rows * hw.cols * hw.arrays
-        compute = (pes * tech.pe_area_mm2(hw.dtype, node) + VECTOR_LANE_AREA_PER_MAC
-                   * hw.vector_lanes * tech.mac_area_mm2(hw.dtype, node))
+        compute = sum(self._unit_logic_mm2())
         sram_bytes = sum(self._sram_bytes.values())
         sram = tech.sram_area_mm2(sram_bytes, node)
         sram_j = self._sram_j
@@ -541,4 +554,12 @@ class NPU(Template):
                          peak_dynamic_w=per_cycle_j * hw.clock_hz,
                          leakage_w=tech.leakage_w(compute + control_mm2(compute, sram),
                                                   sram_bytes, node),
-                         memory=self.memory, host_interface=hw.host_interface)
+                         memory=self.memory, host_interface=hw.host_interface,
+                         dies=hw.chiplets, clock_hz=hw.clock_hz)
+
+    def _unit_logic_mm2(self) -> tuple[float, float]:
+        """Counted logic of the arrays' PEs and of the vector lanes, mm^2."""
+        hw = self.hw
+        return (hw.rows * hw.cols * hw.arrays * tech.pe_area_mm2(hw.dtype, hw.node_nm),
+                VECTOR_LANE_AREA_PER_MAC * hw.vector_lanes * tech.mac_area_mm2(hw.dtype,
+                                                                               hw.node_nm))

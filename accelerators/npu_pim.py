@@ -52,7 +52,8 @@ from accelerators.npu import NPU, PRESETS as NPU_PRESETS, PARAMS as NPU_PARAMS
 from accelerators.npu import VECTOR_OPS_PER_ELEMENT
 from accelerators.physical import Floorplan
 from accelerators.pim import (PART, attend_gemv, attention_dims, bank_params, bank_problem,
-                              capacity_problem, geometry, logits_gemv, pim_memory,
+                              capacity_problem, geometry, logits_gemv, pim_logic,
+                              pim_memory, pim_peak_w, PimLogic,
                               split_attention, timing_of, timing_params)
 from dse.errors import DSEError, InfeasibleDesign
 from workloads import ir
@@ -66,9 +67,6 @@ KV_CHANNELS = "kv_channels"
 _NPU_KEYS = tuple(p.name for p in NPU_PARAMS
                   if p.name not in ("dram_bandwidth_Bps", "dram", "dram_devices", "dram_device_gb"))
 _NPU_DEFAULTS = {k: v for k, v in NPU_PRESETS["neupims-npu"].items() if k in _NPU_KEYS}
-
-#: Area of the in-DRAM PIM logic per MAC relative to a MAC at ``pim_node_nm`` [E, as ``pim``].
-PIM_UNIT_AREA_FACTOR = 2.0
 
 PARAMS = (
     *(Param(p.name, p.type, p.unit, _NPU_DEFAULTS.get(p.name, p.default), "NPU: " + p.description,
@@ -128,10 +126,12 @@ class NeuPIMs(Template):
         self._b = DTYPE_BYTES[hw.dtype]
         self.timing = timing_of(hw, hw.pim_clock_hz)
         self.geom = geometry(hw, self._b)
-        self.bandwidth_Bps = hw.channels * self.timing.channel_bandwidth_Bps
+        self.pin_Bps = hw.channels * self.timing.channel_bandwidth_Bps
         self.npu = NPU(None, **{k: hw[k] for k in _NPU_KEYS},
-                       dram_bandwidth_Bps=self.bandwidth_Bps, dram="hbm2")
+                       dram_bandwidth_Bps=self.pin_Bps, dram="hbm2")
         self.npu.embedded = True   # its die and memory are NeuPIMs' (floorplan below)
+        #: what the NPU's transfers sustain on the channels (the memory standard's rule)
+        self.bandwidth_Bps = self.npu.memory.sustained_bandwidth_Bps
         self._mac_j = tech.mac_energy_j(hw.dtype, hw.pim_node_nm)
         self._bus_j = tech.dram_energy_j_per_byte("hbm2")
         self._act_j = dt.act_energy_j(hw.page_bytes)
@@ -358,23 +358,25 @@ class NeuPIMs(Template):
         return Resources(units={"array": 1, "vector": 1, "pim": 1},
                          channels={"dram": self.bandwidth_Bps})
 
-    def pim_logic_area_mm2(self) -> float:
+    def pim_logic(self) -> PimLogic:
         hw = self.hw
-        macs = hw.channels * hw.banks_per_channel * hw.macs_per_bank
-        return macs * tech.mac_area_mm2(hw.dtype, hw.pim_node_nm) * PIM_UNIT_AREA_FACTOR
+        return pim_logic("hbm2", hw.channels, hw.banks_per_channel, hw.macs_per_bank,
+                         hw.channel_capacity_gib, hw.dtype, hw.pim_node_nm)
 
     def floorplan(self) -> Floorplan:
-        """The NPU's logic die with the HBM-PIM stacks as its memory (their MAC logic
-        reported off-die as ``pim_logic``); the PIM MACs' power and leakage added."""
+        """The NPU's logic die with the HBM-PIM stacks as its memory, priced with their PIM
+        logic's area (``pim.pim_memory``), that logic reported off-die as ``pim_logic``, its
+        power at full rate in the TDP and its leakage added; infeasible when the logic does
+        not fit a DRAM die (as ``pim``)."""
         hw, npu = self.hw, self.npu.floorplan()
-        macs = hw.channels * hw.banks_per_channel * hw.macs_per_bank
+        logic = self.pim_logic()
         return replace(npu, memory=pim_memory("hbm2", hw.channels, hw.channel_capacity_gib,
-                                               self.bandwidth_Bps),
-                       peak_dynamic_w=npu.peak_dynamic_w + macs * hw.pim_clock_hz * self._mac_j
-                       / max(hw.dot_cycles, 1),
-                       leakage_w=npu.leakage_w + tech.leakage_w(self.pim_logic_area_mm2(), 0,
+                                               self.pin_Bps, logic),
+                       leakage_w=npu.leakage_w + tech.leakage_w(logic.area_mm2, 0,
                                                                  hw.pim_node_nm),
-                       extra_mm2={"pim_logic": self.pim_logic_area_mm2()})
+                       extra_mm2={"pim_logic": logic.area_mm2},
+                       off_die_w=pim_peak_w(hw, self.timing, self._b, self._mac_j, self._act_j),
+                       problems=tuple(p for p in (logic.problem(),) if p))
 
 
 @dataclass

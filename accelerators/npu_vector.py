@@ -55,7 +55,7 @@ class DesignArrays:
 
     _INTS = ("rows", "cols", "arrays", "b", "lanes")
     _FLOATS = ("clock", "bw", "cap_i", "cap_f", "cap_o", "ej_i", "ej_f", "ej_o", "reg_j",
-               "mac_j", "vec_j", "dram_j")
+               "mac_j", "vec_j", "dram_j", "act_array", "act_vector")
 
     def __init__(self, designs: Sequence[NPU]):
         self.designs = list(designs)
@@ -66,7 +66,7 @@ class DesignArrays:
             ints.append((d._rows, d._cols, d._arrays, d._b, d._lanes))
             floats.append((d._clock, d._bw, caps["ifmap"], caps["filter"], caps["ofmap"],
                            ej["ifmap"], ej["filter"], ej["ofmap"], d._reg_j, d._mac_j,
-                           d._vec_j, d._dram_j))
+                           d._vec_j, d._dram_j, d._active_w["array"], d._active_w["vector"]))
             df.append(d._df)
         iv = np.array(ints, dtype=np.int64).reshape(n, len(self._INTS)).T
         fv = np.array(floats, dtype=np.float64).reshape(n, len(self._FLOATS)).T
@@ -204,14 +204,16 @@ def _sram_accesses(a: DesignArrays, m, n, k):
 
 
 def _finish(a: DesignArrays, cycles, dram, fill, drain, compute_j, sram_j, reg_bytes,
-            stall=0):
-    """NPU._finish: the load / compute / store pipeline's latency and the total dynamic energy."""
+            active_w, stall=0):
+    """NPU._finish: the load / compute / store pipeline's latency and the total dynamic energy
+    (``active_w``: the busy units' uncounted-logic power, charged for the latency)."""
     compute_s = np.maximum(cycles, 0) / a.clock
     busy = compute_s + np.maximum(stall, 0) / a.clock
     fill = np.minimum(fill, dram)
     drain = np.minimum(drain, dram - fill)
     overlap = (dram - fill - drain) / a.bw
     latency = fill / a.bw + np.maximum(busy, overlap) + drain / a.bw
+    compute_j = compute_j + active_w * latency
     energy = compute_j + (sram_j + reg_bytes * a.reg_j) + dram * a.dram_j
     return latency, energy
 
@@ -313,7 +315,7 @@ def _gemm_block(a: DesignArrays, ops: list[Op], shapes: list[dict[int, tuple]], 
     dims_bytes = gemms * (a_bytes + b_bytes + c_bytes)
     compulsory = np.where(tbs != 0, tbs, dims_bytes)
     latency, en = _finish(a, cycles, compulsory + refetch, fill, drain, macs * a.mac_j,
-                          sram_j, reg_bytes, stall=stall)
+                          sram_j, reg_bytes, a.act_array, stall=stall)
     lat[rows_idx], energy[rows_idx] = latency, en
     err.set(rows_idx, np.broadcast_to(problem != 0, latency.shape), problem)
     if no_tile.any():
@@ -382,7 +384,8 @@ def _attention_block(a: DesignArrays, ops: list[Op], dims: list[tuple], err: _Er
     drain = rows * dv * b
     latency, en = _finish(a, cycles, compulsory + refetch, fill, drain,
                           macs * a.mac_j + vector_ops * a.vec_j, sram_j,
-                          macs * (3 * b + 2 * ACC_BYTES) + vector_ops * 3 * b)
+                          macs * (3 * b + 2 * ACC_BYTES) + vector_ops * 3 * b,
+                          a.act_array + a.act_vector)
     lat[rows_idx], energy[rows_idx] = latency, en
     err.set(rows_idx, np.broadcast_to(problem != 0, latency.shape), problem)
     if zero.any():
@@ -400,7 +403,7 @@ def _vector_block(a: DesignArrays, tabs: np.ndarray, rows_idx: np.ndarray, lat: 
     sram_j = read_x * a.ej_i + written * 2 * a.ej_o
     chunk = a.lanes * a.b
     latency, en = _finish(a, cycles, dram, np.minimum(read, chunk), np.minimum(written, chunk),
-                          lane_ops * a.vec_j, sram_j, reg_bytes)
+                          lane_ops * a.vec_j, sram_j, reg_bytes, a.act_vector)
     lat[rows_idx], energy[rows_idx] = latency, en
 
 

@@ -8,20 +8,27 @@ what every chip pays the same way, so no template pays for memory differently:
   clocking, DMA, as ``CONTROL_OVERHEAD`` of the logic, and routing and spacing around the
   SRAM macros as ``SRAM_OVERHEAD`` of the SRAM) + memory PHYs and controllers
   (from the standard, per device) + other I/O (host interface PHY, die-to-die PHYs when split).
-* **Reticle**: a die larger than ``RETICLE_MM2`` is split into equal chiplets on a silicon
-  interposer, each paying die-to-die PHYs (edge and area) sized for the memory bandwidth
-  crossing it, up to ``MAX_CHIPLETS``; beyond that, or when the interposer would exceed
-  ``MAX_INTERPOSER_MM2``, the design is infeasible. A wafer-scale design is one wafer and is not split.
+* **Chiplets**: the logic is split into the count of equal dies, each within
+  ``RETICLE_MM2``, that costs least (dies, test and package: a larger die yields worse, a
+  split pays an interposer, bonding and die-to-die PHYs sized for the memory bandwidth
+  crossing it), up to ``MAX_CHIPLETS``, or into the count the template pins
+  (``Floorplan.dies``; infeasible, naming the counts that would fit, when it does not); beyond
+  ``MAX_CHIPLETS``, or when the interposer would exceed ``MAX_INTERPOSER_MM2``, the design is
+  infeasible. A wafer-scale design is one wafer's usable rectangle (``WAFER_USABLE_MM2``),
+  priced by area over the yield its spare cores give (:func:`wafer_cost_usd`).
 * **Shoreline**: the memory devices' die edge (and the host interface's) must fit the share
   ``MEMORY_EDGE_FRACTION`` of the dies' perimeters (square dies): a die whose logic is too
   small for its I/O grows to the size that gives the edge (pad-limited; the added silicon is
   ``pad_limited`` in the area breakdown and is paid for), or splits into chiplets; when even
   ``MAX_CHIPLETS`` reticle-sized dies cannot, the design is infeasible.
 * **Cost** (US$ per chip): dies from the wafer price per node, dies per 300-mm wafer and a
-  negative-binomial yield; known-good-die test; package (organic substrate, plus a silicon
-  interposer for HBM or chiplets); memory devices by price per GB.
-* **Power**: ``tdp_w`` = peak dynamic power of the dies + memory I/O at full bandwidth +
-  static power (leakage + memory background); the dies' power over their area must stay under
+  negative-binomial yield; known-good-die test; package (organic substrate, plus a 2.5-D
+  interposer priced per mm^2 for HBM or chiplets); memory devices by price per GB (in-DRAM
+  PIM logic priced with its DRAM by area).
+* **Power**: ``tdp_w`` = peak dynamic power of the dies (what the energy tables count, every
+  unit busy) + the logic they do not count (:func:`uncounted_logic_w`, one fitted constant
+  for every template) + memory I/O at full bandwidth + static power (leakage + memory
+  background); the dies' power over their area must stay under
   ``MAX_POWER_DENSITY_W_PER_MM2``, else infeasible.
 
 Sources and confidence tags as in :mod:`accelerators.technology`; [E] estimates say from what.
@@ -55,18 +62,40 @@ MEMORY_EDGE_FRACTION = 0.75
 #: leave-one-out error). Google's matrix units are 8-11 % of the TPUv2, v3 and v4i dies
 #: (Jouppi et al., ISCA 2021, Table 7), so what a systolic template leaves out is several times
 #: what it counts].
-CONTROL_OVERHEAD = 5.036
+CONTROL_OVERHEAD = 4.776
 #: What SRAM costs beyond its blocks (``technology.sram_area_mm2``: bit cells over the array
 #: efficiency of published SRAM blocks, their own periphery and banking included): the routing
 #: and spacing around the macros and their share of the on-chip network, as a fraction of the
 #: SRAM area [fitted with ``CONTROL_OVERHEAD``, no source gives it]. Charged on every die's SRAM
 #: (it is no control logic: an SRAM-heavy die such as Groq's TSP or a WSE-2 core does not pay
 #: the logic overhead on its SRAM).
-SRAM_OVERHEAD = 0.3713
+SRAM_OVERHEAD = 0.5827
 #: Largest average power density a cold plate removes, W/mm^2 [E: shipping parts average
 #: 0.3-0.9 (H100 SXM 700 W on 814 mm^2 = 0.86, B200 ~0.6, WSE-2 ~0.3); direct liquid cold
 #: plates remove ~1.5 W/mm^2 of uniform load].
 MAX_POWER_DENSITY_W_PER_MM2 = 1.5
+
+#: Dynamic power of the logic the templates' energy tables do not count (clock tree,
+#: instruction issue and control, pipeline registers, on-chip network, the vector and scalar
+#: units a template leaves out), W per mm^2 of laid-out logic per GHz at 45 nm, scaled to a
+#: node by ``technology.energy_scale / area_scale`` (switched capacitance per mm^2 times V^2:
+#: the same logic at a finer node is smaller and switches less charge). Laid-out logic is a
+#: floorplan's counted logic times one plus its control overhead (the area model's), so
+#: the term grows with what the area model says is there. One constant for every template
+#: (npu, gpu, pim's ASIC, neural_graphics, wafer): the energy method is one
+#: [fitted: least squares of log(modelled / published TDP) over the published chips,
+#: ``dse.calibrate.physical_fit.fit_power``; docs/validation.md gives each chip's error with
+#: it fitted on every chip and with that chip left out. Plausibility [E]: ~1 nF of switched
+#: capacitance per mm^2 at 45 nm, 0.9 V and ~5 % activity is ~0.04 W/(mm^2 GHz)].
+UNCOUNTED_LOGIC_W_PER_MM2_GHZ = 0.03534
+
+
+def uncounted_logic_w(logic_mm2: float, clock_hz: float, node_nm: int) -> float:
+    """Power of ``logic_mm2`` of laid-out logic at ``node_nm`` clocked at ``clock_hz`` beyond
+    what the energy tables count, W (``UNCOUNTED_LOGIC_W_PER_MM2_GHZ``)."""
+    return (UNCOUNTED_LOGIC_W_PER_MM2_GHZ * logic_mm2 * clock_hz / 1e9
+            * tech.energy_scale(node_nm) / tech.area_scale(node_nm))
+
 
 #: Host interfaces: PHY mm^2 (node-independent) and controller million transistors
 #: [R LLMCompass cost model: PCIe 4 0.48 mm^2 and 3.96 MTr per lane, PCIe 5 0.64 mm^2 and
@@ -97,6 +126,16 @@ DEFECT_DENSITY_PER_CM2 = {65: 0.05, 45: 0.05, 32: 0.06, 28: 0.06, 22: 0.07, 16: 
 #: and passive interposers", ICCAD 2017].
 YIELD_CLUSTERING = 3.0
 WAFER_DIAMETER_MM = 300.0
+#: Edge exclusion of a 300-mm wafer, mm: the rim where devices are not guaranteed [S: SEMI M1
+#: specifies 300-mm wafers' flatness over a fixed quality area 2 mm inside the edge; the ITRS
+#: front-end roadmap uses the same 2 mm].
+WAFER_EDGE_EXCLUSION_MM = 2.0
+#: Largest rectangle a wafer-scale design may take, mm^2: the square inscribed in the disc
+#: inside the edge exclusion, ``(D - 2 e)^2 / 2`` = 43,808 mm^2 (a 209 mm square). The WSE-2
+#: (215 x 215 mm = 46,225 mm^2 [D Cerebras]) is larger: its square's diagonal, 304 mm, runs
+#: past the 300-mm disc, so Cerebras clips its corners; the model keeps to the rectangle, a
+#: bound 5 % below the WSE-2 (docs/validation.md, physical model).
+WAFER_USABLE_MM2 = (WAFER_DIAMETER_MM - 2 * WAFER_EDGE_EXCLUSION_MM) ** 2 / 2
 #: Known-good-die test, fraction of the die cost [E].
 TEST_COST_FRACTION = 0.05
 #: Organic flip-chip substrate, US$ per mm^2 of substrate (3x the silicon it carries) plus
@@ -108,12 +147,16 @@ ASSEMBLY_USD = 10.0
 #: costs, US$ per die [E: chiplet cost models put advanced-package assembly at a few to tens of
 #: dollars per die]; so a split into many small dies pays for each.
 CHIPLET_BOND_USD = 10.0
-#: Silicon interposer (2.5-D) wafer price, US$ [E: a 65-nm-class wafer with TSVs and a
-#: CoWoS-class premium], area = 1.1 x what sits on it (spacing, seal ring), yield per
-#: interposer [E].
-INTERPOSER_WAFER_USD = 6000.0
+#: Interposer area over what sits on it (spacing, seal ring) [E].
 INTERPOSER_AREA_FACTOR = 1.1
-INTERPOSER_YIELD = 0.9
+#: A 2.5-D (CoWoS-class) package, US$ per mm^2 of its silicon interposer: the interposer, its
+#: micro-bumps and through-silicon vias, the chip-on-wafer assembly and its yield [S: Silicon
+#: Analysts' cost bridge (Feb. 2026, on Epoch AI and Raymond James estimates) puts the H100's
+#: CoWoS-S package at ~$750 (the B200's CoWoS-L at ~$1,100; R. Castellano's 2023 estimate
+#: $723); over the H100's interposer as this model sizes it, 1.1 x (814 mm^2 of die + five
+#: 11 x 11 mm HBM3 stacks) = 1,561 mm^2]. Its source is the H100's package line, so the H100's
+#: cost check (docs/validation.md) tests its die, memory and test lines, not this one.
+INTERPOSER_USD_PER_MM2 = 750.0 / (INTERPOSER_AREA_FACTOR * (814.0 + 5 * 11.0 * 11.0))
 
 
 @dataclass(frozen=True)
@@ -139,6 +182,21 @@ class Floorplan:
     wafer_scale: bool = False
     control_overhead: float = CONTROL_OVERHEAD
     extra_mm2: dict[str, float] = field(default_factory=dict)
+    #: Clock of the logic, Hz: with ``compute_mm2`` and ``control_overhead`` it sets the
+    #: power of what the energy tables do not count (:func:`uncounted_logic_w`); 0: none.
+    clock_hz: float = 0.0
+    #: Logic dies the design is split into (each within the reticle, joined on an interposer
+    #: by die-to-die links); 0: :func:`assess` takes the count that costs least.
+    dies: int = 0
+    #: Power drawn off the logic die at full rate (in-DRAM PIM logic): in the TDP, not in
+    #: the dies' power density.
+    off_die_w: float = 0.0
+    #: Why the template already knows the design cannot be built (PIM logic beyond a DRAM
+    #: die): reported with :func:`assess`'s own problems.
+    problems: tuple[str, ...] = ()
+    #: Wafer-scale designs: spare cores beyond those in use; a defect kills at most one core
+    #: and the wafer works while the spares cover every dead core (:func:`wafer_yield`).
+    spare_cores: int = 0
     #: PHYs of the links to other devices of a system (accelerators.system): area, die
     #: edge and power at full bandwidth.
     link_phy_mm2: float = 0.0
@@ -167,6 +225,9 @@ class Physical:
     static_w: float
     d2d_j_per_byte: float
     problem: str | None
+    #: Power of the logic the energy tables do not count, at full activity, W (in ``tdp_w``;
+    #: templates charge it to each op for the time its unit is busy).
+    active_w: float = 0.0
 
     @property
     def area_mm2(self) -> float:
@@ -219,7 +280,11 @@ def combine(floorplans: list[Floorplan]) -> Floorplan:
         wafer_scale=any(f.wafer_scale for f in floorplans),
         control_overhead=(sum(f.control_overhead * a for f, a in zip(floorplans, logic))
                           / sum(logic) if sum(logic) > 0 else CONTROL_OVERHEAD),
-        extra_mm2=extra)
+        clock_hz=(sum(f.clock_hz * a for f, a in zip(floorplans, logic)) / sum(logic)
+                  if sum(logic) > 0 else 0.0),
+        extra_mm2=extra, off_die_w=sum(f.off_die_w for f in floorplans),
+        problems=tuple(p for f in floorplans for p in f.problems),
+        spare_cores=sum(f.spare_cores for f in floorplans))
 
 
 def control_mm2(compute_mm2: float, sram_mm2: float,
@@ -255,30 +320,96 @@ def die_cost_usd(die_mm2: float, node_nm: int) -> float:
     return WAFER_PRICE_USD[_node_key(node_nm)] / good if good > 0 else math.inf
 
 
+def wafer_yield(area_mm2: float, node_nm: int, spare_cores: int) -> float:
+    """Probability that a wafer-scale mesh of ``area_mm2`` works: its defects (negative
+    binomial, mean ``area x D0`` and clustering ``YIELD_CLUSTERING``, as the die yield) each
+    kill at most one core, and the mesh works while they are no more than its
+    ``spare_cores`` [E: Cerebras' redundancy, spare cores and links that route around dead
+    ones (Hot Chips 31, 2019)]. With no spares this is the die yield of the whole area (about
+    0 for a wafer); WSE-2's ~96,000 spare cores against ~40 expected defects make it 1."""
+    d0 = DEFECT_DENSITY_PER_CM2[_node_key(node_nm)]
+    mean = area_mm2 / 100.0 * d0
+    a = YIELD_CLUSTERING
+    p_none = (a / (a + mean)) ** a
+    if spare_cores <= 0:
+        return p_none
+    sd = math.sqrt(mean * (1 + mean / a))
+    if spare_cores > mean + 40 * sd + 100:    # the tail beyond is below double precision
+        return 1.0
+    q, pmf, total = mean / (a + mean), p_none, p_none
+    for k in range(int(spare_cores)):
+        pmf *= (k + a) / (k + 1) * q
+        total += pmf
+    return min(1.0, total)
+
+
+def wafer_cost_usd(area_mm2: float, node_nm: int, spare_cores: int) -> float:
+    """Cost of a wafer-scale design of ``area_mm2``, US$: its share of the wafer's usable
+    rectangle (a design of half the rectangle shares a wafer with another) at the node's wafer
+    price, over :func:`wafer_yield` (inf when it cannot yield)."""
+    y = wafer_yield(area_mm2, node_nm, spare_cores)
+    share = min(area_mm2, WAFER_USABLE_MM2) / WAFER_USABLE_MM2
+    return WAFER_PRICE_USD[_node_key(node_nm)] * share / y if y > 0 else math.inf
+
+
 def _node_key(node_nm: int) -> int:
     return int(node_nm) if int(node_nm) in WAFER_PRICE_USD else min(
         WAFER_PRICE_USD, key=lambda n: abs(n - int(node_nm)))
 
 
 # ------------------------------------------------------------------------------- assessment
-def _dies_for(logic_mm2: float, edge_need_mm: float, d2d_edge_mm: float) -> tuple[int, float]:
-    """The number of dies (each within the reticle) that holds ``logic_mm2`` and offers
-    ``edge_need_mm`` of I/O edge on the least silicon, and each die's area. Split dies each
+def _die_options(logic_mm2: float, edge_need_mm: float,
+                 d2d_edge_mm: float) -> dict[int, float]:
+    """Every count of dies (each within the reticle, at most ``MAX_CHIPLETS``) that holds
+    ``logic_mm2`` and offers ``edge_need_mm`` of I/O edge, and each die's area. Split dies each
     pay die-to-die PHYs of ``d2d_edge_mm`` (edge and mm^2) and lose that edge on both sides of
     each joint; the I/O may use ``MEMORY_EDGE_FRACTION`` of the perimeters; a die whose logic
-    is too small for its I/O grows to the square that gives the edge (a pad-limited die).
-    ``MAX_CHIPLETS + 1`` dies when none will do. (Least silicon, so that more memory devices
-    or logic never shrink a design.)"""
-    best: tuple[float, int, float] | None = None
-    for dies in range(max(1, math.ceil(logic_mm2 / RETICLE_MM2)), MAX_CHIPLETS + 1):
+    is too small for its I/O grows to the square that gives the edge (a pad-limited die)."""
+    out = {}
+    for dies in range(1, MAX_CHIPLETS + 1):
         d2d = d2d_edge_mm if dies > 1 else 0.0
         side = (edge_need_mm + 2 * (dies - 1) * d2d) / (MEMORY_EDGE_FRACTION * 4 * dies)
         die = max(logic_mm2 / dies + d2d, side * side)
-        if die <= RETICLE_MM2 and (best is None or dies * die < best[0] * (1 - 1e-12)):
-            best = (dies * die, dies, die)
-    if best is None:
-        return MAX_CHIPLETS + 1, logic_mm2 / (MAX_CHIPLETS + 1)
-    return best[1], best[2]
+        if die <= RETICLE_MM2:
+            out[dies] = die
+    return out
+
+
+def _package_usd(dies: int, die_mm2: float, mem: MemorySystem | None) -> tuple[float, float]:
+    """(US$, interposer mm^2) of the package of ``dies`` logic dies of ``die_mm2`` and the
+    memory devices ``mem`` puts in it: an organic substrate and assembly, plus a 2.5-D
+    interposer (``INTERPOSER_USD_PER_MM2``, every die bonded to it) when the dies are split or
+    the memory stacks on one (0 mm^2 otherwise)."""
+    silicon = dies * die_mm2
+    usd = ASSEMBLY_USD + SUBSTRATE_USD_PER_MM2 * SUBSTRATE_AREA_PER_SILICON * (
+        silicon + (mem.devices * mem.standard.footprint_mm2 if mem else 0.0))
+    if dies == 1 and not (mem is not None and mem.standard.on_interposer):
+        return usd, 0.0
+    interposer = INTERPOSER_AREA_FACTOR * (
+        silicon + (mem.devices * mem.standard.footprint_mm2
+                   if mem and mem.standard.on_interposer else 0.0))
+    return usd + INTERPOSER_USD_PER_MM2 * interposer + CHIPLET_BOND_USD * dies, interposer
+
+
+def chiplet_costs(options: dict[int, float], node_nm: int,
+                  mem: MemorySystem | None) -> dict[int, float]:
+    """US$ of each option (dies -> die mm^2): dies and their test, and the package."""
+    return {n: n * die_cost_usd(a, node_nm) * (1 + TEST_COST_FRACTION)
+            + _package_usd(n, a, mem)[0] for n, a in options.items()}
+
+
+def _choose_dies(options: dict[int, float], node_nm: int, mem: MemorySystem | None,
+                 pinned: int) -> int | None:
+    """The count of dies: ``pinned`` when set (None if it does not fit), else the option that
+    costs least, the interposer within ``MAX_INTERPOSER_MM2`` where one is (fewer dies on a
+    tie); None when no option fits."""
+    if pinned:
+        return pinned if pinned in options else None
+    if not options:
+        return None
+    costs = chiplet_costs(options, node_nm, mem)
+    fits = [n for n in options if _package_usd(n, options[n], mem)[1] <= MAX_INTERPOSER_MM2]
+    return min(fits or options, key=lambda n: (round(costs[n], 6), n))
 
 
 def assess(fp: Floorplan) -> Physical:
@@ -292,7 +423,7 @@ def assess(fp: Floorplan) -> Physical:
              "io_other": host_phy + host_mtr / 65.6 * node_scale}
     if fp.link_phy_mm2 > 0:
         parts["link_phy"] = fp.link_phy_mm2
-    problems: list[str] = []
+    problems: list[str] = list(fp.problems)
     if mem is not None and mem.devices > mem.standard.max_devices:
         problems.append(f"{mem.bandwidth_Bps / 1e9:,.0f} GB/s needs {mem.devices} "
                         f"{mem.standard.name} {mem.standard.device}s of "
@@ -303,20 +434,29 @@ def assess(fp: Floorplan) -> Physical:
     mem_bw = mem.bandwidth_Bps if mem else 0.0
     if fp.wafer_scale:
         die_mm2 = on_die
-        silicon_cost = WAFER_PRICE_USD[_node_key(fp.node_nm)]
-        wafer_mm2 = math.pi * (WAFER_DIAMETER_MM / 2) ** 2
-        if on_die > wafer_mm2:
-            problems.append(f"the mesh needs {on_die:,.0f} mm^2 of silicon but a "
-                            f"{WAFER_DIAMETER_MM:g}-mm wafer has {wafer_mm2:,.0f} mm^2")
+        silicon_cost = wafer_cost_usd(on_die, fp.node_nm, fp.spare_cores)
+        if on_die > WAFER_USABLE_MM2 * (1 + 1e-12):
+            problems.append(
+                f"the mesh needs {on_die:,.0f} mm^2 of silicon but the largest rectangle a "
+                f"{WAFER_DIAMETER_MM:g}-mm wafer holds ({WAFER_EDGE_EXCLUSION_MM:g} mm edge "
+                f"exclusion) is {WAFER_USABLE_MM2:,.0f} mm^2")
     else:
         edge_need = (mem.shoreline_mm if mem else 0.0) + host_edge + fp.link_edge_mm
         d2d_edge = mem_bw / D2D_BYTES_PER_S_PER_MM
-        dies, die_mm2 = _dies_for(on_die, edge_need, d2d_edge)
-        if 1 < dies <= MAX_CHIPLETS:   # split: each die pays die-to-die PHYs
-            parts["io_other"] += dies * d2d_edge
-            on_die += dies * d2d_edge
-            d2d_j = D2D_PJ_PER_BIT * 8e-12 * (dies - 1) / dies
-        if dies > MAX_CHIPLETS:
+        options = _die_options(on_die, edge_need, d2d_edge)
+        chosen = _choose_dies(options, fp.node_nm, mem, fp.dies)
+        if chosen is None and fp.dies and options:
+            dies = fp.dies
+            die_mm2 = on_die / dies + (d2d_edge if dies > 1 else 0.0)
+            problems.append(
+                f"{dies} dies of {die_mm2:,.0f} mm^2 (the pinned chiplet count) do not fit: "
+                f"each die must be within the {RETICLE_MM2:g} mm^2 reticle and give its memory "
+                f"and host I/O {edge_need:.1f} mm of edge; "
+                + ", ".join(f"{n} dies of {a:,.0f} mm^2" for n, a in options.items())
+                + " would")
+        elif chosen is None:
+            dies = fp.dies or MAX_CHIPLETS + 1
+            die_mm2 = on_die / dies
             most = MAX_CHIPLETS * MEMORY_EDGE_FRACTION * 4 * math.sqrt(RETICLE_MM2) - (
                 2 * (MAX_CHIPLETS - 1) * d2d_edge)
             problems.append(
@@ -325,31 +465,33 @@ def assess(fp: Floorplan) -> Physical:
                 f"dies of the {RETICLE_MM2:g} mm^2 reticle, offer {RETICLE_MM2 * MAX_CHIPLETS:,.0f}"
                 f" mm^2 and {max(most, 0.0):.1f} mm of edge ({MEMORY_EDGE_FRACTION:.0%} of their "
                 "perimeters)")
-        elif dies * die_mm2 > on_die * (1 + 1e-9):
+        else:
+            dies, die_mm2 = chosen, options[chosen]
+        if dies > 1:   # split: each die pays die-to-die PHYs
+            parts["io_other"] += dies * d2d_edge
+            on_die += dies * d2d_edge
+            d2d_j = D2D_PJ_PER_BIT * 8e-12 * (dies - 1) / dies
+        if chosen is not None and dies * die_mm2 > on_die * (1 + 1e-9):
             parts["pad_limited"] = dies * die_mm2 - on_die   # silicon grown for the I/O edge
         silicon_cost = dies * die_cost_usd(die_mm2, fp.node_nm)
     # package
-    on_interposer = dies > 1 or (mem is not None and mem.standard.on_interposer)
     silicon = dies * die_mm2
-    package = ASSEMBLY_USD + SUBSTRATE_USD_PER_MM2 * SUBSTRATE_AREA_PER_SILICON * (
-        silicon + (mem.devices * mem.standard.footprint_mm2 if mem else 0.0))
-    if on_interposer and not fp.wafer_scale:
-        interposer = INTERPOSER_AREA_FACTOR * (
-            silicon + (mem.devices * mem.standard.footprint_mm2
-                       if mem and mem.standard.on_interposer else 0.0))
+    if fp.wafer_scale:
+        package = ASSEMBLY_USD + SUBSTRATE_USD_PER_MM2 * SUBSTRATE_AREA_PER_SILICON * silicon
+    else:
+        package, interposer = _package_usd(dies, die_mm2, mem)
         if interposer > MAX_INTERPOSER_MM2:
             problems.append(f"the dies and memory stacks need a {interposer:,.0f} mm^2 "
                             f"interposer but the largest is {MAX_INTERPOSER_MM2:,.0f} mm^2")
-        per_wafer = max(dies_per_wafer(interposer), 1)
-        package += INTERPOSER_WAFER_USD / per_wafer / INTERPOSER_YIELD
-        package += CHIPLET_BOND_USD * dies   # every logic die bonded to it
     # power
     mem_dynamic = mem_bw * (mem.energy_j_per_byte if mem else 0.0)
     io_w = mem_bw * (mem.standard.phy_pj_per_bit * 8e-12 / 2 if mem else 0.0)  # our PHY half
     d2d_w = mem_bw * d2d_j
     static = fp.leakage_w + (mem.static_w if mem else 0.0)
-    tdp = fp.peak_dynamic_w + mem_dynamic + d2d_w + static + fp.link_w
-    die_power = fp.peak_dynamic_w + io_w + d2d_w + fp.leakage_w + fp.link_w
+    active = uncounted_logic_w(fp.compute_mm2 * (1 + fp.control_overhead), fp.clock_hz,
+                               fp.node_nm)
+    tdp = fp.peak_dynamic_w + active + mem_dynamic + d2d_w + static + fp.link_w + fp.off_die_w
+    die_power = fp.peak_dynamic_w + active + io_w + d2d_w + fp.leakage_w + fp.link_w
     density = die_power / silicon if silicon > 0 else 0.0
     if density > MAX_POWER_DENSITY_W_PER_MM2:
         problems.append(f"the dies draw {die_power:,.0f} W on {silicon:,.0f} mm^2 = "
@@ -360,4 +502,4 @@ def assess(fp: Floorplan) -> Physical:
             "package": package, "memory": mem.price_usd if mem else 0.0}
     return Physical(area_breakdown_mm2=parts, dies=dies, die_mm2=die_mm2, memory=mem,
                     cost_breakdown_usd=cost, tdp_w=tdp, static_w=static, d2d_j_per_byte=d2d_j,
-                    problem="; ".join(problems) or None)
+                    problem="; ".join(problems) or None, active_w=active)

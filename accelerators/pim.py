@@ -48,10 +48,6 @@ from workloads.requests import attention_kv_lens
 #: Attention-op attribute set by :func:`split_attention`: "logits" (Q.K^T) or "attend" (P.V).
 PART = "part"
 
-#: Area of one in-DRAM MAC relative to the same MAC in logic at ``pim_node_nm`` [E]: DRAM
-#: periphery transistors are slower and larger; the AiM processing unit with its adder tree and
-#: registers per bank is taken as twice the bare MACs.
-PIM_UNIT_AREA_FACTOR = 2.0
 
 #: GiB, bytes.
 GIB = 1 << 30
@@ -290,7 +286,10 @@ class PIM(Template):
         self._b = DTYPE_BYTES[hw.dtype]
         self.timing = timing_of(hw, hw.clock_hz)
         self.geom = geometry(hw, self._b)
-        self.bus_Bps = hw.channels * self.timing.channel_bandwidth_Bps
+        self.pin_Bps = hw.channels * self.timing.channel_bandwidth_Bps
+        #: what the host ASIC's transfers sustain over the channels (the memory standard's
+        #: rule; PIM command streams are timed command by command instead)
+        self.bus_Bps = self.pin_Bps * get_standard(hw.memory).sustained_fraction
         self._mac_j = tech.mac_energy_j(hw.dtype, hw.pim_node_nm)
         self._vec_j = tech.vector_op_energy_j(hw.dtype, hw.asic_node_nm)
         self._sram_j = tech.sram_energy_j_per_byte(hw.asic_sram_kb * 1024, hw.asic_node_nm)
@@ -400,10 +399,12 @@ class PIM(Template):
             lane_ops = _lane_ops(op, b)
         compute_s = math.ceil(lane_ops / hw.asic_lanes) / hw.asic_clock_hz
         mem_s = dram / self.bus_Bps
-        return OpCost(unit="asic", latency_s=max(compute_s, mem_s), compute_s=compute_s,
+        latency = max(compute_s, mem_s)
+        return OpCost(unit="asic", latency_s=latency, compute_s=compute_s,
                       clock_hz=hw.asic_clock_hz, traffic={"bus": dram} if dram else {},
                       bytes_by_level={"sram": act, "bus": dram},
-                      energy_j={"compute": lane_ops * self._vec_j,
+                      energy_j={"compute": lane_ops * self._vec_j
+                                + self.physical().active_w * latency,
                                 "onchip_memory": act * self._sram_j,
                                 "offchip_memory": dram * self._bus_j},
                       bound="memory" if mem_s > compute_s else "compute")
@@ -412,29 +413,34 @@ class PIM(Template):
     def resources(self) -> Resources:
         return Resources(units={"pim": 1, "asic": 1}, channels={"bus": self.bus_Bps})
 
-    def pim_logic_area_mm2(self) -> float:
+    def pim_logic(self) -> PimLogic:
         hw = self.hw
-        macs = hw.channels * hw.banks_per_channel * hw.macs_per_bank
-        return macs * tech.mac_area_mm2(hw.dtype, hw.pim_node_nm) * PIM_UNIT_AREA_FACTOR
+        return pim_logic(hw.memory, hw.channels, hw.banks_per_channel, hw.macs_per_bank,
+                         hw.channel_capacity_gib, hw.dtype, hw.pim_node_nm)
 
     def floorplan(self) -> Floorplan:
-        """The host ASIC (lanes and vector buffer) on the logic die, the PIM-DRAM devices as
-        its memory (their MAC logic reported off-die as ``pim_logic``)."""
+        """The host ASIC (lanes and vector buffer) on the logic die; the PIM-DRAM devices as
+        its memory, priced with their PIM logic's area (:func:`pim_memory`), that logic
+        reported off-die as ``pim_logic`` and its power at full rate (:func:`pim_peak_w`) in the
+        TDP; infeasible when the logic does not fit a DRAM die (:meth:`PimLogic.problem`)."""
         hw = self.hw
         lanes = hw.asic_lanes * VECTOR_LANE_AREA_PER_MAC * tech.mac_area_mm2(hw.dtype,
                                                                             hw.asic_node_nm)
         sram_bytes = hw.asic_sram_kb * 1024
         sram = tech.sram_area_mm2(sram_bytes, hw.asic_node_nm)
-        peak = (hw.asic_lanes * hw.asic_clock_hz * (self._vec_j + 3 * self._b * self._sram_j)
-                + hw.channels * hw.banks_per_channel * hw.macs_per_bank * hw.clock_hz
-                * self._mac_j / max(hw.dot_cycles, 1))
-        leak = tech.leakage_w(lanes + control_mm2(lanes, sram) + self.pim_logic_area_mm2(),
+        logic = self.pim_logic()
+        peak = hw.asic_lanes * hw.asic_clock_hz * (self._vec_j + 3 * self._b * self._sram_j)
+        leak = tech.leakage_w(lanes + control_mm2(lanes, sram) + logic.area_mm2,
                               sram_bytes, hw.asic_node_nm)
         return Floorplan(node_nm=hw.asic_node_nm, compute_mm2=lanes, sram_mm2=sram,
                          peak_dynamic_w=peak, leakage_w=leak,
                          memory=pim_memory(hw.memory, hw.channels, hw.channel_capacity_gib,
-                                           self.bus_Bps),
-                         extra_mm2={"pim_logic": self.pim_logic_area_mm2()})
+                                           self.pin_Bps, logic),
+                         extra_mm2={"pim_logic": logic.area_mm2},
+                         off_die_w=pim_peak_w(hw, self.timing, self._b, self._mac_j,
+                                              self._act_j),
+                         problems=tuple(p for p in (logic.problem(),) if p),
+                         clock_hz=hw.asic_clock_hz)
 
 
 def _lane_ops(op: Op, b: int) -> float:
@@ -459,20 +465,96 @@ def _partials(s: dt.Stream, gemv: dt.Gemv, repeats: int, element_bytes: int) -> 
 #: DRAM channels per device of each PIM memory kind [D: a GDDR6 chip has two x16 channels;
 #: an HBM2 stack eight 128-bit channels, JESD235].
 CHANNELS_PER_DEVICE = {"gddr6": 2, "hbm2": 8}
-#: Price per GB of PIM-DRAM relative to the plain standard [E: Samsung's HBM-PIM die holds
-#: 4 Gb where an HBM2 die holds 8 Gb, half its area given to the PIM units (Kwon et al.,
-#: ISSCC 2021); SK hynix's GDDR6-AiM likewise trades capacity for processing units].
-PIM_PRICE_FACTOR = 2.0
+
+#: DRAM cells one fp16 in-bank MAC lane (multiplier, adder-tree share, registers) displaces,
+#: bits [P/S-derived: Samsung's HBM-PIM (Kwon et al., "A 20nm 6GB function-in-memory DRAM,
+#: based on HBM2 with a 1.2TFLOPS programmable computing unit", ISSCC 2021) puts one 16-lane
+#: fp16 unit per two banks, 64 per die, and its PIM die holds 4 Gb where a plain HBM2 die of
+#: the same size holds 8 Gb (as its ISSCC talk was reported): 4 Gib / 1,024 lanes]. Other
+#: dtypes and logic-equivalent nodes scale with the MAC's area (``technology.mac_area_mm2``
+#: relative to fp16 at 45 nm, the ``pim_node_nm`` default). Samsung's lanes are programmable
+#: (instruction buffer, register files), so a fixed-function AiM / Newton lane is likely
+#: smaller: an upper estimate.
+PIM_LANE_CELL_BITS = 4 * 2**30 / (64 * 16)
+PIM_LANE_REFERENCE = ("fp16", 45)
+#: Most a DRAM die may grow over its cells to hold PIM logic [E: the die must still fit its
+#: package: HBM stacks' JEDEC outline went from 7.75 x 11.87 mm (HBM2) to 11 x 11 mm (HBM3),
+#: 1.31x; a GDDR6 die has a similar margin in its 14 x 12 mm FBGA]. Beyond it the design is
+#: infeasible (both figures named); Samsung instead halved its die's capacity.
+PIM_DIE_MAX_GROWTH = (11.0 * 11.0) / (7.75 * 11.87)
+#: DRAM density, Gbit per mm^2 of die, to report PIM logic in mm^2 [E: 8 Gb HBM2 dies of
+#: ~92 mm^2 (their JEDEC outline), 8 Gb GDDR6 dies of ~65 mm^2 at 1y nm].
+DRAM_GBIT_PER_MM2 = {"gddr6": 8 / 65.0, "hbm2": 8 / 92.0}
+
+
+@dataclass(frozen=True)
+class PimLogic:
+    """The in-bank MAC lanes of a PIM-DRAM and what they take from it: ``logic_bits`` of
+    cells' worth of die area next to its ``cell_bits``, over ``devices`` devices."""
+
+    kind: str
+    lanes: int
+    devices: int
+    logic_bits: float
+    cell_bits: float
+
+    @property
+    def growth(self) -> float:
+        """Die area over the area of its cells alone (1: no PIM logic)."""
+        return 1.0 + self.logic_bits / self.cell_bits
+
+    @property
+    def area_mm2(self) -> float:
+        """The PIM logic's die area over every device, mm^2."""
+        return self.logic_bits / 1e9 / DRAM_GBIT_PER_MM2[self.kind]
+
+    def problem(self) -> str | None:
+        """Why the PIM logic does not fit a DRAM die, naming both figures, or None."""
+        if self.growth <= PIM_DIE_MAX_GROWTH * (1 + 1e-12):
+            return None
+        per = self.devices
+        device = "stack" if self.kind == "hbm2" else "chip"
+        room = (PIM_DIE_MAX_GROWTH - 1) * self.cell_bits / 1e9 / DRAM_GBIT_PER_MM2[self.kind]
+        return (f"the in-bank PIM logic ({self.lanes // per:,} MAC lanes per {self.kind} "
+                f"{device}) takes {self.area_mm2 / per:,.1f} mm^2 of DRAM die per {device}, "
+                f"{self.growth - 1:.0%} of its cells' area, but a DRAM die holds at most "
+                f"{PIM_DIE_MAX_GROWTH - 1:.0%} more than its cells ({room / per:,.1f} mm^2 per "
+                f"{device})")
+
+
+def pim_logic(kind: str, channels: int, banks_per_channel: int, macs_per_bank: int,
+              channel_capacity_gib: float, dtype: str, pim_node_nm: int) -> PimLogic:
+    """The PIM logic of ``channels`` x ``banks_per_channel`` banks of ``macs_per_bank`` lanes
+    of ``dtype`` in ``kind`` DRAM holding ``channel_capacity_gib`` per channel."""
+    ref = tech.mac_area_mm2(*PIM_LANE_REFERENCE)
+    lanes = channels * banks_per_channel * macs_per_bank
+    bits = lanes * PIM_LANE_CELL_BITS * tech.mac_area_mm2(dtype, pim_node_nm) / ref
+    return PimLogic(kind, lanes, math.ceil(channels / CHANNELS_PER_DEVICE[kind]), bits,
+                    channels * channel_capacity_gib * GIB * 8)
+
+
+def pim_peak_w(hw: Any, timing: dt.DramTiming, element_bytes: int, mac_j: float,
+               act_j: float) -> float:
+    """In-DRAM power at full PIM rate, W: every bank's lanes reading their operands from the
+    open row (``dram_timing.IN_BANK_READ_PJ_PER_BIT``) and multiplying each DOT, and rows
+    opened at the most tFAW allows (four banks per window per rank), each at ``act_j``. An
+    upper bound of what a PIM stream averages (both at once), so it belongs in the TDP."""
+    banks = hw.channels * hw.banks_per_channel
+    per_dot = hw.macs_per_bank * (mac_j + dt.in_bank_read_energy_j(element_bytes))
+    dots_per_s = 1.0 / (max(hw.dot_cycles, 1) * timing.tck_s)
+    acts_per_s = hw.channels * hw.ranks * 4 / (timing.tfaw * timing.tck_s)
+    return banks * dots_per_s * per_dot + acts_per_s * act_j
 
 
 def pim_memory(kind: str, channels: int, channel_capacity_gib: float,
-               bandwidth_Bps: float) -> MemorySystem:
-    """The PIM-DRAM devices holding ``channels`` channels of ``kind``: whole devices, their
-    price per GB ``PIM_PRICE_FACTOR`` times the plain standard's, their background power the
-    channels' (:data:`dram_timing.BACKGROUND_W_PER_CHANNEL`)."""
+               bandwidth_Bps: float, logic: PimLogic) -> MemorySystem:
+    """The PIM-DRAM devices holding ``channels`` channels of ``kind``: whole devices priced by
+    die area (the plain standard's price per GB times ``logic.growth``: the PIM logic costs
+    what the cells its area would hold cost), their background power the channels'
+    (:data:`dram_timing.BACKGROUND_W_PER_CHANNEL`)."""
     per = CHANNELS_PER_DEVICE[kind]
     std = get_standard(kind)
-    std = replace(std, price_usd_per_gb=std.price_usd_per_gb * PIM_PRICE_FACTOR,
+    std = replace(std, price_usd_per_gb=std.price_usd_per_gb * logic.growth,
                   static_w=per * dt.BACKGROUND_W_PER_CHANNEL[kind])
     devices = math.ceil(channels / per)
     return MemorySystem(std, devices, channels * channel_capacity_gib * GIB / devices / 1e9,

@@ -23,10 +23,11 @@ serialise on it. Per op, O(1) in the number of cores:
 Non-uniform layouts of a rectangular region alternate between the two axes from one GEMV to
 the next, so each decode op is costed in both orientations and the slower one is kept.
 
-Feasibility (:meth:`Wafer.check`): the region must hold weights + KV cache + the largest
-activation working set + the per-core reserve in its aggregate SRAM (the reason names the
-shortfall per core); every pattern must fit the routing paths (or relay); the peak power (the
-mesh's leakage plus the larger region at full rate) must stay under ``tdp_w``.
+Feasibility (:meth:`Wafer.check`): the mesh must fit the largest rectangle of a 300-mm wafer
+(``physical.WAFER_USABLE_MM2``, both areas named otherwise); the region must hold weights + KV
+cache + the largest activation working set + the per-core reserve in its aggregate SRAM (the
+reason names the shortfall per core); every pattern must fit the routing paths (or relay); the
+peak power (the mesh's leakage plus the larger region at full rate) must stay under ``tdp_w``.
 
 Off-wafer I/O (the ``"io"`` channel): in LLM phases each step streams its token ids in and the
 final op's output (the logits) out; in ``forward`` phase inputs and outputs are taken as resident
@@ -84,15 +85,20 @@ WSE2_FLIT_BITS = 38
 #: WaferLLM: 757 x 996]: the spares are paid for by the cores in use.
 WSE2_CORES_BUILT = 850_000
 WSE2_FABRIC_CORES = 757 * 996
+#: Spare cores per core in use (their area is in ``core_logic_area_mm2``; they carry the
+#: wafer's yield, ``physical.wafer_yield``).
+WSE2_SPARE_FRACTION = WSE2_CORES_BUILT / WSE2_FABRIC_CORES - 1
 
 
 def wse2_core_logic_area_mm2(node_nm: int = 7, sram_bytes: float = 48 * 1024) -> float:
     """Area per fabric core apart from its own SRAM, mm^2: the FMAC datapath
     (:func:`technology.pe_area_mm2`), the router's queues and crossbar and the cache (flip-flops
     and multiplexers over ``technology.LOGIC_PLACEMENT_UTILISATION``), what every die pays for
-    what a template does not count (``physical.control_mm2``: ``physical.CONTROL_OVERHEAD`` of
-    the datapath and router, ``physical.SRAM_OVERHEAD`` of the SRAM), and the spare cores'
-    share (their logic and SRAM). Nothing here is taken from the published wafer area, which
+    what a template does not count (``physical.CONTROL_OVERHEAD`` of the datapath and router,
+    ``physical.control_mm2``), and the spare cores' share (their logic and SRAM). The core's
+    SRAM pays no ``physical.SRAM_OVERHEAD``: it sits in the core tile beside the datapath it
+    feeds, and the on-chip network whose share that overhead stands for on a monolithic die is
+    the tile's router, counted here. Nothing here is taken from the published wafer area, which
     ``docs/validation.md`` (physical model) compares against."""
     fmacs = WSE2_FMACS_PER_CORE * tech.pe_area_mm2("fp16", node_nm)
     flits = WSE2_ROUTER_PORTS * WSE2_ROUTER_QUEUE_FLITS * WSE2_FLIT_BITS
@@ -100,13 +106,12 @@ def wse2_core_logic_area_mm2(node_nm: int = 7, sram_bytes: float = 48 * 1024) ->
     cells_um2 = (flits + 8 * WSE2_CACHE_BYTES) * tech.FLIP_FLOP_UM2 + mux2s * tech.MUX2_UM2
     router = cells_um2 / tech.LOGIC_PLACEMENT_UTILISATION * 1e-6 * tech.area_scale(node_nm)
     sram = tech.sram_area_mm2(sram_bytes, node_nm)
-    core = fmacs + router + physical.control_mm2(fmacs + router, sram)
-    spares = WSE2_CORES_BUILT / WSE2_FABRIC_CORES
-    return spares * core + (spares - 1) * sram
+    core = fmacs + router + physical.control_mm2(fmacs + router, 0.0)
+    return (1 + WSE2_SPARE_FRACTION) * core + WSE2_SPARE_FRACTION * sram
 
 
 #: Area per core apart from its SRAM at the WSE-2's 7 nm, mm^2.
-WSE2_CORE_LOGIC_AREA_MM2 = round(wse2_core_logic_area_mm2(), 6)
+WSE2_CORE_LOGIC_AREA_MM2 = round(wse2_core_logic_area_mm2(), 8)
 
 _PHASE_REGION = {"decode": "decode", "prefill": "prefill", "forward": "prefill"}
 
@@ -138,9 +143,10 @@ class Wafer(Template):
               "SRAM per core taken by code, runtime and routing tables [E]", 0.0, 1024.0),
         Param("clock_hz", float, "Hz", 1.1e9, "core clock (WSE-2 up to 1.1 GHz [P])",
               1e8, 5e9, log=True),
-        Param("macs_per_core_per_cycle", float, "MAC/cycle", 1.0,
-              "32-bit MAC lanes per core per cycle (WSE-2: 1 [P]); 16-bit types pack 2 per "
-              "lane, 8-bit 4", 0.125, 64.0, log=True),
+        Param("macs_per_core_per_cycle", float, "MAC/cycle", 2.0,
+              "32-bit MAC lanes per core per cycle; 16-bit types pack 2 per lane, 8-bit 4 "
+              "(WSE-2: 2, its four fp16 FMACs per core per cycle [P Cerebras, Hot Chips 34])",
+              0.125, 64.0, log=True),
         Param("link_bytes_per_cycle", float, "B/cycle", 4.0,
               "link bandwidth per direction (WSE-2: one 32-bit word per cycle [P])",
               0.5, 256.0, log=True),
@@ -186,7 +192,8 @@ class Wafer(Template):
               "share (WSE-2 from its parts: wse2_core_logic_area_mm2) [E]",
               1e-4, 10.0, log=True),
         Param("tdp_w", float, "W", 15000.0,
-              "power budget of the wafer (WSE-2 ~15 kW: 37x an A100's 400 W [P])",
+              "power budget of the wafer (WSE-2 ~15 kW: 37x an A100's 400 W [P WaferLLM]; "
+              "the CS-2 system around it 23 kW [D Cerebras])",
               1.0, 1e6, log=True),
     )
 
@@ -290,7 +297,8 @@ class Wafer(Template):
                            energy_j={**c.energy_j, "network": c.energy_j.get("network", 0.0)
                                      + io_bytes * IO_PJ_PER_BYTE * 1e-12})
         plan = self.plan_op(op, phase)
-        return self._finish(plan, io_bytes)
+        w, h = self.region(phase)
+        return self._finish(plan, io_bytes, w * h)
 
     def plan_op(self, op: Op, phase: str) -> _Plan:
         """The op mapped onto its phase's region (decode ops: the slower orientation);
@@ -454,15 +462,16 @@ class Wafer(Template):
                 tech.sram_energy_j_per_byte(self._sram_bytes, hw.node_nm),
                 tech.noc_energy_j_per_byte(self.core_pitch_mm, hw.node_nm))
 
-    def _finish(self, plan: _Plan, io_bytes: float) -> OpCost:
+    def _finish(self, plan: _Plan, io_bytes: float, region_cores: int) -> OpCost:
         hw, b, c = self.hw, self.bytes_per_elem, plan.cost
         wafer_s = c.cycles / hw.clock_hz
         io_s = io_bytes / hw.io_bandwidth_Bps
         sram_bytes = SRAM_ELEMS_PER_MAC * b * (c.macs + plan.vector_elems)
         noc_bytes = c.elem_hops * b
         mac_j, vector_j, sram_j, noc_j = self._energy_per_unit
+        active_j = region_cores * self._active_w_per_core * (wafer_s + io_s)
         energy = {
-            "compute": c.macs * mac_j + plan.vector_elems * vector_j,
+            "compute": c.macs * mac_j + plan.vector_elems * vector_j + active_j,
             "onchip_memory": sram_bytes * sram_j,
             "network": noc_bytes * noc_j + io_bytes * IO_PJ_PER_BYTE * 1e-12,
         }
@@ -495,31 +504,58 @@ class Wafer(Template):
     def floorplan(self) -> Floorplan:
         """One wafer: every core's logic (router and control included, so no further control
         overhead) and SRAM; no off-chip memory (the wafer keeps everything in SRAM); peak power
-        as :meth:`peak_power_w`."""
+        as :meth:`peak_power_w`: the larger region busy, its logic the energy tables do not
+        count clocked (``clock_hz`` is the core clock times the region's share of the mesh:
+        cores outside the regions are clock-gated)."""
         hw = self.hw
         leak = tech.leakage_w(self.cores * hw.core_logic_area_mm2, self.cores * self._sram_bytes,
                               hw.node_nm)
         return Floorplan(node_nm=hw.node_nm, compute_mm2=self.cores * hw.core_logic_area_mm2,
                          sram_mm2=self.cores * tech.sram_area_mm2(self._sram_bytes, hw.node_nm),
                          peak_dynamic_w=self._busy_power_w, leakage_w=leak, memory=None,
-                         host_interface="none", wafer_scale=True, control_overhead=0.0)
+                         host_interface="none", wafer_scale=True, control_overhead=0.0,
+                         spare_cores=round(self.cores * WSE2_SPARE_FRACTION),
+                         clock_hz=hw.clock_hz * self._busy_cores / self.cores)
+
+    @property
+    def peak_flops(self) -> float:
+        """Peak FLOP/s of the whole mesh at its data type (2 per MAC)."""
+        return 2.0 * self.cores * self.fabric.macs_per_cycle * self.hw.clock_hz
+
+    @property
+    def sram_bandwidth_Bps(self) -> float:
+        """Aggregate SRAM bandwidth of the mesh at full rate, B/s: every core's MACs each
+        touching ``SRAM_ELEMS_PER_MAC`` elements per cycle (WSE-2: two 64-bit reads and one
+        64-bit write per core per cycle [P Cerebras, Hot Chips 31])."""
+        return (self.cores * self.fabric.macs_per_cycle * SRAM_ELEMS_PER_MAC
+                * self.bytes_per_elem * self.hw.clock_hz)
 
     def peak_power_w(self) -> float:
         """Static power of the whole mesh plus every core of the larger region computing at full
-        rate (each MAC touching SRAM) with its four links busy, W. Cores outside the regions
-        idle (clock-gated), paying leakage only."""
-        return self.static_power_w() + self._busy_power_w
+        rate (each MAC touching SRAM) with its four links busy and its uncounted logic clocked,
+        W (the design's TDP). Cores outside the regions idle (clock-gated), paying leakage
+        only."""
+        return self.physical().tdp_w
+
+    @cached_property
+    def _busy_cores(self) -> int:
+        hw = self.hw
+        return max(hw.prefill_region_width * hw.prefill_region_height,
+                   hw.decode_region_width * hw.decode_region_height)
+
+    @cached_property
+    def _active_w_per_core(self) -> float:
+        """Uncounted-logic power of one busy core, W (charged per op on its region)."""
+        return self.physical().active_w / self._busy_cores
 
     @cached_property
     def _busy_power_w(self) -> float:
         """Dynamic power of the larger region at full rate, W (computed once per design)."""
         hw, f, b = self.hw, self.fabric, self.bytes_per_elem
-        busy = max(hw.prefill_region_width * hw.prefill_region_height,
-                   hw.decode_region_width * hw.decode_region_height)
         mac_j, _, sram_j, noc_j = self._energy_per_unit
         per_cycle_j = (f.macs_per_cycle * (mac_j + SRAM_ELEMS_PER_MAC * b * sram_j)
                        + 4 * hw.link_bytes_per_cycle * noc_j)
-        return busy * hw.clock_hz * per_cycle_j
+        return self._busy_cores * hw.clock_hz * per_cycle_j
 
     # --- feasibility ------------------------------------------------------------------------
 
@@ -586,6 +622,8 @@ class Wafer(Template):
     def describe(self) -> dict[str, Any]:
         d = super().describe()
         d["derived"] = {"cores": self.cores, "sram_total_bytes": self.cores * self._sram_bytes,
+                        "peak_flops": self.peak_flops,
+                        "sram_bandwidth_Bps": self.sram_bandwidth_Bps,
                         "area_mm2": self.area_mm2(), "static_power_w": self.static_power_w(),
                         "peak_power_w": self.peak_power_w()}
         return d

@@ -45,7 +45,7 @@ def decode():
 
 
 design_sets = {
-    "pim": lambda: [PIM(), PIM("hbm2-pim"), PIM(None, channels=32, macs_per_bank=32),
+    "pim": lambda: [PIM(), PIM("hbm2-pim"), PIM(None, channels=32, macs_per_bank=8),
                     PIM(None, asic_lanes=64, clock_hz=1.5e9)],
     "npu_pim": lambda: [NeuPIMs(), NeuPIMs("npu+pim"), NeuPIMs(None, rows=64, cols=64),
                         NeuPIMs(None, channels=16, load_balancing="round_robin"),

@@ -10,7 +10,9 @@ import time
 import networkx as nx
 import pytest
 
+from accelerators import gpu as gpu_mod, technology as tech
 from accelerators.gpu import GPU, PRESETS, load_calibration, shipped_calibrations
+from accelerators.npu import NPU
 from accelerators.gpu_efficiency import GEMM_TILES, KernelModel, alignment_bytes, gemm_waves
 from accelerators.registry import get_template, make_accelerator
 from dse.errors import BadInput
@@ -191,7 +193,7 @@ def test_memory_ops_use_calibrated_bandwidth():
 
 @pytest.mark.parametrize("values", [
     {"sms": 0}, {"tensor_efficiency": 1.5}, {"dtype": "fp64"}, {"calibration": "nope"},
-    {"idle_power_w": 800.0}, {"memory_bandwidth_Bps": -1}, {"no_such_param": 1},
+    {"memory_power_fraction": 0.8}, {"memory_bandwidth_Bps": -1}, {"no_such_param": 1},
     {"memory_kind": "sram"},
 ])
 def test_bad_params_raise_badinput(values):
@@ -253,23 +255,37 @@ def test_capacity_check():
         simulate(huge, make_accelerator("gpu:h200"))
 
 
-def test_energy_busy_chip_burns_about_tdp_minus_idle(presets):
+def test_energy_is_bottom_up_like_every_template(presets):
+    """Issue 27: one energy method. A GPU op's energy is the technology tables' (a tensor-core
+    MAC of its dtype and its register-file operands, DRAM bytes at the memory standard's
+    energy, L2 bytes at the L2's) plus the uncounted logic's power for the kernel's time; static
+    power is leakage plus the memory's background; the TDP is the same model at full rate."""
     for name in DATASHEET:
         g = presets[name]
-        dynamic_w = g.hw.tdp_w - g.hw.idle_power_w
+        node = g.hw.node_nm
+        rf_j = tech.sram_energy_j_per_byte(gpu_mod.RF_BANK_BYTES, node)
+        assert g.energy_per_flop_j("bf16") == pytest.approx(
+            (tech.mac_energy_j("bf16", node) + gpu_mod.RF_BYTES_PER_TENSOR_MAC * rf_j) / 2)
+        phys = g.physical()
         gemm = g.cost(matmul(8192, 8192, 8192))
-        assert gemm.total_energy_j / gemm.latency_s == pytest.approx(dynamic_w, rel=0.2)
+        flops = 2 * 8192 ** 3
+        path = g.model.chip.datapath("bf16")
+        assert gemm.energy_j["compute"] == pytest.approx(
+            flops * g.energy_per_flop_j(path) + phys.active_w * gemm.latency_s)
+        assert gemm.energy_j["offchip_memory"] == pytest.approx(
+            gemm.traffic["hbm"] * g.memory.energy_j_per_byte)
         copy = g.cost(vector(ir.DATA_MOVEMENT, "copy", (1 << 28,)))
-        assert copy.total_energy_j / copy.latency_s == pytest.approx(
-            dynamic_w * g.hw.memory_power_fraction, rel=0.15)
+        for c in (gemm, copy):   # a busy chip stays under its modelled TDP
+            assert c.total_energy_j / c.latency_s + g.static_power_w() <= phys.tdp_w
         assert set(gemm.energy_j) <= {"compute", "onchip_memory", "offchip_memory"}
-        assert g.static_power_w() == g.hw.idle_power_w
+        assert g.static_power_w() == pytest.approx(phys.static_w)
+        assert phys.static_w == pytest.approx(
+            g.floorplan().leakage_w + g.memory.static_w)
         assert g.area_mm2() == g.physical().area_mm2
-        phys = g.physical()   # the datasheet's TDP, by design (plus die-to-die links when
-        # the model's die exceeds the reticle and it splits it: docs/validation.md, physical)
-        assert phys.tdp_w == pytest.approx(g.hw.tdp_w + g.memory.bandwidth_Bps
-                                           * phys.d2d_j_per_byte)
         assert g.resources().units == {"sm": 1}
+    # the same MAC and the same SRAM cost the same on an npu at the node
+    h = presets["h200"]
+    assert tech.mac_energy_j("bf16", h.hw.node_nm) == NPU(node_nm=4)._mac_j
 
 
 def test_simulator_reproduces_the_sum_of_op_latencies(presets):

@@ -188,7 +188,8 @@ def test_double_buffered_weights_by_hand(balanced):
 
 def test_over_capacity_is_infeasible_with_a_reason(balanced):
     with pytest.raises(InfeasibleDesign, match="GiB"):
-        simulate(balanced, NeuPIMs(channels=2, channel_capacity_gib=1 / 64))
+        simulate(balanced, NeuPIMs(channels=2, channel_capacity_gib=1 / 64, macs_per_bank=1,
+                                   dtype="int8"))
 
 
 def test_parameters_are_checked():
@@ -199,8 +200,9 @@ def test_parameters_are_checked():
     with pytest.raises(BadInput, match="ranks"):
         NeuPIMs(ranks=3)
     d = NeuPIMs()
-    assert d.bandwidth_Bps == pytest.approx(32 * 32e9)            # 32 HBM2 channels
-    assert d.npu.hw.dram_bandwidth_Bps == pytest.approx(d.bandwidth_Bps)
+    assert d.pin_Bps == pytest.approx(32 * 32e9)                  # 32 HBM2 channels
+    assert d.npu.hw.dram_bandwidth_Bps == pytest.approx(d.pin_Bps)
+    assert d.bandwidth_Bps == pytest.approx(d.pin_Bps * 0.886)     # HBM's sustained share
     assert d.area_mm2() > d.npu.area_mm2() and d.static_power_w() > 0
 
 

@@ -1,8 +1,9 @@
 """The physical model against published chips (docs/validation.md, "Physical model"): the
-shipped area constants are what the calibration gives, leave-one-out leaves a die out whole,
-and the errors stay at what was measured (the issue's area targets, median |area error|
-<= 20 %, each <= 35 %, are met with the shipped constants, not leave-one-out; its TDP target,
-<= 25 %, is not; the docs say why)."""
+shipped area and power constants are what the calibration gives, leave-one-out leaves a die
+out whole, and the errors stay at what was measured (issue 27's targets: median |area error|
+<= 20 %, median |TDP error| <= 25 %, with the shipped constants and leave-one-out; every chip
+on one energy method, GPUs and NPU-class chips alike; Groq's area, +38 %, misses issue 15's
+each-within-35 %, docs/validation.md says why)."""
 
 import pytest
 
@@ -13,9 +14,10 @@ from dse.calibrate import physical_fit as pf
 from dse.calibrate.published_chips import BLOCKS, CHIPS
 
 #: Measured with `python benchmarks/physical_validation.py` (rounded up to the next percent).
-AREA_MEDIAN, AREA_MAX = 0.09, 0.35          # shipped constants
-LOO_MEDIAN, LOO_MAX = 0.12, 0.51            # each die left out of the fit
-TDP_MEDIAN, TDP_MAX = 0.48, 0.91
+AREA_MEDIAN, AREA_MAX = 0.09, 0.39          # shipped constants
+LOO_MEDIAN, LOO_MAX = 0.10, 0.77            # each die left out of the fit
+TDP_MEDIAN, TDP_MAX = 0.19, 1.20            # the shipped power constant, fitted on these rows
+TDP_LOO_MEDIAN, TDP_LOO_MAX = 0.22, 1.99    # each die left out of fit_power
 
 
 @pytest.fixture(scope="module")
@@ -75,15 +77,31 @@ def test_area_errors_are_what_was_measured(rows):
 
 def test_tdp_errors_are_what_was_measured(rows):
     med, worst = pf.median_max([r.tdp_error for r in rows])
-    assert med <= TDP_MEDIAN and worst <= TDP_MAX
+    assert med <= TDP_MEDIAN <= 0.25 and worst <= TDP_MAX
+    med, worst = pf.median_max([r.loo_tdp_error for r in rows])
+    assert med <= TDP_LOO_MEDIAN <= 0.25 and worst <= TDP_LOO_MAX
 
 
-def test_gpu_component_tdp_counts_tensor_memory_and_leakage():
-    h100 = pf.design(next(c for c in CHIPS if c.name == "H100 SXM"))
-    full = pf.gpu_component_tdp_w(h100)
-    slower = pf.gpu_component_tdp_w(GPU("h100", clock_hz=h100.hw.clock_hz / 2))
-    assert 0 < slower < full
-    assert full > h100.memory.bandwidth_Bps * h100.memory.energy_j_per_byte
+def test_one_energy_method_is_validated_on_gpus_and_npu_class_chips(rows):
+    """Issue 27: GPUs are built bottom-up like every template and the one fitted power term
+    is checked on at least three published chips of each kind."""
+    gpus = [r for r in rows if r.chip.accelerator.startswith("gpu:")]
+    npus = [r for r in rows if not r.chip.accelerator.startswith("gpu:")]
+    assert len({r.chip.die for r in gpus}) >= 3 and len({r.chip.die for r in npus}) >= 3
+    for r in gpus:
+        assert r.tdp_w == pytest.approx(pf.design(r.chip).physical().tdp_w
+                                        / pf.BOARD_POWER_EFFICIENCY)
+    assert physical.UNCOUNTED_LOGIC_W_PER_MM2_GHZ == pytest.approx(pf.fit_power(), rel=1e-3)
+
+
+def test_the_board_basis_is_explicit():
+    h100 = next(c for c in CHIPS if c.name == "H100 SXM")
+    tpu1 = next(c for c in CHIPS if c.name == "TPUv1")
+    ph, pt = pf.design(h100).physical(), pf.design(tpu1).physical()
+    assert h100.tdp_basis == "board" and tpu1.tdp_basis == "chip"
+    assert pf.compared_tdp_w(h100, ph) == pytest.approx(ph.tdp_w / pf.BOARD_POWER_EFFICIENCY)
+    # TPUv1's DDR3 is off the package: a chip TDP leaves it out
+    assert pf.compared_tdp_w(tpu1, pt) == pytest.approx(pt.tdp_w - pf.memory_w(pt))
 
 
 def test_datacenter_gpus_are_single_dies_under_the_reticle_and_hopper_is_no_bigger():
@@ -96,11 +114,11 @@ def test_datacenter_gpus_are_single_dies_under_the_reticle_and_hopper_is_no_bigg
 
 
 def test_sram_pays_its_own_overhead_not_the_logic_one():
-    small, big = NPU(ifmap_sram_kb=4096), NPU(ifmap_sram_kb=4096 + 65536)
+    small, big = NPU(ifmap_sram_kb=4096, chiplets=1), NPU(ifmap_sram_kb=4096 + 65536, chiplets=1)
     added = big.physical().area_mm2 - small.physical().area_mm2
     sram = tech.sram_area_mm2(65536 * 1024, small.hw.node_nm)
     assert added == pytest.approx(sram * (1 + physical.SRAM_OVERHEAD), rel=1e-6)
-    more_pes = NPU(ifmap_sram_kb=4096, rows=256)
+    more_pes = NPU(ifmap_sram_kb=4096, rows=256, chiplets=1)
     logic = more_pes.floorplan().compute_mm2 - small.floorplan().compute_mm2
     assert (more_pes.physical().area_breakdown_mm2["control"]
             - small.physical().area_breakdown_mm2["control"]) == pytest.approx(

@@ -5,8 +5,11 @@ import math
 
 import pytest
 
-from accelerators import dram_timing as dt
-from accelerators.pim import PIM, split_attention
+from accelerators import dram_timing as dt, technology as tech
+from accelerators.memory_standards import get_standard
+from accelerators.pim import (DRAM_GBIT_PER_MM2, PIM, PIM_DIE_MAX_GROWTH, pim_peak_w,
+                              split_attention)
+from accelerators.registry import make_accelerator
 from dse.errors import BadInput, InfeasibleDesign
 from dse.reproduce.table import Row
 from simulators.engine import simulate
@@ -160,16 +163,18 @@ def test_more_channels_are_faster():
 def test_model_over_capacity_is_infeasible_with_a_reason():
     w = build_workload("gpt2", phase="decode", batch=1, context=512, dtype="bf16")
     with pytest.raises(InfeasibleDesign, match=r"gpt2 needs 269 MB .* holds 134 MB"):
-        simulate(w, PIM(channels=1, channel_capacity_gib=0.125))
+        simulate(w, PIM(channels=1, channel_capacity_gib=0.125, macs_per_bank=2))
     assert PIM().check(w) is None          # 16 x 0.5 GiB hold GPT-2 small
 
 
 def test_mapping_the_banks_cannot_hold_is_infeasible():
     # 17 rows of 600 kB over 16 banks: the busiest bank holds 2 rows = 1.2 MB, more than a bank
-    # of a 16 MiB channel (1 MiB), although the matrix (10.2 MB) fits the channel
-    w = build_workload("linear", phase="forward", batch=1, dtype="bf16",
-                       arch={"m": 1, "k": 300000, "n": 17, "bias": False})
-    p = PIM(channels=1, banks_per_channel=16, channel_capacity_gib=1 / 64)
+    # of a 16 MiB channel (1 MiB), although the matrix (10.2 MB) fits the channel (int8 lanes,
+    # one per bank: the PIM logic of so small a DRAM must stay within its die)
+    w = build_workload("linear", phase="forward", batch=1, dtype="int8",
+                       arch={"m": 1, "k": 600000, "n": 17, "bias": False})
+    p = PIM(channels=1, banks_per_channel=16, channel_capacity_gib=1 / 64, dtype="int8",
+            macs_per_bank=1)
     reason = p.check(w)
     assert reason and "busiest bank" in reason
 
@@ -226,3 +231,76 @@ def test_pim_gpt_reproduction_tolerance():
     # the speedup shrinks from the smallest to the largest models, as the paper's range spans
     speed = {r.metric.split(":")[0]: r.ours for r in rows if "speedup" in r.metric}
     assert speed["gpt2"] > speed["gpt2-xl"] and speed["gpt3-small"] > speed["gpt3-xl"]
+
+
+# --- issue 27: PIM logic is not free -------------------------------------------------------
+
+def test_pim_logic_costs_die_area_price_and_power():
+    """In-bank MACs take DRAM die area (reported as ``pim_logic``), raise the DRAM's price by
+    that area and draw power at full rate that the TDP counts; more lanes, more of each."""
+    few, many = PIM("pim-gpt", macs_per_bank=4), PIM("pim-gpt", macs_per_bank=16)
+    pf, pm = few.physical(), many.physical()
+    assert 0 < pf.area_breakdown_mm2["pim_logic"] < pm.area_breakdown_mm2["pim_logic"]
+    assert pm.area_breakdown_mm2["pim_logic"] == pytest.approx(
+        4 * pf.area_breakdown_mm2["pim_logic"])
+    assert pf.cost_breakdown_usd["memory"] < pm.cost_breakdown_usd["memory"]
+    # the price is by area: 16 lanes per bank make the 8 Gb GDDR6 dies 25 % bigger
+    plain = many.hw.channels * many.hw.channel_capacity_gib * 2**30 / 1e9 * \
+        get_standard("gddr6").price_usd_per_gb
+    assert pm.cost_breakdown_usd["memory"] == pytest.approx(plain * 1.25)
+    assert pf.tdp_w < pm.tdp_w
+    leak = tech.leakage_w(pm.area_breakdown_mm2["pim_logic"] - pf.area_breakdown_mm2["pim_logic"],
+                          0, many.hw.asic_node_nm)
+    assert pm.tdp_w - pf.tdp_w == pytest.approx(
+        pim_peak_w(many.hw, many.timing, 2, many._mac_j, many._act_j)
+        - pim_peak_w(few.hw, few.timing, 2, few._mac_j, few._act_j) + leak)
+
+
+@pytest.mark.parametrize("template", ["pim:pim-gpt", "npu_pim:neupims"])
+def test_average_power_stays_within_the_tdp(template):
+    """Issue 27: pim designs reported average power above their TDP (42.8 W vs 27.9 W) because
+    the TDP left out the in-bank reads and row activations."""
+    w = build_workload("gpt2", phase="decode", batch=4, context=512, dtype="bf16")
+    d = make_accelerator(template)
+    r = simulate(w, d)
+    assert r.energy_j / r.latency_s <= d.physical().tdp_w
+
+
+@pytest.mark.parametrize("template, hw", [("pim", {"macs_per_bank": 64}),
+                                         ("npu_pim", {"macs_per_bank": 37})])
+def test_pim_logic_beyond_a_dram_die_is_infeasible_naming_both(template, hw):
+    d = make_accelerator(template, hw)
+    logic = d.pim_logic()
+    assert logic.growth > PIM_DIE_MAX_GROWTH
+    reason = d.physical().problem
+    per = logic.devices
+    assert reason and f"{logic.area_mm2 / per:,.1f} mm^2" in reason
+    room = (PIM_DIE_MAX_GROWTH - 1) * logic.cell_bits / 1e9 / DRAM_GBIT_PER_MM2[logic.kind]
+    assert f"{room / per:,.1f} mm^2" in reason
+    w = build_workload("gpt2", phase="decode", batch=1, context=128, dtype="bf16")
+    assert d.check(w) == reason
+
+
+def test_a_study_prunes_pim_logic_a_dram_die_cannot_hold(tmp_path):
+    from dse.study.driver import run_study
+    from dse.study.loader import load_study_text
+    text = """
+name: t_pim_logic
+seed: 0
+workloads:
+  - {model: gpt2, phase: decode, batch: 1, context: 128, dtype: bf16}
+accelerator: {template: pim, preset: pim-gpt}
+search:
+  hardware:
+    macs_per_bank: {choices: [4, 8, 16, 64]}
+objectives: [latency_s]
+trials: 6
+"""
+    r = run_study(load_study_text(text), out=tmp_path / "o", show_progress=False,
+                  write_report=False)
+    import csv
+    with open(r.trials_csv, newline="") as f:
+        rows = list(csv.DictReader(f))
+    pruned = [x for x in rows if x["state"] == "PRUNED"]
+    assert pruned and all("PIM logic" in x["reason"] and "mm^2" in x["reason"] for x in pruned)
+    assert any(x["state"] == "COMPLETE" for x in rows)

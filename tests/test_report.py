@@ -240,7 +240,8 @@ def test_design_report_of_a_real_npu_design(tmp_path):
     assert sum(len(t["x"]) if isinstance(t["x"], list) else len(blob["shared"][t["x"]["$shared"]])
                for t in tl) == len(r.ops)
     roof = [t for t in blob["figures"]["roofline"]["data"] if t["mode"] == "lines"]
-    assert len(roof) == 1 and "dram 600 GB/s" in roof[0]["name"]  # the NPU's DRAM channel
+    # the NPU's DRAM channel: 600 GB/s of HBM2 streamed at HBM's sustained 88.6 %
+    assert len(roof) == 1 and "dram 531.6 GB/s" in roof[0]["name"]
     assert "gpt2 decode on npu:datacenter-bf16" in text
 
 

@@ -16,8 +16,9 @@ area:
 
 :func:`leave_one_out` reports each chip's error with its die left out of both steps (and of
 the blocks); the shipped constants are :func:`fit` on every chip. :func:`validation_rows`
-adds TDP (the NPU and wafer templates' own, and for GPUs, whose template takes the datasheet
-TDP, an estimate from technology energies: :func:`gpu_component_tdp_w`) and cost.
+adds TDP (every template's own, bottom-up: one energy method, whose one fitted constant,
+``physical.UNCOUNTED_LOGIC_W_PER_MM2_GHZ``, :func:`fit_power` chooses and
+:func:`power_leave_one_out` leaves each chip out of) and cost.
 ``benchmarks/physical_validation.py`` prints it all; ``docs/validation.md`` explains it.
 """
 
@@ -186,43 +187,87 @@ def leave_one_out(chips: Sequence[PublishedChip] = CHIPS,
 
 
 # ----------------------------------------------------------------------------- power
-#: Register-file bytes per tensor-core MAC: an m16n8k16 fp16 MMA (2,048 MACs) reads A (16 x 16
-#: x 2 B), B (16 x 8 x 2 B) and C (16 x 8 x 4 B) and writes D (16 x 8 x 4 B) [D NVIDIA PTX ISA,
-#: mma.m16n8k16] = 1,792 B; from the 64 KiB register file of one of an SM's four
-#: sub-partitions (256 KiB per SM [D]), read a bank at a time (``tech.sram_energy_j_per_byte``).
-RF_BYTES_PER_TENSOR_MAC = 1792 / 2048
-RF_BANK_BYTES = 64 * 1024
+#: A board's power over its package's: voltage regulators, fans and board parts [E: multiphase
+#: regulators convert at ~88-92 % at load]. Published "board" TDPs (GPU cards and modules)
+#: are compared with the modelled package power over it; "chip" TDPs with the package's, less
+#: memory outside the package; the wafer's as it is (``compared_tdp_w``).
+BOARD_POWER_EFFICIENCY = 0.9
 
 
-def gpu_component_tdp_w(g: gpu.GPU) -> float:
-    """A GPU's power from technology energies alone, W: every enabled SM's tensor MACs busy each
-    cycle at the boost clock (fp16 MAC energy plus the register-file operand traffic of an MMA),
-    the memory at full bandwidth (I/O, DRAM core and background), and leakage of the die's logic
-    and SRAM. Nothing in it is fitted to a TDP; what it leaves out (clock tree, schedulers, L2,
-    on-chip network, voltage-regulator losses) is why it falls short (docs/validation.md)."""
-    hw, node = g.hw, g.hw.node_nm
-    per_mac = (tech.mac_energy_j("fp16", node)
-               + RF_BYTES_PER_TENSOR_MAC * tech.sram_energy_j_per_byte(RF_BANK_BYTES, node))
-    tensor_w = hw.sms * hw.tensor_macs_per_sm * hw.clock_hz * per_mac
-    mem = g.memory
-    memory_w = mem.bandwidth_Bps * mem.energy_j_per_byte + mem.static_w
-    fp = g.floorplan()
-    sm_sram_bytes = (hw.sms_on_die or hw.sms) * (gpu.REGISTER_FILE_BYTES_PER_SM
-                                                 + hw.l1_kb_per_sm * 1024)
-    logic_mm2 = ((1 + fp.control_overhead) * fp.compute_mm2     # SMs, their overhead ...
-                 - tech.sram_area_mm2(sm_sram_bytes, node))      # ... less their SRAM
-    leakage = tech.leakage_w(logic_mm2, sm_sram_bytes + hw.l2_bytes, node)
-    return tensor_w + memory_w + leakage
+def memory_w(phys: Physical) -> float:
+    """The memory's share of a design's TDP: I/O and DRAM core at full bandwidth and
+    background, W."""
+    mem = phys.memory
+    return (mem.bandwidth_Bps * mem.energy_j_per_byte + mem.static_w) if mem else 0.0
+
+
+def compared_tdp_w(chip: PublishedChip, phys: Physical) -> float:
+    """The model's power on ``chip``'s published basis, W: the package's TDP (``tdp_w``: dies,
+    the logic the tables do not count, memory) over ``BOARD_POWER_EFFICIENCY`` for a board;
+    less memory outside the package (DDR, LPDDR, GDDR) for a chip; as it is for a wafer."""
+    if chip.tdp_basis == "board":
+        return phys.tdp_w / BOARD_POWER_EFFICIENCY
+    mem = phys.memory
+    if chip.tdp_basis == "chip" and mem is not None and not mem.standard.on_interposer:
+        return phys.tdp_w - memory_w(phys)
+    return phys.tdp_w
+
+
+@contextlib.contextmanager
+def _power_constant(k: float) -> Iterator[None]:
+    """``physical.UNCOUNTED_LOGIC_W_PER_MM2_GHZ`` set to ``k`` for the duration."""
+    saved = physical.UNCOUNTED_LOGIC_W_PER_MM2_GHZ
+    physical.UNCOUNTED_LOGIC_W_PER_MM2_GHZ = k
+    try:
+        yield
+    finally:
+        physical.UNCOUNTED_LOGIC_W_PER_MM2_GHZ = saved
+
+
+def _tdp_terms(chip: PublishedChip) -> tuple[float, float]:
+    """(W with the constant 0, W per unit of it) of ``chip``'s compared TDP: linear in the
+    constant, so the fit needs two evaluations per chip."""
+    with _power_constant(0.0):
+        base = compared_tdp_w(chip, design(chip).physical())
+    with _power_constant(1.0):
+        one = compared_tdp_w(chip, design(chip).physical())
+    return base, one - base
+
+
+def fit_power(chips: Sequence[PublishedChip] = CHIPS) -> float:
+    """``physical.UNCOUNTED_LOGIC_W_PER_MM2_GHZ``: least squares of log(modelled / published
+    TDP) over ``chips`` (each die weighted once, rows of one die sharing its weight)."""
+    terms = [(_tdp_terms(c), c.tdp_w) for c in chips]
+    per_die: dict[str, int] = {}
+    for c in chips:
+        per_die[c.die] = per_die.get(c.die, 0) + 1
+    weights = [1 / math.sqrt(per_die[c.die]) for c in chips]
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        k = math.exp(x[0])
+        return np.array([w * math.log((b + k * a) / pub)
+                         for ((b, a), pub), w in zip(terms, weights)])
+
+    sol = least_squares(residuals, [math.log(0.05)], xtol=1e-12, ftol=1e-12, gtol=1e-12)
+    return float(math.exp(sol.x[0]))
+
+
+def power_leave_one_out(chips: Sequence[PublishedChip] = CHIPS) -> dict[str, tuple[float, float]]:
+    """Chip name -> (compared TDP, constant) with the chip's die left out of :func:`fit_power`."""
+    out = {}
+    for die in dict.fromkeys(c.die for c in chips):
+        k = fit_power([c for c in chips if c.die != die])
+        for c in chips:
+            if c.die == die:
+                base, per = _tdp_terms(c)
+                out[c.name] = (base + k * per, k)
+    return out
 
 
 def modelled_tdp_w(chip: PublishedChip) -> float:
-    """The TDP the model gives ``chip`` (shipped constants): the physical model's ``tdp_w`` for
-    templates that compute it (npu, wafer), :func:`gpu_component_tdp_w` for GPUs (whose
-    ``tdp_w`` is the datasheet's, an input)."""
-    d = design(chip)
-    if isinstance(d, gpu.GPU):
-        return gpu_component_tdp_w(d)
-    return d.physical().tdp_w
+    """The TDP the model gives ``chip`` (shipped constants) on its published basis: every
+    template's ``physical().tdp_w``, GPUs' included (one energy method)."""
+    return compared_tdp_w(chip, design(chip).physical())
 
 
 # ----------------------------------------------------------------------------- the table
@@ -231,8 +276,9 @@ class Row:
     chip: PublishedChip
     area_mm2: float
     loo_area_mm2: float
-    tdp_w: float
-    memory_w: float     #: the memory's share of ``tdp_w`` (I/O, DRAM core, background)
+    tdp_w: float        #: on the published basis (``compared_tdp_w``)
+    loo_tdp_w: float    #: the same with the chip's die left out of ``fit_power``
+    memory_w: float     #: the memory's share of the package TDP (I/O, DRAM core, background)
     cost_usd: float
 
     @property
@@ -247,18 +293,20 @@ class Row:
     def tdp_error(self) -> float:
         return self.tdp_w / self.chip.tdp_w - 1
 
+    @property
+    def loo_tdp_error(self) -> float:
+        return self.loo_tdp_w / self.chip.tdp_w - 1
+
 
 def validation_rows(chips: Sequence[PublishedChip] = CHIPS) -> list[Row]:
     """Every chip: modelled area (shipped constants and leave-one-out), TDP, memory power and
     cost."""
-    loo = leave_one_out(chips)
+    loo, loo_power = leave_one_out(chips), power_leave_one_out(chips)
     rows = []
     for c in chips:
         phys = design(c).physical()
-        mem = phys.memory
-        memory_w = (mem.bandwidth_Bps * mem.energy_j_per_byte + mem.static_w) if mem else 0.0
-        rows.append(Row(c, phys.area_mm2, loo[c.name][0], modelled_tdp_w(c), memory_w,
-                        phys.cost_usd))
+        rows.append(Row(c, phys.area_mm2, loo[c.name][0], compared_tdp_w(c, phys),
+                        loo_power[c.name][0], memory_w(phys), phys.cost_usd))
     return rows
 
 

@@ -130,12 +130,23 @@ class CostEstimate:
     breakdown_usd: tuple[tuple[str, float], ...] = ()
 
 
+_SILICON_ANALYSTS = ("[S] Silicon Analysts, 'Cost bridge' and 'NVIDIA B200 cost breakdown' "
+                     "(Feb. 2026), built on Epoch AI Monte Carlo models, Raymond James and "
+                     "TrendForce")
+
 COST_ESTIMATES: tuple[CostEstimate, ...] = (
     CostEstimate("gpu:h100", 3320.0,
                  "[S] Raymond James (2023) via Barron's, adopted by Epoch AI "
                  "(github.com/epoch-research/training-cost-trends; an independent estimate "
-                 "there: ~3,000). Breakdown [S]: a 2023 estimate republished by the press "
-                 "(die from $13,400 per 4N wafer and ~65 good dies, HBM at ~$15/GB, CoWoS "
-                 "after R. Castellano)",
-                 (("logic die", 200.0), ("HBM (80 GB)", 1500.0), ("CoWoS packaging", 723.0))),
+                 "there: ~3,000); breakdown " + _SILICON_ANALYSTS + " (a 2023 press "
+                 "breakdown: die ~$200, 80 GB of HBM ~$1,500, CoWoS ~$723). The model's "
+                 "interposer price is taken from this breakdown's packaging line",
+                 (("logic die", 300.0), ("HBM (80 GB)", 1400.0), ("CoWoS-S packaging", 750.0),
+                  ("test and assembly", 920.0))),
+    CostEstimate("gpu:h200", 4800.0, _SILICON_ANALYSTS),
+    CostEstimate("gpu:b200", 6400.0, _SILICON_ANALYSTS,
+                 (("HBM3E (192 GB)", 2900.0), ("CoWoS-L packaging", 1100.0))),
+    CostEstimate("gpu:mi300x", 5300.0, _SILICON_ANALYSTS,
+                 (("logic dies", 600.0), ("HBM3 (192 GB)", 2900.0), ("packaging", 1200.0),
+                  ("test and assembly", 600.0))),
 )

@@ -28,6 +28,9 @@ def totals(result: Result) -> list[tuple[str, str]]:
     if mem:
         rows.append(("memory", f"{mem['devices']} x {mem['standard']}, "
                      f"{fmt(mem['capacity_bytes'], 'B')}, {fmt(mem['bandwidth_Bps'], 'B/s')}"))
+    if result.accelerator.get("dies"):
+        rows.append(("dies", f"{result.accelerator['dies']} x "
+                     f"{fmt(result.accelerator['die_mm2'], 'mm²')}"))
     rows += [(f"area: {k}", fmt(v, "mm²")) for k, v in result.area_breakdown_mm2.items() if v]
     rows += [(f"cost: {k}", fmt(v, "US$")) for k, v in result.cost_breakdown_usd.items() if v]
     rows += [(f"utilisation {u}", f"{100 * v:.1f}%") for u, v in sorted(result.utilisation.items())]

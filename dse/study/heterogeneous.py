@@ -67,7 +67,12 @@ def pe_count(design: Template) -> int | None:
 
 
 def offchip_bandwidth_Bps(design: Template) -> float:
-    """Bandwidth of all shared channels a design offers the simulator, B/s."""
+    """Off-chip bandwidth a design provisions, B/s: its memory interface's (what a budget
+    limits; transfers sustain the standard's share of it), else the bandwidth of all shared
+    channels it offers the simulator."""
+    phys = design.physical()
+    if phys is not None and phys.memory is not None:
+        return float(phys.memory.bandwidth_Bps)
     return float(sum(design.resources().channels.values()))
 
 
