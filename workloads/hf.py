@@ -225,6 +225,10 @@ def task(config) -> str:
     archs = getattr(config, "architectures", None) or []
     if any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs):
         return "causal"   # what the config says it is (BertLMHeadModel, BartForCausalLM...)
+    if (mt in getattr(ma, "MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES", {})
+            and mt not in ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+            and not getattr(config, "is_encoder_decoder", False)):
+        return "multimodal"   # a language model with image / audio towers (Voxtral, Qwen2-Audio)
     if getattr(config, "is_encoder_decoder", False) or mt in ma.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES:
         return "seq2seq"
     if mt in ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and mt not in ma.MODEL_FOR_MASKED_LM_MAPPING_NAMES:
@@ -507,38 +511,50 @@ def as_if_traced():
 def _multimodal(model: nn.Module, config, batch: int, seq: int,
                 media: dict[str, Any]) -> tuple[nn.Module, dict[str, Any]]:
     """A multimodal model's forward (no cache) on ``seq`` text tokens plus one image and/or
-    audio clip per sequence and their placeholder tokens (:mod:`workloads.hf_inputs`)."""
+    audio clip per sequence and their placeholder tokens (:mod:`workloads.hf_inputs`): the
+    image layouts processors produce are tried in turn on the model's own image tower, the
+    first it takes is kept."""
     from workloads import hf_inputs as hi
     names = hi.accepts(model)
+    for c in {id(c): c for c in (config, text_config(config))}.values():
+        if hasattr(c, "use_cache"):
+            c.use_cache = False   # a forward needs no cache (a returned one cannot be exported)
     inputs: dict[str, Any] = {}
-    constants: dict[str, torch.Tensor] = {}
+    constants: dict[str, Any] = {}
     placeholders = 0
-    width = getattr(text_config(config), "hidden_size", None)
     parts = []
     if "pixel_values" in names:
-        img, const = hi.image_part(model, config, batch, media.get("image_size"))
-        parts.append(("image", img, const, ("image_token_id", "image_token_index"),
-                      "get_image_features"))
+        parts.append(("image", hi.image_layouts(model, config, batch, media.get("image_size")),
+                      ("image_token_id", "image_token_index"), "get_image_features"))
     aud = hi.audio_part(model, config, batch, media.get("frames"), media.get("audio_seconds"))
     if aud:
-        parts.append(("audio", aud, {}, ("audio_token_id", "audio_token_index"),
+        parts.append(("audio", [(aud, {})], ("audio_token_id", "audio_token_index"),
                       "get_audio_features"))
-    for what, tensors, const, token_names, getter in parts:
-        inputs.update(tensors)
-        constants.update(const)
+    for what, layouts, token_names, getter in parts:
         unset = [n for n in token_names if hasattr(config, n) and getattr(config, n) is None]
         if "input_ids" in names and unset and hi.token_id(config, *token_names) is None:
             raise BadInput(f"hf_config.{unset[0]}", None, f"the {what} placeholder token id "
                            f"the {config.model_type} processor puts in the text (an int)")
-        if ("input_ids" in names and width and hi.token_id(config, *token_names) is not None
-                and hi.getter_of(model, getter) is not None):
+        sized = ("input_ids" in names and hi.token_id(config, *token_names) is not None
+                 and hi.getter_of(model, getter) is not None)
+        chosen, errors = None, []
+        for tensors, const in layouts:
+            if not sized:
+                chosen = (tensors, const, 0)
+                break
             try:
                 with hi.vision_helpers_eager(), selective_scan_as_one_op():
-                    placeholders += hi.placeholder_tokens(model, getter, tensors, const,
-                                                          int(width)) // batch
+                    rows = hi.placeholder_tokens(model, getter, tensors, const)
+                chosen = (tensors, const, rows // batch)
+                break
             except Exception as exc:
-                raise CaptureError(f"{config.model_type}: could not size the {what} placeholder "
-                                   f"tokens from its {what} tower ({_first_line(exc)})") from None
+                errors.append(_first_line(exc))
+        if chosen is None:
+            raise CaptureError(f"{config.model_type}: no {what} input layout its {what} tower "
+                               f"takes ({'; '.join(errors)[:300]})")
+        inputs.update(chosen[0])
+        constants.update(chosen[1])
+        placeholders += chosen[2]
     if "input_ids" in names:
         inputs["input_ids"] = _ids(batch, seq + placeholders, vocab_size(config))
     if "position_ids" in names and any(hasattr(m, "get_rope_index") for m in model.modules()):

@@ -102,6 +102,35 @@ def image_part(model: nn.Module, config, batch: int, image_size: int | None
     return {"pixel_values": torch.zeros(batch, channels, size, size)}, {}
 
 
+def image_layouts(model: nn.Module, config, batch: int, image_size: int | None
+                  ) -> list[tuple[dict[str, torch.Tensor], dict[str, Any]]]:
+    """The image inputs processors produce, most likely first: :func:`image_part`, then one
+    image per sequence as ``[batch, images, C, H, W]`` (Idefics, SmolVLM), each with the
+    image sizes a getter requires (Pixtral-style towers: ``image_sizes``)."""
+    first, const = image_part(model, config, batch, image_size)
+    out = [(first, const)]
+    pixels = first["pixel_values"]
+    if pixels.dim() == 4 and not const:
+        out.append(({"pixel_values": pixels[:, None]}, {}))
+    getter = getter_of(model, "get_image_features")
+    needs = _required(getter) if getter is not None else set()
+    if "image_sizes" in needs:
+        size = pixels.shape[-1]
+        out = [(t, {**c, "image_sizes": torch.tensor([[size, size]] * batch, device="cpu")})
+               for t, c in out]
+    return out
+
+
+def _required(fn) -> set[str]:
+    """The parameters ``fn`` requires (no default), ``pixel_values`` aside."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return set()
+    return {p.name for p in params if p.default is inspect.Parameter.empty
+            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)} - {"pixel_values", "self"}
+
+
 def audio_part(model: nn.Module, config, batch: int, frames: int | None,
                audio_seconds: float | None) -> dict[str, torch.Tensor]:
     """Meta inputs of one audio clip per sequence."""
@@ -121,21 +150,21 @@ def audio_part(model: nn.Module, config, batch: int, frames: int | None,
     return {}
 
 
-def _feature_rows(out: Any, width: int) -> int:
-    """Rows of ``width`` features in a tower's output (a tensor, a list of them, an output
-    object with ``pooler_output`` / ``last_hidden_state``)."""
+def _feature_rows(out: Any) -> int:
+    """Feature rows in a tower's output (a tensor ``[..., rows, width]``, a list of them, an
+    output object with ``pooler_output`` / ``last_hidden_state``; extra outputs such as
+    Qwen3-VL's deepstack features are not rows)."""
     for name in ("pooler_output", "image_embeds", "audio_embeds", "last_hidden_state"):
         if getattr(out, name, None) is not None:
             out = getattr(out, name)
             break
+    if isinstance(out, (list, tuple)) and out and isinstance(out[0], (list, tuple)):
+        out = out[0]
     tensors = [t for t in (out if isinstance(out, (list, tuple)) else [out])
                if isinstance(t, torch.Tensor)]
     if not tensors:
         raise ValueError("the tower returned no tensor")
-    total = sum(t.numel() for t in tensors)
-    if total % width:
-        raise ValueError(f"the tower's output is not rows of {width} features")
-    return total // width
+    return sum(t.numel() // max(t.shape[-1], 1) for t in tensors)
 
 
 def getter_of(model: nn.Module, name: str):
@@ -144,13 +173,13 @@ def getter_of(model: nn.Module, name: str):
 
 
 def placeholder_tokens(model: nn.Module, getter: str, inputs: dict[str, torch.Tensor],
-                       constants: dict[str, torch.Tensor], width: int) -> int:
+                       constants: dict[str, Any]) -> int:
     """Feature rows ``model.<getter>`` returns for ``inputs`` (run once on meta tensors)."""
     from workloads.hf import as_if_traced
     fn = getter_of(model, getter)
     with as_if_traced(), torch.no_grad():
         out = fn(**_on_meta(inputs), **constants)
-    return _feature_rows(out, width)
+    return _feature_rows(out)
 
 
 def _on_meta(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -192,7 +221,7 @@ def _eager(fn, to_meta):
         from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
         args = [_real(a) for a in args]
         kwargs = {k: _real(v) for k, v in kwargs.items()}
-        with unset_fake_temporarily(), disable_proxy_modes_tracing():
+        with unset_fake_temporarily(), disable_proxy_modes_tracing(), torch.device("cpu"):
             out = fn(*args, **kwargs)
         if to_meta is False:
             return out
@@ -220,8 +249,11 @@ class vision_helpers_eager:
             from transformers import vision_utils
         except ImportError:
             return self
+        from transformers.utils import generic
         originals = {name: getattr(vision_utils, name) for name in dir(vision_utils)
                      if name.startswith("get_vision_") and callable(getattr(vision_utils, name))}
+        if callable(getattr(generic, "get_max_seqlen", None)):   # an int from cu_seqlens
+            originals["get_max_seqlen"] = generic.get_max_seqlen
         for mod in [m for n, m in list(sys.modules.items())
                     if n.startswith("transformers.models.") and m is not None]:
             for name, fn in originals.items():
