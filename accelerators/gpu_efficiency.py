@@ -108,6 +108,13 @@ DEFAULT_KNOBS: dict[str, float] = {
     "mem_floor_s": 2.0e-6,          # a minimal kernel's time, back to back [E]
     "mem_ramp_s": 1.0e-6,           # extra latency of a mid-size transfer (filling the pipes)
     "mem_ramp_bytes": 1.0e6,        # size at which the ramp saturates, B
+    # a copy by PyTorch's scalar (non-vectorized) kernels, e.g. ``cat`` of a strided view:
+    # elements each SM copies per cycle. 0.655 TB/s incremental for bf16 caches of 6-100 MB on
+    # an H200 (132 SMs, 1.98 GHz) = 1.25 [fitted on the microbenchmark rows of
+    # tests/data/hf_decode_profile_h200.json (``micro``, ``cat strided``), bf16; the whole-model
+    # rows of that file and of tests/data/h100_baselines/hf_models.json are not fitted:
+    # ``python benchmarks/hf_decode_profile.py --compare FILE``]
+    "scalar_copy_elements_per_sm_cycle": 1.25,
 }
 
 #: Output tile (rows x columns) of cuDNN's implicit-GEMM convolution kernels [R: the H200
@@ -125,13 +132,10 @@ DEFAULT_MEMORY_OPS: dict[str, tuple[float, float, float, float]] = {
     "*embedding": (0.85, 0.0, 5e-7, 0.0), "*data_movement": (0.8, 0.0, 2e-7, 0.0),
     "*unknown": (0.8, 0.0, 5e-7, 0.0), "*hashgrid": (0.3, 0.0, 2e-6, 0.0),
     # ``cat`` with a strided input (:func:`memory_target`): PyTorch's scalar
-    # ``CatArrayBatchedCopy`` instead of ``CatArrayBatchedCopy_vectorized``; 0.655 TB/s
-    # incremental on an H200 for bf16 caches of 6-100 MB against 4.78 TB/s for the vectorized
-    # kernel, i.e. 0.154 of this model's H200 copy rate [fitted on the microbenchmark rows of
-    # tests/data/hf_decode_profile_h200.json (``micro``, ``cat strided``), bf16 only; the
-    # whole-model rows of that file are not fitted: ``python benchmarks/hf_decode_profile.py
-    # --compare tests/data/hf_decode_profile_h200.json``]
-    "cat:strided": (0.154, 0.0, 2e-7, 0.0),
+    # ``CatArrayBatchedCopy`` instead of ``CatArrayBatchedCopy_vectorized``, bound by the SMs'
+    # element rate, not by DRAM (``scalar_copy_elements_per_sm_cycle``; the same copy is as slow
+    # on an H100 as on an H200)
+    "cat:strided": (1.0, 0.0, 2e-7, 0.0),
 }
 
 
@@ -426,6 +430,10 @@ class KernelModel:
         kn = self.k
         work = nbytes + rows * row_elems * bytes_per_element
         mem_s = work / (self.copy_Bps * eff)
+        if target.endswith(":strided") and self.chip.clock_hz > 0:   # scalar copy: SM-bound
+            rate = (self.chip.sms * self.chip.clock_hz * bytes_per_element
+                    * kn["scalar_copy_elements_per_sm_cycle"])
+            mem_s = max(mem_s, work / rate)
         ramp = kn["mem_ramp_s"] * min(1.0, nbytes / kn["mem_ramp_bytes"])
         latency = kn["mem_floor_s"] + extra_s + (row_s * width if rows else 0.0)
         return latency + ramp + mem_s, mem_s
