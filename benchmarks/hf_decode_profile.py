@@ -323,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--context", type=int, default=512)
     ap.add_argument("--reps", type=int, default=8)
     ap.add_argument("--budget-s", type=float, default=130.0)
+    ap.add_argument("--models", nargs="*", choices=list(MODELS), help="only these models")
     args = ap.parse_args(argv)
     if args.compare:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -362,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
         result["micro_error"] = f"{type(exc).__name__}: {exc}"[:300]
     save()
     for name, cfg in MODELS.items():
+        if args.models and name not in args.models:
+            continue
         if time.monotonic() - t0 > args.budget_s:
             result.setdefault("skipped", []).append(name)
             continue

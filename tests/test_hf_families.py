@@ -4,6 +4,7 @@ caches, multimodal inputs built from the config, and one-line refusals instead o
 The all-types sweep itself is a benchmark (``python benchmarks/capture_corpus.py
 --all-types``); these tests run a fixed sample."""
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -173,8 +174,15 @@ def test_llava_gets_one_image_and_its_placeholder_tokens():
     assert conv and conv[0].input_shapes[0][-1] == vision["image_size"]
     attn = [op for op in w.ops if op.kind == "attention" and op.attrs["q_len"] >= 16 + patches - 1]
     assert attn, "the language model does not see the image tokens"
-    small = _workload(data, seq=16, media={"image_size": 112})
-    assert small.flops < w.flops
+    with pytest.raises(BadInput, match="image_size.*336x336"):   # a fixed-size tower
+        _workload(data, seq=16, media={"image_size": 112})
+
+
+def test_image_size_option_sets_the_pixels_a_tower_takes():
+    small, big = (_workload({"model_type": "clip"}, seq=8, media={"image_size": s})
+                  for s in (224, 448))                # CLIP interpolates its positions
+    conv = lambda w: next(op for op in w.ops if op.kind == "conv")
+    assert conv(big).input_shapes[0][-1] == 448 and big.flops > 3 * small.flops
 
 
 def test_clip_text_positions_come_from_its_text_config():
@@ -226,3 +234,34 @@ def test_sweep_sample_classifies_every_case():
     assert by[("bamba", "decode")].status == "captured"
     assert by[("blip-2", "forward")].status == "refused"   # its default config has no image token
     assert "image_token" in by[("blip-2", "forward")].error
+
+
+def test_gpt2_cache_appends_are_strided_cats_costed_as_a_scalar_copy():
+    from accelerators.gpu import GPU
+    from simulators.engine import simulate
+    gpt2 = _workload("tests/data/hf/gpt2_tiny.json", phase="decode", batch=4, context=64)
+    llama = _workload("tests/data/hf/llama_tiny.json", phase="decode", batch=4, context=64)
+    appends = lambda w: [op for op in w.ops if op.attrs.get("kv_append")]
+    assert appends(gpt2) and all(op.attrs.get("strided_inputs") for op in appends(gpt2))
+    assert appends(llama) and not any(op.attrs.get("strided_inputs") for op in appends(llama))
+    # a 100 MB cache copied by the scalar kernel: SM-bound, as slow on an H100 as on an H200
+    # (measured 159 us on the H200: tests/data/hf_decode_profile_h200.json)
+    op = appends(gpt2)[0]
+    big = dataclasses.replace(op, kv_bytes_read=50_331_648, kv_bytes_written=50_331_648)
+    plain = dataclasses.replace(big, attrs={k: v for k, v in op.attrs.items()
+                                            if k != "strided_inputs"})
+    h200, h100 = GPU("h200"), GPU("h100")
+    assert 120e-6 < h200.cost(big).latency_s < 200e-6
+    assert h200.cost(big).latency_s > 4 * h200.cost(plain).latency_s
+    assert abs(h100.cost(big).latency_s / h200.cost(big).latency_s - 1) < 0.05
+    assert simulate(gpt2, h200).latency_s > 0
+
+
+def test_decode_profile_script_dry_run(tmp_path):
+    out = tmp_path / "p.json"
+    code = subprocess.run([sys.executable, "benchmarks/hf_decode_profile.py", "--dry-run",
+                           "--out", str(out), "--models", "gpt2"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert code.returncode == 0, code.stderr[-1000:]
+    data = json.loads(out.read_text())
+    assert data["rows"] and data["micro"] and not any("error" in r for r in data["rows"])

@@ -521,8 +521,16 @@ def _multimodal(model: nn.Module, config, batch: int, seq: int,
             c.use_cache = False   # a forward needs no cache (a returned one cannot be exported)
     inputs: dict[str, Any] = {}
     constants: dict[str, Any] = {}
+    options: dict[str, Any] = {"use_cache": False} if "use_cache" in names else {}
     placeholders = 0
     parts = []
+    native = getattr(getattr(config, "vision_config", None), "image_size", None)
+    size = media.get("image_size")
+    if size and isinstance(native, int) and size != native and "image_grid_thw" not in names:
+        if "interpolate_pos_encoding" not in names:   # the processor resizes to the tower's size
+            raise BadInput("image_size", size, f"{native} (the {config.model_type} vision tower "
+                           f"takes {native}x{native} images; its processor resizes to that)")
+        options["interpolate_pos_encoding"] = True
     if "pixel_values" in names:
         parts.append(("image", hi.image_layouts(model, config, batch, media.get("image_size")),
                       ("image_token_id", "image_token_index"), "get_image_features"))
@@ -559,7 +567,6 @@ def _multimodal(model: nn.Module, config, batch: int, seq: int,
         inputs["input_ids"] = _ids(batch, seq + placeholders, vocab_size(config))
     if "position_ids" in names and any(hasattr(m, "get_rope_index") for m in model.modules()):
         inputs["position_ids"] = torch.zeros(3, batch, seq + placeholders, dtype=torch.long)
-    options = {"use_cache": False} if "use_cache" in names else {}
     return hi.WithConstants(model, constants, options), inputs
 
 
