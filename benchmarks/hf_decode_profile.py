@@ -339,8 +339,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     device = "cuda" if cuda else "cpu"
     context = 16 if args.dry_run else args.context
-    batches = (1, 2) if args.dry_run else BATCHES
-    reps = 2 if args.dry_run else args.reps
+    batches = (1,) if args.dry_run else BATCHES
+    reps = 1 if args.dry_run else args.reps
     info = {"torch": torch.__version__, "transformers": transformers.__version__,
             "python": platform.python_version(), "dry_run": args.dry_run}
     if cuda:

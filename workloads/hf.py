@@ -587,7 +587,7 @@ def module_and_inputs(config, kind: str, phase: str, batch: int, seq: int, conte
             if phase == "prefill":
                 kw = {"input_ids": _ids(batch, seq, vocab_size(config)), "use_cache": False}
                 return model, ({**kw, "logits_to_keep": 1} if keep else kw)
-            with selective_scan_as_one_op(), as_if_traced():
+            with selective_scan_as_one_op(), as_if_traced(), static_rope(model):
                 out = model(input_ids=_ids(batch, context, vocab_size(config)), use_cache=True)
             cache = next((c for c in (getattr(out, n, None) for n in
                                       ("cache", "past_key_values", "cache_params"))
@@ -748,8 +748,32 @@ def capture_patches(module: nn.Module, phase: str, settings: dict[str, Any] | No
     absorb = phase == "decode" and (settings or ENGINE_KEYS).get("mla") == "absorbed"
     from workloads.hf_inputs import vision_helpers_eager
     with selective_scan_as_one_op(), hf_experts.routed(module), vision_helpers_eager(), (
-            hf_mla.absorbed(module) if absorb else contextlib.nullcontext()), _sdpa_gqa():
+            hf_mla.absorbed(module) if absorb else contextlib.nullcontext()), _sdpa_gqa(), \
+            static_rope(module):
         yield
+
+
+@contextlib.contextmanager
+def static_rope(model: nn.Module):
+    """Within the block, rotary embeddings whose frequencies depend on the positions' values
+    (dynamic NTK, LongRoPE: transformers' ``dynamic_rope_update`` compares ``max(position_ids)``
+    with the cached length, a data-dependent branch an export cannot take) keep their cached
+    frequencies: the same shapes and work, only the frequencies' values differ."""
+    changed = []
+    for m in model.modules():
+        kind = m.__dict__.get("rope_type")
+        moving = lambda t: isinstance(t, str) and ("dynamic" in t or t == "longrope")
+        if isinstance(kind, str) and moving(kind):
+            changed.append((m, kind))
+            m.rope_type = "default"
+        elif isinstance(kind, dict) and any(moving(t) for t in kind.values()):
+            changed.append((m, kind))
+            m.rope_type = {k: "default" if moving(t) else t for k, t in kind.items()}
+    try:
+        yield
+    finally:
+        for m, kind in changed:
+            m.rope_type = kind
 
 
 @contextlib.contextmanager
