@@ -232,19 +232,20 @@ def run_case(model_type: str, group: str, phase: str | None, data: dict[str, Any
             row.status = "failed"
             row.error = "the cut config does not build (the full one does): " + row.error
         elif (row.status == "failed" or row.error.startswith("torch.export rejected")) \
-                and ph == "prefill":
-            own = _own_forward_fails(data)
+                and ph in ("prefill", "decode"):
+            own = _own_forward_fails(data, ph)
             if own:
                 row.status, row.error = "transformers", f"its own forward fails: {own}"
         rows.append(row)
     return rows
 
 
-def _own_forward_fails(data: dict[str, Any]) -> str:
+def _own_forward_fails(data: dict[str, Any], phase: str = "prefill") -> str:
     """transformers' error when the model's own eager forward on plain ``input_ids`` (meta
-    tensors, as an export runs it, no project patch) raises inside transformers' code; ""
-    when it runs, fails elsewhere, or fails only because meta tensors hold no values (a
-    data-dependent model: the capture's limit, not transformers')."""
+    tensors, as an export runs it, no project patch; in ``decode``, a prefill with its cache
+    and then one more token onto that cache, as ``generate`` does) raises inside transformers'
+    code; "" when it runs, fails elsewhere, or fails only because meta tensors hold no values
+    (a data-dependent model: the capture's limit, not transformers')."""
     from workloads import hf
     try:
         config = hf.make_config(dict(data))
@@ -253,7 +254,10 @@ def _own_forward_fails(data: dict[str, Any]) -> str:
                 warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ids = torch.zeros(SIZES["batch"], SIZES["seq"], dtype=torch.long)
-            model(input_ids=ids, use_cache=False)
+            out = model(input_ids=ids, use_cache=phase == "decode")
+            if phase == "decode":
+                cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+                model(input_ids=ids[:, :1], use_cache=True, **{hf._cache_arg(model): cache})
     except Exception as exc:
         frames = [f for f in traceback.extract_tb(exc.__traceback__)
                   if "/torch/" not in f.filename]   # the innermost frame outside torch

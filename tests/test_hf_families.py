@@ -231,7 +231,11 @@ def test_sweep_sample_classifies_every_case():
     by = {(r.model_type, r.phase): r for r in rows}
     assert all(r.status in ("captured", "refused", "transformers") for r in rows), rows
     assert by[("gemma3", "prefill")].status == by[("gemma3", "decode")].status == "captured"
-    assert by[("bamba", "decode")].status == "captured"
+    # Bamba's default config has no attention layer, and transformers' own decode then
+    # fails on its cache (listed as transformers' failure, with its error)
+    assert by[("bamba", "prefill")].status == "captured"
+    assert by[("bamba", "decode")].status == "transformers"
+    assert "get_seq_length" in by[("bamba", "decode")].error
     assert by[("blip-2", "forward")].status == "refused"   # its default config has no image token
     assert "image_token" in by[("blip-2", "forward")].error
 

@@ -702,7 +702,8 @@ def workload_from_hf_config(path: str | Path | dict, phase: str | None = None,
     from workloads.kv_update import check_kv_update
     check_kv_update(kv_update)
     data = dict(path) if isinstance(path, dict) else read_config(path)
-    config, data, moe, sizes = resolve(data, phase, batch, seq, context, arch, media)
+    with refusing(str(data.get("model_type")), phase or "(default phase)"):
+        config, data, moe, sizes = resolve(data, phase, batch, seq, context, arch, media)
     if dtype not in ir.DTYPE_BYTES:
         raise BadInput("dtype", dtype, "expected one of " + ", ".join(ir.DTYPE_BYTES))
     transformers = _transformers()
