@@ -119,7 +119,22 @@ def default_source(config_class) -> str:
     return "transformers default" + (f" (= {m.group(1)} per its docstring)" if m else "")
 
 
-def small_config(data: dict[str, Any]) -> dict[str, Any]:
+def _layers_read(data: dict[str, Any]) -> int:
+    """Vision layers a multimodal config reads features from (``vision_feature_layer(s)``,
+    negative from the end): the cut tower must keep that many."""
+    layers = [data.get(k) for k in ("vision_feature_layer", "vision_feature_layers")]
+    adapter = data.get("adapter_config")
+    if isinstance(adapter, dict):
+        layers.append(adapter.get("vision_feature_layer"))
+    need = 0
+    for v in layers:
+        for i in (v if isinstance(v, list) else [v]):
+            if isinstance(i, int) and not isinstance(i, bool):
+                need = max(need, -i if i < 0 else i + 1)
+    return need
+
+
+def small_config(data: dict[str, Any], min_layers: int = 0) -> dict[str, Any]:
     """``data`` cut to a few layers: 2, or as many as it takes for every kind of layer a
     hybrid lists (``layer_types`` and the like, pattern strings such as Nemotron-H's) to appear
     once; per-layer lists and pattern strings cut to match, per-layer dicts (``per_layer_config``)
@@ -145,7 +160,7 @@ def small_config(data: dict[str, Any]) -> dict[str, Any]:
         split = len(parts) > 1 and sum(parts.values()) == total
         if split:
             n = max(n, 2 * len(parts))
-        n = min(max(n, 2), MAX_SMALL_LAYERS, total)
+        n = min(max(n, 2, min_layers), max(MAX_SMALL_LAYERS, min_layers), total)
         if split:
             out.update(_split(parts, n))
             n = sum(out[k] for k in parts)
@@ -165,7 +180,7 @@ def small_config(data: dict[str, Any]) -> dict[str, Any]:
         elif k.endswith("_period") and isinstance(v, int) and v > n:
             out[k] = n
         elif isinstance(v, dict) and (k.endswith("_config") or k == "text_config"):
-            out[k] = small_config(v)
+            out[k] = small_config(v, _layers_read(data) if k == "vision_config" else 0)
         else:
             out[k] = v
     return out

@@ -114,10 +114,9 @@ def image_layouts(model: nn.Module, config, batch: int, image_size: int | None
         out.append(({"pixel_values": pixels[:, None]}, {}))
     getter = getter_of(model, "get_image_features")
     needs = _required(getter) if getter is not None else set()
-    if "image_sizes" in needs:
+    if "image_sizes" in needs:   # as Python ints, read per image
         size = pixels.shape[-1]
-        out = [(t, {**c, "image_sizes": torch.tensor([[size, size]] * batch, device="cpu")})
-               for t, c in out]
+        out = [(t, {"image_sizes": [[size, size]] * batch, **c}) for t, c in out]
     return out
 
 
