@@ -26,12 +26,13 @@ from typing import Sequence
 
 import numpy as np
 
-from accelerators import technology as tech
+from accelerators import mac_formats, technology as tech
 from accelerators.npu import (ACC_BYTES, NPU, VECTOR_LANE_AREA_PER_MAC,
                               VECTOR_OPS_PER_ELEMENT, attention_dims, element_scale,
-                              vector_parts)
+                              operand_modes, vector_parts)
 from dse.errors import BadInput, InfeasibleDesign
 from workloads import ir
+from workloads.formats import op_formats
 from workloads.ir import Op
 
 #: Integers below this are exact in float64 [IEEE 754 binary64: a 53-bit significand]. Ops whose integer intermediates could reach it are costed by the scalar code.
@@ -85,10 +86,46 @@ class DesignArrays:
         # element sizes present and each design's index among them (op-level values per size)
         self.b_values = sorted({int(b) for b in iv[3].tolist()})
         self.b_index = np.searchsorted(self.b_values, iv[3])
+        # MAC formats present and each design's index (what an op in number formats runs on)
+        dts = [d.hw.dtype for d in self.designs]
+        self.dtype_values = sorted(set(dts))
+        self.dtype_index = np.array([self.dtype_values.index(t) for t in dts], dtype=np.int64)
 
     def per_b(self, table: np.ndarray) -> np.ndarray:
         """``(ops, len(b_values))`` op-level values -> ``(ops, N)`` by each design's element size."""
         return table[:, self.b_index]
+
+    def per_dtype(self, table: np.ndarray) -> np.ndarray:
+        """``(ops, len(dtype_values))`` values -> ``(ops, N)`` by each design's MAC format."""
+        return table[:, self.dtype_index]
+
+
+def _op_elements(a: DesignArrays, ops: list[Op], err: "_Errors", rows_idx: np.ndarray):
+    """Per op of a GEMM-class block: bytes per element of its activation operand, other
+    operand and output as ``(ops, N)`` arrays (the design's element for an op without number
+    formats, as :meth:`NPU.operand_bytes`), and 0/1 arrays of the operands each design
+    dequantises (:func:`accelerators.npu.operand_modes`); an operand a design cannot run is
+    recorded as its error. All three are ``a.b`` itself when no op has formats."""
+    fmt = [op_formats(op) is not None for op in ops]
+    zero = np.zeros((len(ops), a.n), dtype=np.int64)
+    if not any(fmt):
+        return a.b, a.b, a.b, zero, zero
+    rep = a.designs[0]
+    cols = [rep.operand_bytes(op) if f else (0.0, 0.0, 0.0) for op, f in zip(ops, fmt)]
+    is_fmt = _col(fmt, bool)
+    ea, ew, ec = (np.where(is_fmt, _col([c[i] for c in cols], np.float64), a.b)
+                  for i in range(3))
+    deq_a = np.zeros((len(ops), len(a.dtype_values)), dtype=np.int64)
+    deq_w = np.zeros_like(deq_a)
+    for j, op in enumerate(ops):
+        for t, unit in enumerate(a.dtype_values):
+            modes = operand_modes(unit, op)
+            if isinstance(modes, str):
+                code = err.add(InfeasibleDesign(modes))
+                err.set(rows_idx[j:j + 1], (a.dtype_index == t)[None, :], code)
+                continue
+            deq_a[j, t], deq_w[j, t] = modes[0] == "dequant", modes[1] == "dequant"
+    return ea, ew, ec, a.per_dtype(deq_a), a.per_dtype(deq_w)
 
 
 # ----------------------------------------------------------------------------- results
@@ -237,12 +274,17 @@ def _gemm_block(a: DesignArrays, ops: list[Op], shapes: list[dict[int, tuple]], 
     for j, (op, s) in enumerate(zip(ops, shapes)):
         g, mm, nn, kk = first[j][:4]
         macs[j, 0] = g * mm * nn * kk
+        f = op_formats(op) is not None
         for bi, b in enumerate(a.b_values):
             a_tab[j, bi] = s[b][4]
-            tbs_tab[j, bi] = op.total_bytes * element_scale(op, b)
-            macs_reg_tab[j, bi] = g * mm * nn * kk * (3 * b + 2 * ACC_BYTES)
+            tbs_tab[j, bi] = op.total_bytes * (1.0 if f else element_scale(op, b))
+            if f:
+                x, y, _ = a.designs[0].operand_bytes(op)
+                macs_reg_tab[j, bi] = g * mm * nn * kk * (2 * x + y + 2 * ACC_BYTES)
+            else:
+                macs_reg_tab[j, bi] = g * mm * nn * kk * (3 * b + 2 * ACC_BYTES)
     a_bytes, tbs, reg_bytes = a.per_b(a_tab), a.per_b(tbs_tab), a.per_b(macs_reg_tab)
-    b = a.b
+    ea, b, bc, deq_a, deq_w = _op_elements(a, ops, err, rows_idx)
 
     cycles = _compute_cycles(a, m, n, k, gemms)
     # psum_chunk_stall_cycles
@@ -303,19 +345,20 @@ def _gemm_block(a: DesignArrays, ops: list[Op], shapes: list[dict[int, tuple]], 
     a_passes = np.take_along_axis(np.stack(cands_a), best, 0)[0]
     b_passes = np.take_along_axis(np.stack(cands_b), best, 0)[0]
 
-    b_bytes, c_bytes = k * n * b, m * n * b
+    b_bytes, c_bytes = k * n * b, m * n * bc
     refetch = gemms * ((a_passes - 1) * a_bytes + (b_passes - 1) * b_bytes)
     ifr, flr, ow, orr = _sram_accesses(a, m, n, k)
-    sram_j = gemms * (ifr * b * a.ej_i + flr * b * a.ej_f + (ow + orr) * ACC_BYTES * a.ej_o)
+    sram_j = gemms * (ifr * ea * a.ej_i + flr * b * a.ej_f + (ow + orr) * ACC_BYTES * a.ej_o)
     sram_j = sram_j + gemms * (a_passes * a_bytes * a.ej_i + b_passes * b_bytes * a.ej_f
                                + c_bytes * a.ej_o)
     rk, edge_m, edge_n = np.minimum(k, a.rows), np.minimum(m, a.rows), np.minimum(n, array_n)
     fill = a_bytes / (m * k) * edge_m * rk + rk * edge_n * b
-    drain = edge_m * edge_n * b
+    drain = edge_m * edge_n * bc
     dims_bytes = gemms * (a_bytes + b_bytes + c_bytes)
     compulsory = np.where(tbs != 0, tbs, dims_bytes)
-    latency, en = _finish(a, cycles, compulsory + refetch, fill, drain, macs * a.mac_j,
-                          sram_j, reg_bytes, a.act_array, stall=stall)
+    dequant = a.mac_j * (gemms * ifr * deq_a + gemms * flr * deq_w)
+    latency, en = _finish(a, cycles, compulsory + refetch, fill, drain,
+                          macs * a.mac_j + dequant, sram_j, reg_bytes, a.act_array, stall=stall)
     lat[rows_idx], energy[rows_idx] = latency, en
     err.set(rows_idx, np.broadcast_to(problem != 0, latency.shape), problem)
     if no_tile.any():
@@ -338,6 +381,8 @@ def _attention_block(a: DesignArrays, ops: list[Op], dims: list[tuple], err: _Er
     g = batch * heads
     tbs_tab, qo_tab = np.empty((len(ops), nb)), np.empty((len(ops), nb), dtype=np.int64)
     scores_l, vops_l, macs_l, group_rows_l = [], [], [], []
+    elems = [a.designs[0].operand_bytes(op) if op_formats(op) is not None else None
+             for op in ops]
     for j, (op, x) in enumerate(zip(ops, dims)):
         bt, h, kvh, q, kv, dd, dvv, fr = x
         gg = bt * h
@@ -346,13 +391,15 @@ def _attention_block(a: DesignArrays, ops: list[Op], dims: list[tuple], err: _Er
         vops_l.append(scores * VECTOR_OPS_PER_ELEMENT[ir.SOFTMAX])
         macs_l.append(gg * q * kv * (dd + dvv) * fr)
         group_rows_l.append(q * max(1, h // max(1, kvh)))
+        e = elems[j]
         for bi, b in enumerate(a.b_values):
-            tbs_tab[j, bi] = op.total_bytes * element_scale(op, b)
-            qo_tab[j, bi] = gg * q * (dd + dvv) * b
+            tbs_tab[j, bi] = op.total_bytes * (1.0 if e else element_scale(op, b))
+            qo_tab[j, bi] = (gg * q * (dd * e[0] + dvv * e[2]) if e
+                             else gg * q * (dd + dvv) * b)
     scores, vector_ops, macs = _col(scores_l), _col(vops_l), _col(macs_l)
     group_rows = _col(group_rows_l, np.int64)
     tbs, q_o_bytes = a.per_b(tbs_tab), a.per_b(qo_tab)
-    b = a.b
+    b, bkv, bc, deq_a, deq_w = _op_elements(a, ops, err, rows_idx)
 
     qk = _compute_cycles(a, sq, skv, d, g)
     pv = _compute_cycles(a, sq, dv, skv, g)
@@ -360,7 +407,7 @@ def _attention_block(a: DesignArrays, ops: list[Op], dims: list[tuple], err: _Er
     vector_cycles = np.ceil(vector_ops / a.lanes)
     cycles = np.maximum(array_cycles, vector_cycles)
 
-    kv_group = skv * (d + dv) * b
+    kv_group = skv * (d + dv) * bkv
     ca = a.cols * a.arrays
     div_i = d * b
     div_o = (np.minimum(skv, ca) + dv) * ACC_BYTES
@@ -376,16 +423,18 @@ def _attention_block(a: DesignArrays, ops: list[Op], dims: list[tuple], err: _Er
 
     i1, f1, w1, r1 = _sram_accesses(a, sq, skv, d)
     i2, f2, w2, r2 = _sram_accesses(a, sq, dv, skv)
-    sram_j = g * frac * ((i1 + i2) * b * a.ej_i + (f1 + f2) * b * a.ej_f
+    sram_j = g * frac * ((i1 + i2) * b * a.ej_i + (f1 + f2) * bkv * a.ej_f
                          + (w1 + r1 + w2 + r2) * ACC_BYTES * a.ej_o)
-    sram_j = sram_j + scores * (2 * ACC_BYTES * a.ej_o + 2 * b * a.ej_i)
+    sram_j = sram_j + scores * (2 * ACC_BYTES * a.ej_o + 2 * bc * a.ej_i)
     rows = np.minimum(sq, a.rows)
-    fill = rows * d * b + np.minimum(skv, ca) * d * b
-    drain = rows * dv * b
+    fill = rows * d * b + np.minimum(skv, ca) * d * bkv
+    drain = rows * dv * bc
+    reg = (macs * (2 * b + bkv + 2 * ACC_BYTES) if bkv is not b
+           else macs * (3 * b + 2 * ACC_BYTES))
+    dequant = a.mac_j * (g * frac * (i1 + i2) * deq_a + g * frac * (f1 + f2) * deq_w)
     latency, en = _finish(a, cycles, compulsory + refetch, fill, drain,
-                          macs * a.mac_j + vector_ops * a.vec_j, sram_j,
-                          macs * (3 * b + 2 * ACC_BYTES) + vector_ops * 3 * b,
-                          a.act_array + a.act_vector)
+                          macs * a.mac_j + vector_ops * a.vec_j + dequant, sram_j,
+                          reg + vector_ops * 3 * bc, a.act_array + a.act_vector)
     lat[rows_idx], energy[rows_idx] = latency, en
     err.set(rows_idx, np.broadcast_to(problem != 0, latency.shape), problem)
     if zero.any():
@@ -395,13 +444,15 @@ def _attention_block(a: DesignArrays, ops: list[Op], dims: list[tuple], err: _Er
 
 # ----------------------------------------------------------------------------- vector unit
 def _vector_block(a: DesignArrays, tabs: np.ndarray, rows_idx: np.ndarray, lat: np.ndarray,
-                  energy: np.ndarray) -> None:
+                  energy: np.ndarray, elem: np.ndarray | None = None) -> None:
     """NPU._vector_cost; ``tabs[field, op, b]`` holds :func:`accelerators.npu.vector_parts`
-    per element size."""
+    per element size; ``elem`` each op's element bytes where it has number formats (0: the
+    design's)."""
     lane_ops, read, written, dram, read_x, reg_bytes = (a.per_b(t) for t in tabs)
     cycles = np.ceil(lane_ops / a.lanes)
     sram_j = read_x * a.ej_i + written * 2 * a.ej_o
-    chunk = a.lanes * a.b
+    chunk = a.lanes * (a.b if elem is None or not elem.any()
+                       else np.where(elem[:, None] > 0, elem[:, None], a.b))
     latency, en = _finish(a, cycles, dram, np.minimum(read, chunk), np.minimum(written, chunk),
                           lane_ops * a.vec_j, sram_j, reg_bytes, a.act_vector)
     lat[rows_idx], energy[rows_idx] = latency, en
@@ -485,15 +536,22 @@ def _cost_exact(a: DesignArrays, ops: Sequence[Op], lat: np.ndarray, energy: np.
             problem[0, i] = err.add(InfeasibleDesign(p))
 
     def add_vector_op(j: int, op: Op) -> None:
-        parts = [vector_parts(op, b) for b in a.b_values]
+        own = op.bytes_per_element if op_formats(op) is not None else 0
+        parts = [vector_parts(op, own or b) for b in a.b_values]
         if all(_exact(*p) for p in parts):
-            vec.append((j, parts))
+            vec.append((j, parts, own))
         else:
             scalar.append(j)
 
+    def on_lanes(op: Op) -> bool:   # some design runs it on its vector lanes: scalar code
+        return op_formats(op) is not None and any(
+            isinstance(operand_modes(t, op), str) and mac_formats.vector_fallback(t, op)
+            for t in a.dtype_values)
+
     for j, op in enumerate(ops):
         try:
-            if op.kind in ir.COMPOSITE_KINDS:   # a sum of parts: the scalar cost adds them
+            if op.kind in ir.COMPOSITE_KINDS or (op.kind in _ARRAY_KINDS + (ir.ATTENTION,)
+                                                 and on_lanes(op)):
                 scalar.append(j)
             elif op.kind in _ARRAY_KINDS:
                 shapes = {b: rep[b]._gemm_shape(op) for b in a.b_values}
@@ -526,9 +584,10 @@ def _cost_exact(a: DesignArrays, ops: Sequence[Op], lat: np.ndarray, energy: np.
         _attention_block(a, [x[1] for x in attn], [x[2] for x in attn], err,
                          np.array([x[0] for x in attn]), lat, energy, problem)
     if vec:
-        tabs = np.array([[[p[f] for p in parts] for _, parts in vec] for f in range(6)],
+        tabs = np.array([[[p[f] for p in parts] for _, parts, _ in vec] for f in range(6)],
                         dtype=np.float64)
-        _vector_block(a, tabs, np.array([v[0] for v in vec]), lat, energy)
+        _vector_block(a, tabs, np.array([v[0] for v in vec]), lat, energy,
+                      np.array([v[2] for v in vec], dtype=np.int64))
     for i, d in enumerate(designs):
         _scalar_into(d, i, ops, scalar, lat, energy, err)
     bad = err.codes != 0

@@ -109,12 +109,13 @@ class Evaluator:
             except DSEError:
                 continue   # evaluate() says why
             for w in self.study.workloads:
-                key = _arch_key(w.label, point.arch[w.label])
+                fm = _formats(w, point)
+                key = _arch_key(w.label, point.arch[w.label], fm)
                 if key not in self._batch_workloads:
                     try:
                         self._batch_workloads[key] = api.workload(
                             w.model, phase=w.phase, batch=w.batch, seq=w.seq, context=w.context,
-                            dtype=w.dtype, arch=point.arch[w.label])
+                            dtype=w.dtype, arch=point.arch[w.label], formats=fm)
                     except DSEError:
                         continue
                 groups.setdefault(key, []).append(design)
@@ -176,14 +177,17 @@ class Evaluator:
 
         per_workload: dict[str, dict[str, float]] = {}
         for w in study.workloads:
-            akey = _arch_key(w.label, point.arch[w.label])
+            fm = _formats(w, point)
+            akey = _arch_key(w.label, point.arch[w.label], fm)
             try:
                 wl = self._batch_workloads.get(akey) or api.workload(
                     w.model, phase=w.phase, batch=w.batch, seq=w.seq, context=w.context,
-                    dtype=w.dtype, arch=point.arch[w.label])
+                    dtype=w.dtype, arch=point.arch[w.label], formats=fm)
             except DSEError as exc:
                 return infeasible(f"{w.label}: {exc}")
             described["arch"][w.label] = dict(wl.arch)
+            if fm:
+                described.setdefault("formats", {})[w.label] = dict(fm)
             design = combined
             if isinstance(combined, Heterogeneous):
                 design = combined.with_assignment(self._assignment(w.label, wl,
@@ -199,7 +203,12 @@ class Evaluator:
                 return infeasible(f"{w.label}: {reason}" if len(study.workloads) > 1 else reason)
             quality = None
             if self.quality is not None:
-                q = self.quality(w.model, dict(wl.arch))
+                try:
+                    q = self.quality(w.model, dict(wl.arch), formats=fm, base=w.dtype)
+                except DSEError as exc:
+                    if not fm:
+                        raise
+                    return infeasible(f"quality: {exc}")
                 quality = q.value
                 described.setdefault("quality", {})[w.label] = {
                     "method": q.method, "raw": q.raw, "value": q.value, "detail": q.detail}
@@ -279,8 +288,16 @@ def _simulate_system(wl, system, layout) -> dict[str, float]:
     return simulate_system(wl, system, layout).metrics()
 
 
-def _arch_key(label: str, arch: dict[str, Any]) -> tuple[str, str]:
-    return label, json.dumps(arch, sort_keys=True, default=str)
+def _arch_key(label: str, arch: dict[str, Any], formats: dict[str, str] | None = None
+              ) -> tuple[str, str]:
+    return label, json.dumps([arch, formats] if formats else arch, sort_keys=True, default=str)
+
+
+def _formats(w, point: Point) -> dict[str, str] | None:
+    """The workload's number formats per role: the study file's, then the point's
+    (``search.formats``); None without any."""
+    fm = {**w.formats, **point.formats}
+    return fm or None
 
 
 def _design_key(design) -> str:
