@@ -1,7 +1,8 @@
 """Why Hugging Face GPT-2's batched decode is slower on a GPU than its shape says: kernel by
 kernel, against Llama-shaped models, with each KV-cache update.
 
-Measure (one CUDA GPU, torch + transformers only, random bf16 weights, no network; ~2 min)::
+Measure (one CUDA GPU, torch + transformers only, random bf16 weights, no network; ~2 min;
+it needs ``benchmarks/hf_models.py`` beside it)::
 
     python3 benchmarks/hf_decode_profile.py --out $OUT/hf_decode_profile.json
     python3 benchmarks/hf_decode_profile.py --dry-run --out /tmp/p.json     # CPU, tiny shapes
@@ -50,6 +51,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # hf_models, beside this script
+
 GPT2 = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 12,
         "n_embd": 768, "n_head": 12, "vocab_size": 50257, "n_positions": 1024}
 MODELS: dict[str, dict[str, Any]] = {
@@ -70,56 +73,27 @@ TINY = {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 256, "num_hidden_
 CACHES = {"gpt2": ("dynamic", "dynamic-contiguous", "static"),
           "llama-gpt2dims": ("dynamic", "static"), "llama-1b": ("dynamic", "static")}
 BATCHES = (1, 4, 16, 64)
-#: Decode steps a static cache holds beyond the context (warm-ups, timed and profiled steps).
+#: Decode steps a static cache holds beyond the context (``hf_models.STATIC_SLACK``).
 STATIC_SLACK = 64
 
 
 def build(torch, cfg: dict[str, Any], device: str, tiny: bool):
-    import transformers
+    """The model with random bf16 weights (``benchmarks/hf_models.py``'s builder), at
+    :data:`TINY` dims for the dry run."""
+    from hf_models import build as build_hf
     cfg = dict(cfg)
     if tiny:
         cfg.update({k: v for k, v in TINY.items() if k in cfg})
         if "num_key_value_heads" in cfg:
             cfg["num_key_value_heads"] = min(cfg["num_key_value_heads"], 4)
-    config = transformers.AutoConfig.for_model(**cfg)
-    config._attn_implementation = "sdpa"
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.bfloat16)
-    try:
-        with torch.device(device):
-            model = transformers.AutoModelForCausalLM.from_config(config)
-    finally:
-        torch.set_default_dtype(old)
-    return model.to(device=device, dtype=torch.bfloat16).eval(), config
+    return build_hf(torch, cfg, device)
 
 
 def make_cache(torch, config, kind: str, batch: int, context: int, device: str):
     """A cache of ``kind`` holding ``context`` random tokens per layer."""
-    import transformers
-    heads = config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    shape = (batch, kv_heads, context, config.hidden_size // heads)
-    layers = config.num_hidden_layers
-
-    def kv():
-        return (torch.randn(shape, device=device, dtype=torch.bfloat16),
-                torch.randn(shape, device=device, dtype=torch.bfloat16))
-    if kind.startswith("dynamic"):
-        cache = transformers.DynamicCache()
-        for i in range(layers):
-            cache.update(*kv(), i)
-        return cache
-    length = context + STATIC_SLACK
-    try:   # transformers 5: the cache sizes itself on its first update
-        cache = transformers.StaticCache(config=config, max_cache_len=length)
-    except TypeError:   # transformers 4
-        cache = transformers.StaticCache(config=config, max_batch_size=batch,
-                                         max_cache_len=length, device=device,
-                                         dtype=torch.bfloat16)
-    pos = torch.arange(context, device=device)
-    for i in range(layers):
-        cache.update(*kv(), i, {"cache_position": pos})
-    return cache
+    from hf_models import make_cache as make
+    return make(torch, config, "static" if kind == "static" else "dynamic", batch, context,
+                device)[0]
 
 
 class contiguous_updates:
