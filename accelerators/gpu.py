@@ -57,7 +57,8 @@ from typing import Any
 
 from accelerators import gpu_formats, technology as tech
 from accelerators.base import MemoryLevel, OpCost, Param, Peaks, Resources, Template
-from accelerators.gpu_efficiency import DEFAULT_KNOBS, Chip, KernelModel, transfer_knobs
+from accelerators.gpu_efficiency import (DEFAULT_KNOBS, Chip, KernelModel, memory_target,
+                                         transfer_knobs)
 from accelerators.gpu_runtime import RUNTIMES, START_TARGET, stream_plan
 from accelerators.host_profile import load_host_profile
 from accelerators.composite import cost_composite
@@ -658,7 +659,7 @@ class GPU(Template):
             lat, comp, mem = self.model.attention(
                 int(a["batch"]), int(a["heads"]), int(a.get("kv_heads") or a["heads"]),
                 int(a["q_len"]), int(a["kv_len"]), int(a["head_dim"]), bool(a.get("causal")),
-                dtype, int(a.get("value_dim") or a["head_dim"]))
+                dtype, int(a.get("value_dim") or a["head_dim"]), bool(a.get("kv_shared")))
             if a.get("causal"):
                 flops = int(a.get("causal_flops", flops))
             qb = int(self.knobs["attention_q_block"])
@@ -676,8 +677,8 @@ class GPU(Template):
             bound = "compute" if comp >= mem else "memory"
         else:
             width, rows = _rows(op)
-            lat, mem = self.model.memory(nbytes, op.target, op.kind, rows=rows, width=width,
-                                         bytes_per_element=b)
+            lat, mem = self.model.memory(nbytes, memory_target(op), op.kind, rows=rows,
+                                         width=width, bytes_per_element=b)
             comp = 0.0
             bound = "memory"
         lat = max(lat, nbytes / self.hw.memory_bandwidth_Bps)

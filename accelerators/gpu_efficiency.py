@@ -108,6 +108,13 @@ DEFAULT_KNOBS: dict[str, float] = {
     "mem_floor_s": 2.0e-6,          # a minimal kernel's time, back to back [E]
     "mem_ramp_s": 1.0e-6,           # extra latency of a mid-size transfer (filling the pipes)
     "mem_ramp_bytes": 1.0e6,        # size at which the ramp saturates, B
+    # a copy by PyTorch's scalar (non-vectorized) kernels, e.g. ``cat`` of a strided view:
+    # elements each SM copies per cycle. 0.655 TB/s incremental for bf16 caches of 6-100 MB on
+    # an H200 (132 SMs, 1.98 GHz) = 1.25 [fitted on the microbenchmark rows of
+    # tests/data/hf_decode_profile_h200.json (``micro``, ``cat strided``), bf16; the whole-model
+    # rows of that file and of tests/data/h100_baselines/hf_models.json are not fitted:
+    # ``python benchmarks/hf_decode_profile.py --compare FILE``]
+    "scalar_copy_elements_per_sm_cycle": 1.25,
 }
 
 #: Output tile (rows x columns) of cuDNN's implicit-GEMM convolution kernels [R: the H200
@@ -124,6 +131,11 @@ DEFAULT_MEMORY_OPS: dict[str, tuple[float, float, float, float]] = {
     "*softmax": (0.45, 512.0, 1.5e-6, 3e-10), "*reduction": (0.5, 0.0, 1e-6, 3e-10),
     "*embedding": (0.85, 0.0, 5e-7, 0.0), "*data_movement": (0.8, 0.0, 2e-7, 0.0),
     "*unknown": (0.8, 0.0, 5e-7, 0.0), "*hashgrid": (0.3, 0.0, 2e-6, 0.0),
+    # ``cat`` with a strided input (:func:`memory_target`): PyTorch's scalar
+    # ``CatArrayBatchedCopy`` instead of ``CatArrayBatchedCopy_vectorized``, bound by the SMs'
+    # element rate, not by DRAM (``scalar_copy_elements_per_sm_cycle``; the same copy is as slow
+    # on an H100 as on an H200)
+    "cat:strided": (1.0, 0.0, 2e-7, 0.0),
 }
 
 
@@ -142,6 +154,7 @@ MEMORY_OP_ALIASES = {
     "silu_": "silu", "gelu_": "gelu", "tanh": "silu", "sigmoid": "silu", "exp": "silu",
     "index_select": "embedding", "gather": "embedding", "concat": "cat", "stack": "cat",
     "clone": "contiguous", "copy_": "copy", "_to_copy": "copy",
+    "concat:strided": "cat:strided", "stack:strided": "cat:strided",
 }
 
 
@@ -191,7 +204,7 @@ def gemm_waves(m: int, n: int, batch: int, tile: tuple[int, int], sms: int,
     ``waves = ceil(tiles / sms)``, efficiency ``tiles / (waves sms)``."""
     tiles = math.ceil(m / tile[0]) * math.ceil(n / tile[1]) * batch * split
     waves = math.ceil(tiles / sms)
-    return tiles, waves, tiles / (waves * sms)
+    return tiles, waves, tiles / (waves * sms) if waves else 1.0
 
 
 @dataclass
@@ -255,6 +268,8 @@ class KernelModel:
         """(latency_s, compute_s, memory_s) of one GEMM. ``bytes_hbm`` defaults to the
         compulsory A + B + C bytes; ``align`` to the alignment (B) of the k and n leading
         dimensions; ``rate_factor`` scales the compute rate (convolutions)."""
+        if min(m, n, batch) <= 0:   # an empty GEMM (a zero-size dimension): a launch only
+            return (self.k["gemm_launch_s"], 0.0, 0.0)
         key = ("gemm", m, n, k, batch, dtype, bytes_hbm, align, rate_factor)
         hit = self._cache.get(key)
         if hit is not None:
@@ -308,10 +323,12 @@ class KernelModel:
     # -- attention -----------------------------------------------------------------------
 
     def attention(self, batch: int, heads: int, kv_heads: int, q_len: int, kv_len: int,
-                  head_dim: int, causal: bool, dtype: str, value_dim: int | None = None
-                  ) -> tuple[float, float, float]:
-        """(latency_s, compute_s, memory_s) of scaled-dot-product attention."""
-        key = ("attn", batch, heads, kv_heads, q_len, kv_len, head_dim, causal, dtype, value_dim)
+                  head_dim: int, causal: bool, dtype: str, value_dim: int | None = None,
+                  kv_shared: bool = False) -> tuple[float, float, float]:
+        """(latency_s, compute_s, memory_s) of scaled-dot-product attention; ``kv_shared``:
+        the values are a prefix of the keys' rows (MLA over its latent cache), read once."""
+        key = ("attn", batch, heads, kv_heads, q_len, kv_len, head_dim, causal, dtype, value_dim,
+               kv_shared)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
@@ -320,7 +337,8 @@ class KernelModel:
         dv = value_dim or head_dim
         kv_heads = kv_heads or heads
         q_bytes = es * batch * heads * q_len * (head_dim + dv)          # Q read, O written
-        kv_bytes = es * batch * kv_heads * kv_len * (head_dim + dv)     # K and V read once
+        kv_row = head_dim if kv_shared else head_dim + dv
+        kv_bytes = es * batch * kv_heads * kv_len * kv_row              # K and V read once
         sms = self.chip.sms
         qb = int(kn["attention_q_block"])
         if is_decode(heads, kv_heads, q_len):
@@ -330,7 +348,7 @@ class KernelModel:
             splits = max(1, min(sms // max(units, 1),
                                 math.ceil(kv_len / kn["decode_split_keys"])))
             waves = math.ceil(units * splits / sms)
-            block_bytes = es * kv_len * (head_dim + dv) / splits
+            block_bytes = es * kv_len * kv_row / splits
             compute = waves * (kn["decode_block_s"] + block_bytes / kn["decode_sm_bandwidth_Bps"])
             out = (kn["decode_launch_s"] + max(compute, mem_s), compute, mem_s)
         else:
@@ -397,8 +415,11 @@ class KernelModel:
 
     def memory_op(self, target: str, kind: str) -> tuple[float, float, float, float]:
         """(efficiency relative to a copy, per-row overhead elements, extra latency s,
-        latency per element of a row s) of an operator."""
+        latency per element of a row s) of an operator (``<target>:strided``: see
+        :func:`memory_target`; an operator without a strided entry falls back to its own)."""
+        base = target.split(":")[0]
         return (self.mops.get(target) or self.mops.get(MEMORY_OP_ALIASES.get(target, ""))
+                or self.mops.get(base) or self.mops.get(MEMORY_OP_ALIASES.get(base, ""))
                 or self.mops.get("*" + kind) or self.mops["*unknown"])
 
     def memory(self, nbytes: float, target: str, kind: str = "unknown", rows: int = 0,
@@ -409,9 +430,19 @@ class KernelModel:
         kn = self.k
         work = nbytes + rows * row_elems * bytes_per_element
         mem_s = work / (self.copy_Bps * eff)
+        if target.endswith(":strided") and self.chip.clock_hz > 0:   # scalar copy: SM-bound
+            rate = (self.chip.sms * self.chip.clock_hz * bytes_per_element
+                    * kn["scalar_copy_elements_per_sm_cycle"])
+            mem_s = max(mem_s, work / rate)
         ramp = kn["mem_ramp_s"] * min(1.0, nbytes / kn["mem_ramp_bytes"])
         latency = kn["mem_floor_s"] + extra_s + (row_s * width if rows else 0.0)
         return latency + ramp + mem_s, mem_s
+
+
+def memory_target(op) -> str:
+    """The memory-op entry that costs ``op``: its ATen target, or ``<target>:strided`` for a
+    ``cat`` with a strided input (``attrs["strided_inputs"]``, set by the capture)."""
+    return f"{op.target}:strided" if op.attrs.get("strided_inputs") else op.target
 
 
 def is_decode(heads: int, kv_heads: int, q_len: int) -> bool:

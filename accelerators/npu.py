@@ -509,7 +509,7 @@ class NPU(Template):
 
         # DRAM: Q, O once; K and V once per block of Q rows unless one group's K, V fit on chip.
         group_rows = sq * max(1, heads // max(1, kv_heads))
-        kv_group = skv * (d + dv) * bkv
+        kv_group = skv * ir.kv_row_elements(op.attrs) * bkv
         cap_i, cap_f, cap_o = (self._sram_bytes[p] / 2 for p in ("ifmap", "filter", "ofmap"))
         tile_q = min(group_rows, int(cap_i // (d * b)),
                      int(cap_o // ((min(skv, hw.cols * hw.arrays) + dv) * ACC_BYTES)))

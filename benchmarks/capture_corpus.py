@@ -13,6 +13,11 @@ Usage:
     python benchmarks/capture_corpus.py                 # the corpus below
     python benchmarks/capture_corpus.py --all-hf        # + every model type transformers builds
     python benchmarks/capture_corpus.py --only llama mixtral --json out.json
+    python benchmarks/capture_corpus.py --published     # published configs at full depth
+    python benchmarks/capture_corpus.py --all-types [--types llama jamba] [--json out.json]
+        # every model type as a user brings it (published configs, every phase; see
+        # benchmarks/hf_type_sweep.py): captured / FLOPs-checked / simulated / refused /
+        # transformers' own failures / failed, per type and per group
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
@@ -275,7 +281,21 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", help="names (model types, zoo names) to run")
     ap.add_argument("--no-simulate", action="store_true")
     ap.add_argument("--json", type=Path, help="write the rows here")
+    ap.add_argument("--all-types", action="store_true",
+                    help="every model type transformers builds, as benchmarks/hf_type_sweep.py")
+    ap.add_argument("--types", nargs="*", help="with --all-types: only these model types")
+    ap.add_argument("--group", choices=("causal", "multimodal", "other"),
+                    help="with --all-types: only this group")
+    ap.add_argument("--published", action="store_true", help="the shipped published configs "
+                    "at full depth: parameters, active parameters, decode FLOPs per token")
     args = ap.parse_args()
+    if args.published:
+        import hf_type_sweep as sweep
+        sweep.print_published(sweep.published_table())
+        return
+    if args.all_types:
+        all_types(args)
+        return
     sim = not args.no_simulate
     entries = HF_CORPUS
     if args.all_hf:
@@ -305,6 +325,30 @@ def main() -> None:
           f"capture time total {sum(r.capture_s for r in rows):.1f} s")
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1))
+
+
+def all_types(args) -> None:
+    import hf_type_sweep as sweep
+    types = args.types
+    if args.group:
+        types = [mt for mt, g in sorted(sweep.groups().items()) if g == args.group
+                 and (not types or mt in types)]
+    rows: list = []
+
+    def progress(r):
+        rows.append(r)
+        print(sweep._line(r), flush=True)
+        if args.json and len(rows) % 10 == 0:
+            sweep.save(rows, args.json)
+    print(f"{'model_type':<28} {'group':<10} {'phase':<8} {'status':<12} {'flops':>5} "
+          f"{'sim':>3} {'s':>6}  source / error")
+    sweep.sweep(types, simulate=not args.no_simulate, progress=progress)
+    if args.json:
+        sweep.save(rows, args.json)
+    for group, s in sweep.summary(rows).items():
+        print(f"\n{group}: {s['types']} types, every phase captured {s['all_phases_captured']} "
+              f"({s['share']:.0%}); cases {s['cases_by_status']}; FLOPs checked "
+              f"{s['flops_checked']} (within 1 %: {s['flops_ok']}); simulated {s['simulated']}")
 
 
 if __name__ == "__main__":

@@ -43,8 +43,8 @@ def workload(model: str | torch.nn.Module | None = None, phase: str | None = Non
              dtype: str = "bf16", arch: dict[str, Any] | None = None,
              hf_config: str | dict | None = None, module: torch.nn.Module | None = None,
              inputs: Any = None, kv_input: str = "kv_cache", strict: bool = False,
-             kv_update: str | None = None, formats: "str | dict[str, str] | None" = None
-             ) -> Workload:
+             kv_update: str | None = None, formats: "str | dict[str, str] | None" = None,
+             media: dict[str, Any] | None = None) -> Workload:
     """Capture (or fetch from the cache) the workload of zoo ``model``, of a Hugging Face
     config (a config.json path or its dict; ``arch`` overrides its fields), or of your own
     ``module`` on ``inputs`` (a tuple of arguments, a dict of keyword arguments or a tensor;
@@ -57,6 +57,8 @@ def workload(model: str | torch.nn.Module | None = None, phase: str | None = Non
 
     Ops the capture cannot classify are listed in ``w.unknown_ops`` and warned about (their
     FLOPs are missing; they are costed by their bytes); ``strict=True`` raises instead.
+    ``media`` (Hugging Face configs): ``{"image_size": px, "frames": n, "audio_seconds": s}``,
+    the image and audio inputs of a multimodal model (``workloads/hf_inputs.py``).
 
     ``formats`` puts the workload's tensors in a number format per role
     (``"weights=int4_g128,activations=fp8_e4m3,kv=fp8_e4m3"`` or a dict; roles not given
@@ -65,7 +67,8 @@ def workload(model: str | torch.nn.Module | None = None, phase: str | None = Non
     if formats is not None:
         from workloads.formats import formatted
         return formatted(workload(model, phase, batch, seq, context, dtype, arch, hf_config,
-                                  module, inputs, kv_input, strict, kv_update), formats)
+                                  module, inputs, kv_input, strict, kv_update, media=media),
+                         formats)
     if isinstance(model, torch.nn.Module):
         model, module = None, model
     if module is not None:
@@ -79,7 +82,7 @@ def workload(model: str | torch.nn.Module | None = None, phase: str | None = Non
         w = workload_from_hf_config(hf_config, phase=phase, batch=batch, seq=seq,
                                     context=context, dtype=dtype, arch=arch,
                                     kv_update="concat" if kv_update is None
-                                    else kv_update)
+                                    else kv_update, media=media)
     elif model is None:
         raise BadInput("model", None, "a zoo model name, hf_config or module")
     else:

@@ -96,8 +96,14 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) ->
 
 
 def _workload_from_flags(model, phase, batch, seq, context, dtype, arch, hf_config,
-                         kv_update=None, module=None, strict=False, formats=None):
+                         kv_update=None, module=None, strict=False, formats=None,
+                         media=None):
     from dse import api
+    media = {k: v for k, v in (media or {}).items() if v is not None}
+    if media and not hf_config:
+        flag = "--" + next(iter(media)).replace("_", "-")
+        raise BadInput(flag, next(iter(media.values())), "an input size of a Hugging Face "
+                       "model: use it with --hf-config")
     given = [f for f, v in (("MODEL", model), ("--hf-config", hf_config), ("--module", module))
              if v]
     if len(given) > 1:
@@ -111,7 +117,8 @@ def _workload_from_flags(model, phase, batch, seq, context, dtype, arch, hf_conf
         from workloads.formats import formatted, parse_formats
         spec = parse_formats(formats, dtype, "--formats")   # a bad value fails before capture
         return formatted(_workload_from_flags(model, phase, batch, seq, context, dtype, arch,
-                                              hf_config, kv_update, module, strict), spec)
+                                              hf_config, kv_update, module, strict,
+                                              media=media), spec)
     if module:   # package.module:factory -> (nn.Module, inputs)
         from workloads.user_module import capture_module, load_factory
         mod, args, kwargs = load_factory(module)
@@ -127,7 +134,7 @@ def _workload_from_flags(model, phase, batch, seq, context, dtype, arch, hf_conf
     with _busy(f"capturing {hf_config or model} with torch.export"):
         return api.workload(model, phase=phase, batch=batch, seq=seq, context=context,
                             dtype=dtype, arch=parse_pairs(arch, "--arch"), hf_config=hf_config,
-                            kv_update=kv_update, strict=strict)
+                            kv_update=kv_update, strict=strict, media=media or None)
 
 
 def _busy(what: str):
@@ -147,6 +154,11 @@ KvUpdateOpt = typer.Option(None, "--kv-update", help="in_place | concat: how dec
                            "KV cache (default: as the model does; zoo in_place, HF concat).")
 ModuleOpt = typer.Option(None, "--module", help="Your own model: package.module:factory, a "
                          "function returning (nn.Module, inputs).")
+ImageSizeOpt = typer.Option(None, "--image-size", help="Image side in pixels of a Hugging Face "
+                            "vision or multimodal model's input (default: its config's).")
+FramesOpt = typer.Option(None, "--frames", help="Mel frames of a Hugging Face audio model's input.")
+AudioSecondsOpt = typer.Option(None, "--audio-seconds", help="Seconds of audio (16 kHz, 100 mel "
+                               "frames/s) of a Hugging Face audio model's input.")
 FormatsOpt = typer.Option(None, "--formats", help="Number format per tensor role, e.g. "
                           "weights=int4_g128,activations=fp8_e4m3,kv=fp8_e4m3 (roles: weights, "
                           "activations, kv, head, attention; unlisted roles stay in --dtype).")
@@ -161,14 +173,17 @@ def workload(model: Optional[str] = typer.Argument(
              hf_config: Optional[Path] = HfOpt, kv_update: Optional[str] = KvUpdateOpt,
              module: Optional[str] = ModuleOpt, formats: Optional[str] = FormatsOpt,
              strict: bool = typer.Option(False, "--strict", help="Unknown ops are an error."),
-             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+             as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+             image_size: Optional[int] = ImageSizeOpt, frames: Optional[int] = FramesOpt,
+             audio_seconds: Optional[float] = AudioSecondsOpt) -> None:
     """Capture a model with torch.export and summarise its op graph."""
     import warnings
     with warnings.catch_warnings():   # unknown ops are listed below (or refused by --strict)
         warnings.simplefilter("ignore")
         w = _workload_from_flags(model, phase, batch, seq, context, dtype, arch,
                                  str(hf_config) if hf_config else None, kv_update, module,
-                                 strict, formats)
+                                 strict, formats, {"image_size": image_size, "frames": frames,
+                                                   "audio_seconds": audio_seconds})
     s = w.summary()
     if as_json:
         _print_json(s)
@@ -230,14 +245,17 @@ def simulate(model: Optional[str] = typer.Argument(None, help="Zoo model name.")
              dp: int = typer.Option(1, "--dp", help="Data-parallel replicas."),
              sp: bool = typer.Option(False, "--sp", help="Sequence parallelism with tensor parallelism."),
              microbatches: int = typer.Option(0, "--microbatches", help="Pipeline microbatches (0: pp when the batch splits so)."),
-             ep_imbalance: float = typer.Option(1.0, "--ep-imbalance", help="Hottest expert-parallel rank's load over the mean.")) -> None:
+             ep_imbalance: float = typer.Option(1.0, "--ep-imbalance", help="Hottest expert-parallel rank's load over the mean."),
+             image_size: Optional[int] = ImageSizeOpt, frames: Optional[int] = FramesOpt,
+             audio_seconds: Optional[float] = AudioSecondsOpt) -> None:
     """Simulate one design (or a system of devices) on one model: latency, energy, area,
     power, timeline."""
     from dse import api
     from dse.files import atomic_write_text, output_errors
     w = _workload_from_flags(model, phase, batch, seq, context, dtype, arch,
                              str(hf_config) if hf_config else None, kv_update, module,
-                             formats=formats)
+                             formats=formats, media={"image_size": image_size, "frames": frames,
+                                                     "audio_seconds": audio_seconds})
     parallel = {"tp": tp, "pp": pp, "ep": ep, "dp": dp, "sequence_parallel": sp,
                 "microbatches": microbatches, "ep_imbalance": ep_imbalance}
     design = None

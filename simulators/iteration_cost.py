@@ -389,9 +389,8 @@ def _kv_bytes_per_token(w: ir.Workload) -> float:
     """KV-cache bytes one token takes in ``w``'s attention layers (keys and values of every
     KV head, in the KV cache's number format)."""
     return float(sum(int(op.attrs.get("kv_heads", op.attrs["heads"]))
-                     * (int(op.attrs["head_dim"]) + int(op.attrs.get("value_dim",
-                                                                     op.attrs["head_dim"])))
-                     * kv_element_bytes(op) for op in attention_ops(w)))
+                     * ir.kv_row_elements(op.attrs) * kv_element_bytes(op)
+                     for op in attention_ops(w)))
 
 
 def _decode_op(one: ir.Op, decodes: int, kv_tokens: int, mean: int) -> ir.Op:

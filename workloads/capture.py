@@ -59,9 +59,12 @@ class _Tensor:
 
 def export_module(module: torch.nn.Module, args: tuple, kwargs: dict | None = None):
     """``torch.export`` the module in eval mode; :class:`CaptureError` on rejection."""
+    import contextlib
+    import io
     module.eval()
-    try:
-        with torch.no_grad():  # inference graphs (flex_attention refuses to trace autograd on CPU)
+    try:   # a rejected export prints its partial graph to stderr: the user gets one line
+        with torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):
+            # inference graphs (flex_attention refuses to trace autograd on CPU)
             return torch.export.export(module, tuple(args), kwargs or {}, strict=False)
     except Exception as exc:  # torch raises many types; the user gets one line
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
@@ -83,7 +86,8 @@ def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
     whose query and key lengths are equal is causal (a causal LM's prefill). ``record``, when
     given, receives what :mod:`workloads.reshape` needs to rebuild the graph at other sizes:
     ``ops`` (per op in insertion order: FX node, op name, ATen name, kind, input and output
-    ``_Tensor``s) and ``params`` (each parameter's qualified name and shape).
+    ``_Tensor``s), ``params`` (each parameter's qualified name and shape) and ``exported``
+    (the ``ExportedProgram``).
     """
     if dtype not in ir.DTYPE_BYTES:
         raise BadInput("dtype", dtype, "expected one of " + ", ".join(ir.DTYPE_BYTES))
@@ -91,6 +95,8 @@ def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
         raise BadInput("phase", phase, "expected one of " + ", ".join(ir.PHASES))
     check_kv_update(kv_update)
     ep = export_module(module, args, kwargs)
+    if record is not None:
+        record["exported"] = ep
     params = _count_params(module)
     free: dict[str, int] = {}
     kv_names = (kv_input,) if isinstance(kv_input, str) else tuple(kv_input)
@@ -147,7 +153,17 @@ def _build_graph(ep, dtype: str, free: dict[str, int],
     def walk(fx_graph, tensors: dict, prefix: str, bound_inputs: list | None):
         """Add the ops of ``fx_graph``; return what its output node returns."""
         def value(a):
-            return tensors.get(a.name) if isinstance(a, torch.fx.Node) else None
+            """The tracked tensor of node ``a``; a node whose output no op produced (a
+            factory such as ``zeros``, a constant) is an activation from nowhere, so that
+            every operand of an op is counted."""
+            if not isinstance(a, torch.fx.Node):
+                return None
+            t = tensors.get(a.name)
+            if t is None and a.op in ("call_function", "get_attr"):
+                t = meta_tensor(a.meta.get("val"), None, ACT)
+                if t is not None:
+                    tensors[a.name] = t
+            return t
 
         placeholders = 0
         for node in fx_graph.nodes:
@@ -189,6 +205,8 @@ def _build_graph(ep, dtype: str, free: dict[str, int],
             inputs = _tensor_inputs(node, value)
             val = node.meta.get("val")
             outs = val if isinstance(val, (tuple, list)) else (val,)
+            if kind == "free" and name in _RESHAPES and _reshape_copies(node):
+                kind = ir.DATA_MOVEMENT
             if kind == "free" or (name == "contiguous" and all(
                     isinstance(v, torch.Tensor) and v.is_contiguous() for v in outs)):
                 free[name] = free.get(name, 0) + 1
@@ -278,6 +296,8 @@ def _make_op(node, op_name: str, name: str, kind: str, inputs: list[_Tensor], ou
         out_role = KV
         attrs["kv_append"] = True
         attrs["elements"] = sum(t.numel for t in new)
+        if _strided_inputs(node):
+            attrs["strided_inputs"] = True
     elif name in ("copy_", "copy") and len(inputs) >= 2 and inputs[0].role == KV:
         # In-place update of a cached state (a recurrent state, a conv window): read the
         # source, write the cache.
@@ -313,6 +333,9 @@ def _make_op(node, op_name: str, name: str, kind: str, inputs: list[_Tensor], ou
         elif kind == ir.CONV:
             attrs = _conv_attrs(name, node, inputs, outputs)
             flops = 2 * attrs["gemm_m"] * attrs["gemm_n"] * attrs["gemm_k"] * attrs["groups"]
+        elif kind == ir.ATTENTION and name == "mla_attention":
+            from workloads.mla_op import capture_attrs
+            attrs, flops = capture_attrs(inputs)
         elif kind == ir.ATTENTION:
             attrs = _attention_attrs(node, inputs)
             flops = attrs.pop("_flops")
@@ -333,6 +356,39 @@ def _make_op(node, op_name: str, name: str, kind: str, inputs: list[_Tensor], ou
                activation_bytes_read=int(act_r), activation_bytes_written=int(act_w),
                kv_bytes_read=int(kv_r), kv_bytes_written=int(kv_w), attrs=attrs)
     return op, out_role
+
+
+#: View ops that copy when their input's strides cannot express the new shape.
+_RESHAPES = ("reshape", "flatten", "_reshape_alias", "reshape_as")
+
+
+def _reshape_copies(node) -> bool:
+    """Whether a ``reshape`` must copy: its input's strides cannot be viewed as the output
+    shape (a broadcast K/V repeated to every query head and flattened, as transformers'
+    ``repeat_kv`` does, is materialised)."""
+    src = node.args[0].meta.get("val") if node.args and isinstance(node.args[0], torch.fx.Node) \
+        else None
+    out = node.meta.get("val")
+    if not (isinstance(src, torch.Tensor) and isinstance(out, torch.Tensor)) or not src.numel():
+        return False
+    try:
+        torch.empty_strided(src.shape, src.stride(), device="meta").view(out.shape)
+        return False
+    except RuntimeError:
+        return True
+
+
+def _strided_inputs(node) -> bool:
+    """Whether a ``cat``'s inputs include a strided (non-contiguous) view, as GPT-2's keys and
+    values sliced out of its fused ``c_attn`` output are: PyTorch's CUDA ``cat`` then copies
+    with its scalar kernel instead of its vectorized one (``benchmarks/hf_decode_profile.py``
+    measures the difference)."""
+    tensors = node.args[0] if node.args and isinstance(node.args[0], (list, tuple)) else ()
+    for a in tensors:
+        val = a.meta.get("val") if isinstance(a, torch.fx.Node) else None
+        if isinstance(val, torch.Tensor) and val.numel() and not val.is_contiguous():
+            return True
+    return False
 
 
 def _matmul_attrs(name: str, node, inputs: list[_Tensor]) -> dict[str, Any]:

@@ -149,6 +149,14 @@ class _OpSlots:
     __slots__ = _OP_FIELDS
 
 
+def kv_row_elements(attrs: dict) -> int:
+    """Elements one cached token holds per KV head of an attention op: its key and value
+    (``head_dim + value_dim``), or only the key row when the values are a prefix of it
+    (``kv_shared``: MLA over its latent cache, :mod:`workloads.mla_op`)."""
+    d = int(attrs["head_dim"])
+    return d if attrs.get("kv_shared") else d + int(attrs.get("value_dim") or d)
+
+
 def renamed_copies(protos: list[Op], names: list[str], which: list[int]) -> list[Op]:
     """``[dataclasses.replace(protos[u], name=n) for n, u in zip(names, which)]``: each copy
     equal to its prototype but for the name and sharing its ``attrs`` dict, as ``replace``

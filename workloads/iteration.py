@@ -139,7 +139,7 @@ def decode_attention(op: ir.Op, kv_lens: Sequence[int]) -> ir.Op:
     n = len(kv_lens)
     flops = 2 * heads * (d + dv) * total
     mean = max(1, round(total / n))
-    return replace(op, flops=flops, kv_bytes_read=kv_bytes(op, total * kv_heads * (d + dv), d),
+    return replace(op, flops=flops, kv_bytes_read=kv_bytes(op, total * kv_heads * ir.kv_row_elements(a), d),
                    activation_bytes_read=per_q * n, activation_bytes_written=per_out * n,
                    **_shapes(n, heads, kv_heads, 1, mean, d, dv),
                    attrs={**a, "batch": n, "q_len": 1, KV_LENS: kv_lens, "kv_len": mean,
@@ -178,7 +178,7 @@ def prefill_attention(op: ir.Op, chunks: Sequence[tuple[int, int]]) -> ir.Op:
     full = sum(c * (p + c) for p, c in chunks)
     q_len, kv_len = max(1, round(q / n)), max(1, round(keys / n))
     return replace(op, flops=2 * heads * (d + dv) * full,
-                   kv_bytes_read=kv_bytes(op, keys * kv_heads * (d + dv), d),
+                   kv_bytes_read=kv_bytes(op, keys * kv_heads * ir.kv_row_elements(a), d),
                    activation_bytes_read=per_q * q, activation_bytes_written=per_out * q,
                    **_shapes(n, heads, kv_heads, q_len, kv_len, d, dv),
                    attrs={**{k: v for k, v in a.items() if k != KV_LENS}, "batch": n,

@@ -38,9 +38,11 @@ import numpy as np
 from dse.errors import BadInput
 from workloads import ir
 
-#: Most experts a layer may have (a capture or a search refuses more) [E: 4x the largest
-#: published routed-expert count, DeepSeek-V3's 256 and Kimi K2's 384].
-MAX_EXPERTS = 4096
+#: Most experts a layer may have (a capture or a search refuses more): 4x the most a
+#: config transformers ships has, Doge's 16,384 fine-grained experts (``DogeConfig``'s default;
+#: published Doge MoE checkpoints have 1,024 [R SmallDoge/Doge-20M-MoE-Instruct config.json];
+#: DeepSeek-V3 has 256, Qwen3-Next 512).
+MAX_EXPERTS = 65536
 
 
 def load_distribution(experts: int, imbalance: float | Sequence[float] = 1.0) -> np.ndarray:

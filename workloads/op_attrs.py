@@ -94,21 +94,30 @@ def recurrent_attrs(name: str, node, inputs: Sequence) -> tuple[dict[str, Any], 
 
 def moe_experts_attrs(node, inputs: Sequence) -> tuple[dict[str, Any], int, int]:
     """``dse::moe_experts(x, topk_ids, topk_weights, w_up, w_down, b_up?, b_down?, gated,
-    activation, capacity_factor, imbalance)`` (``workloads/moe_op.py``)."""
-    args = list(node.args) + [None] * 11
+    activation, capacity_factor, imbalance, w_gate?)`` (``workloads/moe_op.py``)."""
+    import torch
+    args = list(node.args) + [None] * 12
     kw = node.kwargs
-    x, ids, w_up, w_down = inputs[0], inputs[1], inputs[3], inputs[4]
-    biases = [t for t in inputs[5:] if t is not None]
+    positions = [i for i, a in enumerate(node.args) if isinstance(a, torch.fx.Node)]
+    at = dict(zip(positions, inputs))   # the capture's tensors by argument position
+    x, ids, w_up, w_down = at[0], at[1], at[3], at[4]
+    w_gate = at.get(11)
+    biases = [t for t in (at.get(5), at.get(6)) if t is not None]
     gated = bool(kw.get("gated", args[7]))
     cf = float(kw.get("capacity_factor", args[9]) or 0.0)
     imbalance = float(kw.get("imbalance", args[10]) or 1.0)
     experts, up_n, d = w_up.shape
     f = w_down.shape[2]
-    per_expert = (w_up.numel + w_down.numel + sum(b.numel for b in biases)) // experts
+    gemms = [(up_n, d), (w_down.shape[1], f)]
+    if w_gate is not None:   # gate and up kept apart: both f x d
+        gemms = [(w_gate.shape[1], d)] + gemms
+    per_expert = (w_up.numel + w_down.numel + sum(b.numel for b in biases)
+                  + (w_gate.numel if w_gate is not None else 0)) // experts
     attrs, flops, weight = moe.moe_attrs(
-        tokens=x.shape[0], top_k=ids.shape[1], experts=experts, gemms=[(up_n, d), (w_down.shape[1], f)],
-        act_elements_per_token=up_n // 2 if gated else up_n, params_per_expert=per_expert,
-        itemsize=w_up.itemsize, imbalance=imbalance, capacity_factor=cf)
+        tokens=x.shape[0], top_k=ids.shape[1], experts=experts, gemms=gemms,
+        act_elements_per_token=up_n // 2 if gated and w_gate is None else up_n,
+        params_per_expert=per_expert, itemsize=w_up.itemsize, imbalance=imbalance,
+        capacity_factor=cf)
     return {**attrs, "gated": gated}, flops, weight
 
 

@@ -18,7 +18,7 @@ reshape_as tensor_split hsplit vsplit dsplit unsafe_split unsafe_split_with_size
 narrow diagonal unfold view_as_real view_as_complex real imag resolve_conj resolve_neg conj
 native_dropout alpha_dropout feature_alpha_dropout _reshape_alias _unsafe_view_copy
 empty_strided rand rand_like randn randn_like randint randint_like randperm bernoulli
-eye linspace logspace tensor align_to rename refine_names
+eye linspace logspace tensor align_to rename refine_names sym_ite sym_max sym_min sym_not
 """.split())
 
 COPY = frozenset("""
@@ -42,7 +42,7 @@ SCAN = frozenset({"selective_scan"})
 RECURRENT = frozenset("lstm gru rnn_tanh rnn_relu".split())
 ATTENTION = frozenset("scaled_dot_product_attention _scaled_dot_product_flash_attention "
                       "_scaled_dot_product_efficient_attention "
-                      "_scaled_dot_product_flash_attention_for_cpu".split())
+                      "_scaled_dot_product_flash_attention_for_cpu mla_attention".split())
 NORM = frozenset("""
 layer_norm rms_norm batch_norm _native_batch_norm_legit_no_training native_batch_norm
 native_layer_norm group_norm native_group_norm instance_norm _batch_norm_with_update
@@ -52,7 +52,7 @@ REDUCTION = frozenset("""
 mean sum amax amin max min prod var std var_mean max_pool1d max_pool2d max_pool3d
 max_pool2d_with_indices avg_pool1d avg_pool2d avg_pool3d adaptive_avg_pool1d
 adaptive_avg_pool2d _adaptive_avg_pool2d adaptive_max_pool2d norm linalg_vector_norm argmax
-argmin cumsum logsumexp topk all any sort argsort msort histc bincount kthvalue median
+argmin cumsum logsumexp topk all any _is_all_true _is_any_true sort argsort msort histc bincount kthvalue median
 nanmedian mode searchsorted bucketize cumprod cummax cummin logcumsumexp std_mean aminmax
 nansum nanmean count_nonzero adaptive_avg_pool3d _adaptive_avg_pool3d adaptive_max_pool1d
 adaptive_max_pool3d max_pool3d_with_indices max_pool1d_with_indices fractional_max_pool2d

@@ -232,7 +232,7 @@ def with_kv_lengths(w: ir.Workload, kv_lens: Sequence[int]) -> ir.Workload:
         a = op.attrs
         heads, kv_heads = int(a["heads"]), int(a.get("kv_heads", a["heads"]))
         d, dv, sq = int(a["head_dim"]), int(a.get("value_dim", a["head_dim"])), int(a["q_len"])
-        kv_bytes = formats.kv_bytes(op, total * kv_heads * (d + dv), d)
+        kv_bytes = formats.kv_bytes(op, total * kv_heads * ir.kv_row_elements(a), d)
         flops = 2 * sq * heads * (d + dv) * total
         ops[n] = replace(op, kv_bytes_read=kv_bytes, flops=flops,
                          attrs={**a, KV_LENS: kv_lens, "kv_len": round(total / len(kv_lens)),

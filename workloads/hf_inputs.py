@@ -1,0 +1,289 @@
+"""The inputs a multimodal model's processor would produce, built from its config (no
+processor, tokenizer or image is loaded): pixel values at the vision tower's image size, the
+patch grid of Qwen-VL-style towers, mel frames or raw samples for audio towers, and token ids
+holding as many image / audio placeholder tokens as the towers emit features.
+
+* **pixel values** — ``[batch, channels, H, W]`` at ``image_size`` (``--image-size``; default
+  the vision config's); Qwen-VL-style models (a forward taking ``image_grid_thw``) take the
+  flattened patches ``[batch * t * h * w, channels * temporal_patch * patch**2]`` and the grid
+  ``[[1, h, w]]`` (``h = w = image_size / patch``, rounded to the spatial merge);
+  LLaVA-NeXT-style ones (``image_sizes``) one tile per image with its size.
+* **audio** — ``input_features`` ``[batch, mel bins, frames]`` (``--frames``, or
+  ``--audio-seconds`` at 100 frames per second [R: Whisper's 10 ms hop, 160 samples at
+  16 kHz]; default the tower's own frames, e.g. Whisper's 3,000), or ``input_values``
+  ``[batch, 16 kHz * seconds]``.
+* **placeholder tokens** — the tower is run once on meta tensors (``get_image_features`` /
+  ``get_audio_features``) and the text gets one ``image_token_id`` (``audio_token_id``) per
+  feature row it returns, after ``seq`` text tokens: what a processor's prompt expansion does.
+
+Integer inputs whose values the model reads as sizes (the grid, image sizes) are kept on the
+CPU as constants of a wrapper module (:class:`WithConstants`), so the export reads their values;
+everything else is on the meta device.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+#: Audio defaults: 16 kHz samples, 100 mel frames per second [R: Whisper feature extractor].
+SAMPLE_RATE = 16000
+FRAMES_PER_S = 100
+DEFAULT_AUDIO_S = 30.0
+DEFAULT_IMAGE_SIZE = 224
+
+
+class WithConstants(nn.Module):
+    """``model(**inputs, **constants, **options)``: ``constants`` are CPU tensors or Python
+    values the export treats as constants (their values are read: a Qwen-VL patch grid, the
+    image sizes of a LLaVA-NeXT)."""
+
+    def __init__(self, model: nn.Module, constants: dict[str, Any], options: dict[str, Any]):
+        super().__init__()
+        self.model, self.options = model, options
+        self._constants = dict(constants)
+
+    def forward(self, **inputs):
+        out = self.model(**inputs, **self._constants, **self.options)
+        for name in ("logits", "logits_per_image", "last_hidden_state"):
+            if getattr(out, name, None) is not None:
+                return getattr(out, name)
+        return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def accepts(model: nn.Module) -> set[str]:
+    try:
+        return set(inspect.signature(model.forward).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
+def _int(value: Any, default: int) -> int:
+    if isinstance(value, (list, tuple)) and value:
+        value = value[-1]
+    if isinstance(value, dict):
+        value = value.get("height") or value.get("shortest_edge") or default
+    return int(value) if isinstance(value, (int, float)) and value > 0 else default
+
+
+def _sub(config, *names):
+    for n in names:
+        sub = getattr(config, n, None)
+        if sub is not None:
+            return sub
+    return None
+
+
+def image_part(model: nn.Module, config, batch: int, image_size: int | None
+               ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """(meta inputs, CPU constants) of one image per sequence."""
+    vc = _sub(config, "vision_config") or config
+    size = image_size or _int(getattr(vc, "image_size", None), DEFAULT_IMAGE_SIZE)
+    channels = _int(getattr(vc, "num_channels", None) or getattr(vc, "in_channels", None)
+                    or getattr(vc, "in_chans", None), 3)
+    patch = _int(getattr(vc, "patch_size", None), 14)
+    names = accepts(model)
+    if "image_grid_thw" in names:
+        merge = _int(getattr(vc, "spatial_merge_size", None) or getattr(vc, "merge_size", None), 1)
+        side = max(merge, (size // patch) // merge * merge)
+        temporal = _int(getattr(vc, "temporal_patch_size", None), 1)
+        pixels = torch.zeros(batch * side * side, channels * temporal * patch * patch)
+        return {"pixel_values": pixels}, {
+            "image_grid_thw": torch.tensor([[1, side, side]] * batch, device="cpu")}
+    if "image_sizes" in names and tiled(model):
+        tiles = num_tiles(model, config, size)
+        tile = _int(getattr(vc, "image_size", None), size)
+        return ({"pixel_values": torch.zeros(batch, tiles, channels, tile, tile)},   # sizes
+                {"image_sizes": [[size, size]] * batch})   # as Python ints: read per image
+    return {"pixel_values": torch.zeros(batch, channels, size, size)}, {}
+
+
+def image_layouts(model: nn.Module, config, batch: int, image_size: int | None
+                  ) -> list[tuple[dict[str, torch.Tensor], dict[str, Any]]]:
+    """The image inputs processors produce, most likely first: :func:`image_part`, then one
+    image per sequence as ``[batch, images, C, H, W]`` (Idefics, SmolVLM), each with the
+    image sizes a getter requires (Pixtral-style towers: ``image_sizes``)."""
+    first, const = image_part(model, config, batch, image_size)
+    out = [(first, const)]
+    pixels = first["pixel_values"]
+    if pixels.dim() == 4 and not const:
+        out.append(({"pixel_values": pixels[:, None]}, {}))
+    getter = getter_of(model, "get_image_features")
+    needs = _required(getter) if getter is not None else set()
+    if "image_sizes" in needs:   # as Python ints, read per image
+        size = pixels.shape[-1]
+        out = [(t, {"image_sizes": [[size, size]] * batch, **c}) for t, c in out]
+    return out
+
+
+def _required(fn) -> set[str]:
+    """The parameters ``fn`` requires (no default), ``pixel_values`` aside."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return set()
+    return {p.name for p in params if p.default is inspect.Parameter.empty
+            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)} - {"pixel_values", "self"}
+
+
+def audio_part(model: nn.Module, config, batch: int, frames: int | None,
+               audio_seconds: float | None) -> dict[str, torch.Tensor]:
+    """Meta inputs of one audio clip per sequence."""
+    names = accepts(model)
+    ac = _sub(config, "audio_config", "encoder_config") or config
+    if "input_features" in names:
+        if frames is None:
+            own = getattr(ac, "max_source_positions", None)
+            frames = (int(FRAMES_PER_S * audio_seconds) if audio_seconds
+                      else 2 * own if isinstance(own, int) else int(FRAMES_PER_S * DEFAULT_AUDIO_S))
+        mels = _int(getattr(ac, "num_mel_bins", None) or getattr(ac, "n_mels", None)
+                    or getattr(ac, "feature_size", None), 128)
+        return {"input_features": torch.zeros(batch, mels, frames)}
+    if "input_values" in names:
+        samples = int(SAMPLE_RATE * (audio_seconds or DEFAULT_AUDIO_S))
+        return {"input_values": torch.zeros(batch, samples)}
+    return {}
+
+
+def _feature_rows(out: Any) -> int:
+    """Feature rows in a tower's output (a tensor ``[..., rows, width]``, a list of them, an
+    output object with ``pooler_output`` / ``last_hidden_state``; extra outputs such as
+    Qwen3-VL's deepstack features are not rows)."""
+    for name in ("pooler_output", "image_embeds", "audio_embeds", "last_hidden_state"):
+        if getattr(out, name, None) is not None:
+            out = getattr(out, name)
+            break
+    if isinstance(out, (list, tuple)) and out and isinstance(out[0], (list, tuple)):
+        out = out[0]
+    tensors = [t for t in (out if isinstance(out, (list, tuple)) else [out])
+               if isinstance(t, torch.Tensor)]
+    if not tensors:
+        raise ValueError("the tower returned no tensor")
+    return sum(t.numel() // max(t.shape[-1], 1) for t in tensors)
+
+
+def getter_of(model: nn.Module, name: str):
+    """``model.<name>`` (or its inner ``model``'s), the method that runs one tower."""
+    return getattr(model, name, None) or getattr(getattr(model, "model", None), name, None)
+
+
+def placeholder_tokens(model: nn.Module, getter: str, inputs: dict[str, torch.Tensor],
+                       constants: dict[str, Any]) -> int:
+    """Feature rows ``model.<getter>`` returns for ``inputs`` (run once on meta tensors)."""
+    from workloads.hf import as_if_traced
+    fn = getter_of(model, getter)
+    with as_if_traced(), torch.no_grad():
+        out = fn(**_on_meta(inputs), **constants)
+    return _feature_rows(out)
+
+
+def _on_meta(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: (v.to("meta") if v.is_floating_point() else v) for k, v in tensors.items()}
+
+
+def token_id(config, *names: str) -> int | None:
+    """The placeholder token id a config names (in it or its text sub-config)."""
+    for c in (config, getattr(config, "text_config", None)):
+        for n in names:
+            v = getattr(c, n, None) if c is not None else None
+            if isinstance(v, int) and v >= 0:
+                return v
+    return None
+
+
+#: ``transformers.vision_utils`` helpers whose tensors index or scale meta activations: their
+#: results (those at the listed positions of a tuple; all when None) are moved to the meta
+#: device; the rest, ``cu_seqlens`` and the like, stay on the CPU, where the model reads their
+#: values as split sizes.
+_TO_META = {"get_vision_position_ids": None, "get_vision_window_index": (0,),
+            "get_vision_interpolation_indices_and_weights": None,
+            "get_vision_bilinear_indices_and_weights": None,
+            "get_vision_nearest_position_ids": None}
+
+
+def _real(value: Any) -> Any:
+    """A fake tensor that carries its constant (a module-attribute constant under export) as
+    that real tensor; anything else as is."""
+    constant = getattr(value, "constant", None)
+    return constant if isinstance(constant, torch.Tensor) else value
+
+
+def _eager(fn, to_meta):
+    """``fn`` computed on the real patch grid outside any tracing, so its outputs are
+    constants of the capture (see :class:`vision_helpers_eager`)."""
+    def wrapped(*args, **kwargs):
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+        from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
+        args = [_real(a) for a in args]
+        kwargs = {k: _real(v) for k, v in kwargs.items()}
+        with unset_fake_temporarily(), disable_proxy_modes_tracing(), torch.device("cpu"):
+            out = fn(*args, **kwargs)
+        if to_meta is False:
+            return out
+        if isinstance(out, torch.Tensor):
+            return out.to("meta")
+        if isinstance(out, tuple):
+            return tuple(t.to("meta") if isinstance(t, torch.Tensor) and (
+                to_meta is None or i in to_meta) else t for i, t in enumerate(out))
+        return out
+    return wrapped
+
+
+class vision_helpers_eager:
+    """Within the block, the ``transformers.vision_utils`` helpers (``get_vision_*``: patch
+    positions, ``cu_seqlens``, window indices, interpolation taps, all functions of the patch
+    grid) that every loaded modeling module imported run eagerly on the real grid, so a
+    capture sees their results as constants: a Qwen-VL-style vision tower then splits its
+    attention by known lengths instead of data-dependent ones. Results the model combines with
+    activations are moved to the meta device (:data:`_TO_META`)."""
+
+    def __enter__(self):
+        import sys
+        self.patched = []
+        try:
+            from transformers import vision_utils
+        except ImportError:
+            return self
+        from transformers.utils import generic
+        originals = {name: getattr(vision_utils, name) for name in dir(vision_utils)
+                     if name.startswith("get_vision_") and callable(getattr(vision_utils, name))}
+        if callable(getattr(generic, "get_max_seqlen", None)):   # an int from cu_seqlens
+            originals["get_max_seqlen"] = generic.get_max_seqlen
+        for mod in [m for n, m in list(sys.modules.items())
+                    if n.startswith("transformers.models.") and m is not None]:
+            for name, fn in originals.items():
+                if getattr(mod, name, None) is fn:
+                    self.patched.append((mod, name, fn))
+                    setattr(mod, name, _eager(fn, _TO_META.get(name, False)))
+        return self
+
+    def __exit__(self, *exc):
+        for mod, name, fn in self.patched:
+            setattr(mod, name, fn)
+
+
+def tiled(model: nn.Module) -> bool:
+    """A LLaVA-NeXT-style model: it cuts images into tiles (``image_size_to_num_patches``)."""
+    import sys
+    return hasattr(sys.modules.get(type(model).__module__), "image_size_to_num_patches")
+
+
+def num_tiles(model: nn.Module, config, size: int) -> int:
+    """Tiles a LLaVA-NeXT-style model cuts a ``size`` x ``size`` image into (its own
+    ``image_size_to_num_patches``; 1 without one)."""
+    import sys
+    mod = sys.modules.get(type(model).__module__)
+    fn = getattr(mod, "image_size_to_num_patches", None)
+    pinpoints = getattr(config, "image_grid_pinpoints", None)
+    vc = _sub(config, "vision_config") or config
+    if fn is None or not pinpoints:
+        return 1
+    try:
+        return int(fn(image_size=(size, size), grid_pinpoints=pinpoints,
+                      patch_size=_int(getattr(vc, "image_size", None), size)))
+    except Exception:
+        return 1
