@@ -1,16 +1,21 @@
-"""The ``npu`` cost model evaluated for many designs at once with numpy (the fast screening path).
+"""The ``npu`` cost model evaluated for many designs at once (the fast screening path), on
+numpy or, through :mod:`accelerators.array_ns`, torch (a GPU where there is one).
 
 Same model as :meth:`accelerators.npu.NPU.cost` (and the formulas of
 :mod:`accelerators.systolic`), written over arrays: one row per op, one column per design.
 Every expression keeps the scalar code's order of operations, and integers stay integers
 (int64) where the scalar code keeps Python ints, so the results are the scalar ones bit for
 bit as long as the integers involved stay below 2**53 (``EXACT_INT_LIMIT``); an op whose sizes
-could exceed that is costed by the scalar code instead, design by design.
+could exceed that is costed by the scalar code instead, design by design. On torch the same
+float64 operations run in the same order (equal to the numpy results; tested).
 
-What depends on the op and the element size only (operand bytes, lane operations, compulsory
-traffic) is worked out once per op and per element size in plain Python, exactly as the scalar
-code does, then gathered per design; what depends on the design (folds, tiling, scratchpad
-capacities, energies per access, clock, bandwidth) is computed on arrays.
+Each block is two steps: the op's *features* (its GEMM dimensions, operand and compulsory
+bytes at each design's element size, lane operations...) as arrays of ``(ops, 1)`` — or
+``(ops, N)`` when every column is its own architecture (:mod:`simulators.population`) — and a
+*kernel* that combines them with the design arrays ``(1, N)`` (folds, tiling, scratchpad
+capacities, energies per access, clock, bandwidth). What depends on the op and the element
+size only is worked out once per op and element size in plain Python, exactly as the scalar
+code does, then gathered per design.
 
 Errors match the scalar path too: for each design the exception that ``design.cost(op)`` would
 raise first, op by op in the given order (``InfeasibleDesign`` for a scratchpad that cannot hold
@@ -22,14 +27,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
-from accelerators import technology as tech
-from accelerators.npu import (ACC_BYTES, NPU, VECTOR_LANE_AREA_PER_MAC,
-                              VECTOR_OPS_PER_ELEMENT, attention_dims, element_scale,
-                              vector_parts)
+from accelerators.array_ns import namespace
+from accelerators.npu import (ACC_BYTES, NPU, VECTOR_OPS_PER_ELEMENT, attention_dims,
+                              element_scale, vector_parts)
 from dse.errors import BadInput, InfeasibleDesign
 from workloads import ir
 from workloads.ir import Op
@@ -47,7 +51,8 @@ _ARRAY_KINDS = (ir.MATMUL, ir.CONV)
 
 # ----------------------------------------------------------------------------- designs as arrays
 class DesignArrays:
-    """Parameters of N ``NPU`` designs as ``(1, N)`` arrays (broadcast against ``(ops, 1)``).
+    """Parameters of N ``NPU`` designs as ``(1, N)`` arrays of the namespace ``xp``
+    (broadcast against ``(ops, 1)`` or ``(ops, N)``).
 
     Energies per access and per op are read from the designs themselves (the values their own
     ``cost()`` uses), not recomputed, so they are identical.
@@ -57,7 +62,8 @@ class DesignArrays:
     _FLOATS = ("clock", "bw", "cap_i", "cap_f", "cap_o", "ej_i", "ej_f", "ej_o", "reg_j",
                "mac_j", "vec_j", "dram_j", "act_array", "act_vector")
 
-    def __init__(self, designs: Sequence[NPU]):
+    def __init__(self, designs: Sequence[NPU], xp: Any = None):
+        self.xp = xp = xp if xp is not None else namespace()
         self.designs = list(designs)
         self.n = n = len(self.designs)
         ints, floats, df = [], [], []
@@ -68,67 +74,101 @@ class DesignArrays:
                            ej["ifmap"], ej["filter"], ej["ofmap"], d._reg_j, d._mac_j,
                            d._vec_j, d._dram_j, d._active_w["array"], d._active_w["vector"]))
             df.append(d._df)
-        iv = np.array(ints, dtype=np.int64).reshape(n, len(self._INTS)).T
-        fv = np.array(floats, dtype=np.float64).reshape(n, len(self._FLOATS)).T
-        for name, row in zip(self._INTS, iv):
-            setattr(self, name, row[None, :])
-        for name, row in zip(self._FLOATS, fv):
-            setattr(self, name, row[None, :])
-        df_arr = np.array(df, dtype=object).reshape(1, n)
-        self.ws, self.os, self.is_ = df_arr == "ws", df_arr == "os", df_arr == "is"
-        # c_resident's output block: elements of half the ofmap scratchpad and their isqrt
-        c_elems = [int(c // ACC_BYTES) for c in fv[4].tolist()]
-        self.c_elems = np.array(c_elems, dtype=np.int64).reshape(1, n)
-        self.side = np.array([max(1, math.isqrt(c)) for c in c_elems],
-                             dtype=np.int64).reshape(1, n)
+        self._iv = np.array(ints, dtype=np.int64).reshape(n, len(self._INTS)).T
+        self._fv = np.array(floats, dtype=np.float64).reshape(n, len(self._FLOATS)).T
+        self._df = np.array(df, dtype=object).reshape(n)
         self.problem: list[str | None] = [d._problem for d in self.designs]
-        # element sizes present and each design's index among them (op-level values per size)
-        self.b_values = sorted({int(b) for b in iv[3].tolist()})
-        self.b_index = np.searchsorted(self.b_values, iv[3])
+        self._columns()
 
-    def per_b(self, table: np.ndarray) -> np.ndarray:
+    def _columns(self) -> None:
+        """The ``(1, N)`` arrays of ``_iv``, ``_fv`` and ``_df`` on the namespace's device."""
+        xp, n = self.xp, self._iv.shape[1]
+        self.n = n
+        for name, row in zip(self._INTS, self._iv):
+            setattr(self, name, xp.asarray(row[None, :], np.int64))
+        for name, row in zip(self._FLOATS, self._fv):
+            setattr(self, name, xp.asarray(row[None, :], np.float64))
+        df = self._df.reshape(1, n)
+        self.ws, self.os, self.is_ = (xp.asarray(df == x) for x in ("ws", "os", "is"))
+        # c_resident's output block: elements of half the ofmap scratchpad and their isqrt
+        c_elems = [int(c // ACC_BYTES) for c in self._fv[4].tolist()]
+        self.c_elems = xp.asarray(np.array(c_elems, dtype=np.int64).reshape(1, n))
+        self.side = xp.asarray(np.array([max(1, math.isqrt(c)) for c in c_elems],
+                                        dtype=np.int64).reshape(1, n))
+        # element sizes present and each design's index among them (op-level values per size)
+        self.b_values = sorted({int(b) for b in self._iv[3].tolist()})
+        self.b_index = xp.asarray(np.searchsorted(self.b_values, self._iv[3]).astype(np.int64))
+
+    def take(self, index: Sequence[int]) -> "DesignArrays":
+        """The designs at ``index`` (repeats allowed), as arrays on the same device."""
+        idx = np.asarray(index, dtype=np.int64)
+        out = object.__new__(DesignArrays)
+        out.xp = self.xp
+        out.designs = [self.designs[i] for i in idx.tolist()]
+        out._iv, out._fv, out._df = self._iv[:, idx], self._fv[:, idx], self._df[idx]
+        out.problem = [self.problem[i] for i in idx.tolist()]
+        out._columns()
+        return out
+
+    def per_b(self, table: np.ndarray):
         """``(ops, len(b_values))`` op-level values -> ``(ops, N)`` by each design's element size."""
-        return table[:, self.b_index]
+        return self.xp.asarray(table)[:, self.b_index]
 
 
 # ----------------------------------------------------------------------------- results
 class _Errors:
     """Exceptions per (op, design) as codes into ``table``: 0 none, ``c`` is ``table[c - 1]``.
-    The first error recorded for an (op, design) stays, as the scalar code raises the first."""
+    The first error recorded for an (op, design) stays, as the scalar code raises the first.
+    ``codes`` lives on the namespace's device."""
 
-    def __init__(self, n_ops: int, n: int):
-        self.codes = np.zeros((n_ops, n), dtype=np.int64)
+    def __init__(self, n_ops: int, n: int, xp: Any = None):
+        self.xp = xp if xp is not None else namespace()
+        self.codes = self.xp.zeros((n_ops, n), self.xp.int64)
         self.table: list[BaseException] = []
 
     def add(self, exc: BaseException) -> int:
         self.table.append(exc)
         return len(self.table)
 
-    def set(self, rows: np.ndarray, mask: np.ndarray, code) -> None:
+    def set(self, rows, mask, code) -> None:
         """Set ``code`` (scalar or broadcastable to ``mask``) where ``mask`` ((len(rows), N))
         holds and nothing is recorded yet."""
+        xp = self.xp
+        rows = xp.asarray(rows, np.int64)
         sub = self.codes[rows]
         free = (sub == 0) & mask
-        sub[free] = np.broadcast_to(code, mask.shape)[free]
+        sub[free] = xp.broadcast_to(xp.asarray(code, np.int64), tuple(mask.shape))[free]
         self.codes[rows] = sub
+
+    def set_row(self, j: int, code: int) -> None:
+        self.codes[j] = code
+
+    def numpy(self) -> np.ndarray:
+        return self.xp.to_numpy(self.codes)
 
 
 @dataclass
 class ManyCosts:
     """Costs of M ops on N designs: ``latency_s`` and ``energy_j`` are ``(M, N)`` (NaN where the
-    design cannot run the op); :attr:`errors` the exception each design raises first going
-    through the ops in order, :meth:`op_errors` those of one op; ``area_mm2`` and
-    ``static_power_w`` each design's ``area_mm2()`` and ``static_power_w()``, ``(N,)``."""
+    design cannot run the op), numpy arrays (or the namespace's, with ``on_device``);
+    :attr:`errors` the exception each design raises first going through the ops in order,
+    :meth:`op_errors` those of one op; ``area_mm2`` and ``static_power_w`` each design's
+    ``area_mm2()`` and ``static_power_w()``, ``(N,)``."""
 
-    latency_s: np.ndarray
-    energy_j: np.ndarray
+    latency_s: Any
+    energy_j: Any
     _errors: _Errors
     area_mm2: np.ndarray
     static_power_w: np.ndarray
 
     @property
+    def feasible(self):
+        """``(N,)`` booleans on the arrays' device: the design runs every op."""
+        return (self._errors.codes == 0).all(0)
+
+    @property
     def errors(self) -> list[BaseException | None]:
-        codes = self._errors.codes
+        codes = self._errors.numpy()
         out: list[BaseException | None] = [None] * codes.shape[1]
         if codes.size:
             bad = codes != 0
@@ -139,7 +179,7 @@ class ManyCosts:
 
     def op_errors(self, j: int) -> list[BaseException | None]:
         table = self._errors.table
-        return [table[c - 1] if c else None for c in self._errors.codes[j].tolist()]
+        return [table[c - 1] if c else None for c in self._errors.numpy()[j].tolist()]
 
 
 @dataclass
@@ -166,40 +206,38 @@ def _cdiv(a, b):
     return -(-a // b)
 
 
-def _floor_int(x: np.ndarray) -> np.ndarray:
-    """``int(x)`` of floats that are already whole (results of ``//``): truncation to int64."""
-    return x.astype(np.int64)
-
-
 def _spatial(a: DesignArrays, m, n, k):
     """``(Sr, Sc, T)`` per (op, design) under each design's dataflow (systolic.spatio_temporal)."""
-    sr = np.where(a.os, m, k)
-    sc = np.where(a.is_, m, n)
-    t = np.where(a.ws, m, np.where(a.os, k, n))
+    xp = a.xp
+    sr = xp.where(a.os, m, k)
+    sc = xp.where(a.is_, m, n)
+    t = xp.where(a.ws, m, xp.where(a.os, k, n))
     return sr, sc, t
 
 
 def _fold_cycles(a: DesignArrays, t):
-    return np.where(a.os, t + a.rows + a.cols - 2, t + 2 * a.rows + a.cols - 2)
+    return a.xp.where(a.os, t + a.rows + a.cols - 2, t + 2 * a.rows + a.cols - 2)
 
 
 def _compute_cycles(a: DesignArrays, m, n, k, gemms):
-    """systolic.gemm_compute_cycles with op columns and design rows."""
+    """systolic.gemm_compute_cycles with op rows and design columns."""
+    xp = a.xp
     sr, sc, t = _spatial(a, m, n, k)
     total_folds = gemms * _cdiv(sr, a.rows) * _cdiv(sc, a.cols)
     cycles = _cdiv(total_folds, a.arrays) * _fold_cycles(a, t) - 1
-    return np.where(np.minimum(np.minimum(m, n), np.minimum(k, gemms)) <= 0, 0, cycles)
+    return xp.where(xp.minimum(xp.minimum(m, n), xp.minimum(k, gemms)) <= 0, 0, cycles)
 
 
 def _sram_accesses(a: DesignArrays, m, n, k):
     """systolic.gemm_sram_accesses: (ifmap reads, filter reads, ofmap writes, ofmap reads)."""
+    xp = a.xp
     sr, sc, _ = _spatial(a, m, n, k)
     rf, cf = _cdiv(sr, a.rows), _cdiv(sc, a.cols)
     mk, kn, mn = m * k, k * n, m * n
-    ifr = np.where(a.is_, mk, mk * cf)
-    flr = np.where(a.ws, kn, kn * np.where(a.os, rf, cf))
-    ow = np.where(a.os, mn, mn * rf)
-    orr = np.where(a.os, 0, mn * (rf - 1))
+    ifr = xp.where(a.is_, mk, mk * cf)
+    flr = xp.where(a.ws, kn, kn * xp.where(a.os, rf, cf))
+    ow = xp.where(a.os, mn, mn * rf)
+    orr = xp.where(a.os, 0, mn * (rf - 1))
     return ifr, flr, ow, orr
 
 
@@ -207,101 +245,125 @@ def _finish(a: DesignArrays, cycles, dram, fill, drain, compute_j, sram_j, reg_b
             active_w, stall=0):
     """NPU._finish: the load / compute / store pipeline's latency and the total dynamic energy
     (``active_w``: the busy units' uncounted-logic power, charged for the latency)."""
-    compute_s = np.maximum(cycles, 0) / a.clock
-    busy = compute_s + np.maximum(stall, 0) / a.clock
-    fill = np.minimum(fill, dram)
-    drain = np.minimum(drain, dram - fill)
-    overlap = (dram - fill - drain) / a.bw
-    latency = fill / a.bw + np.maximum(busy, overlap) + drain / a.bw
+    xp = a.xp
+    compute_s = xp.div(xp.maximum(cycles, 0), a.clock)
+    busy = compute_s + xp.div(xp.maximum(stall, 0), a.clock)
+    fill = xp.minimum(fill, dram)
+    drain = xp.minimum(drain, dram - fill)
+    overlap = xp.div(dram - fill - drain, a.bw)
+    latency = xp.div(fill, a.bw) + xp.maximum(busy, overlap) + xp.div(drain, a.bw)
     compute_j = compute_j + active_w * latency
     energy = compute_j + (sram_j + reg_bytes * a.reg_j) + dram * a.dram_j
     return latency, energy
 
 
-def _col(values, dtype=None) -> np.ndarray:
-    return np.asarray(values, dtype=dtype)[:, None]
+def _col(xp, values, dtype) -> Any:
+    return xp.asarray(np.asarray(values, dtype=dtype)[:, None])
 
 
-def _gemm_block(a: DesignArrays, ops: list[Op], shapes: list[dict[int, tuple]], err: _Errors,
-                rows_idx: np.ndarray, lat: np.ndarray, energy: np.ndarray,
-                problem: np.ndarray) -> None:
-    """NPU._gemm_cost for GEMM-shaped ops (no zero dimension) on all designs."""
-    nb = len(a.b_values)
+# ----------------------------------------------------------------------------- GEMMs
+@dataclass
+class GemmFeatures:
+    """A GEMM op's features per (op, design): ``gemms``, ``m``, ``n``, ``k`` (int64),
+    ``a_bytes`` (its A operand per GEMM), ``tbs`` (the op's compulsory bytes at the design's
+    element size, 0 when it carries none), ``reg_bytes`` (register bytes of its MACs) and
+    ``macs`` (float64); each ``(ops, 1)`` or ``(ops, N)``."""
+
+    gemms: Any
+    m: Any
+    n: Any
+    k: Any
+    a_bytes: Any
+    tbs: Any
+    reg_bytes: Any
+    macs: Any
+
+
+def gemm_features(a: DesignArrays, ops: list[Op], shapes: list[dict[int, tuple]]) -> GemmFeatures:
+    """:class:`GemmFeatures` of ops from ``NPU._gemm_shape`` per element size (``shapes``),
+    exactly as the scalar code computes them."""
+    xp, nb = a.xp, len(a.b_values)
     first = [s[a.b_values[0]] for s in shapes]
-    gemms, m, n, k = (_col([f[i] for f in first], np.int64) for i in range(4))
-    # op-level values per element size, exactly as the scalar code computes them
     a_tab = np.empty((len(ops), nb))
     tbs_tab = np.empty((len(ops), nb))
     macs_reg_tab = np.empty((len(ops), nb))
-    macs = np.empty((len(ops), 1))
+    macs = np.empty(len(ops))
     for j, (op, s) in enumerate(zip(ops, shapes)):
         g, mm, nn, kk = first[j][:4]
-        macs[j, 0] = g * mm * nn * kk
+        macs[j] = g * mm * nn * kk
         for bi, b in enumerate(a.b_values):
             a_tab[j, bi] = s[b][4]
             tbs_tab[j, bi] = op.total_bytes * element_scale(op, b)
             macs_reg_tab[j, bi] = g * mm * nn * kk * (3 * b + 2 * ACC_BYTES)
-    a_bytes, tbs, reg_bytes = a.per_b(a_tab), a.per_b(tbs_tab), a.per_b(macs_reg_tab)
-    b = a.b
+    gemms, m, n, k = (_col(xp, [f[i] for f in first], np.int64) for i in range(4))
+    return GemmFeatures(gemms, m, n, k, a.per_b(a_tab), a.per_b(tbs_tab),
+                        a.per_b(macs_reg_tab), _col(xp, macs, np.float64))
 
+
+def gemm_kernel(a: DesignArrays, f: GemmFeatures):
+    """NPU._gemm_cost for GEMM-shaped ops (no zero dimension) on all designs: latency,
+    energy and where no tile fits (``(ops, N)`` each)."""
+    xp = a.xp
+    gemms, m, n, k, a_bytes, b = f.gemms, f.m, f.n, f.k, f.a_bytes, a.b
     cycles = _compute_cycles(a, m, n, k, gemms)
     # psum_chunk_stall_cycles
     sr, sc, t = _spatial(a, m, n, k)
     folds = _cdiv(gemms * _cdiv(sr, a.rows) * _cdiv(sc, a.cols), a.arrays)
-    t_fit = np.maximum(1, _floor_int(a.cap_o // (a.cols * ACC_BYTES)))
+    t_fit = xp.maximum(1, xp.to_int(a.cap_o // (a.cols * ACC_BYTES)))
     chunks = _cdiv(t, t_fit)
-    stall = np.where(a.os | (chunks <= 1), 0, folds * (chunks - 1) * (2 * a.rows + a.cols - 2))
+    stall = xp.where(a.os | (chunks <= 1), 0, folds * (chunks - 1) * (2 * a.rows + a.cols - 2))
 
     # gemm_dram_passes(m, n, k, a_bytes / m, k * b, ACC, caps, rows, cols * arrays, rows)
-    a_row = a_bytes / m
+    a_row = xp.div(a_bytes, m)
     b_col = k * b
     a_all = a_row * m
-    b_all = (b_col * n).astype(np.float64)
+    b_all = xp.to_float(b_col * n)
     a_fits, b_fits = a_all <= a.cap_i, b_all <= a.cap_f
     array_n = a.cols * a.arrays
-    n_edge, m_edge = np.minimum(n, array_n), np.minimum(m, a.rows)
-    cands_a: list[np.ndarray] = []
-    cands_b: list[np.ndarray] = []
-    cands_moved: list[np.ndarray] = []
+    n_edge, m_edge = xp.minimum(n, array_n), xp.minimum(m, a.rows)
+    cands_a: list = []
+    cands_b: list = []
+    cands_moved: list = []
 
     def consider(ok, a_passes, b_passes):
-        a_passes = np.broadcast_to(a_passes, ok.shape)
-        b_passes = np.broadcast_to(b_passes, ok.shape)
+        a_passes = xp.broadcast_to(xp.asarray(a_passes), tuple(ok.shape))
+        b_passes = xp.broadcast_to(xp.asarray(b_passes), tuple(ok.shape))
         moved = a_passes * a_all + b_passes * b_all
         cands_a.append(a_passes)
         cands_b.append(b_passes)
-        cands_moved.append(np.where(ok, moved, np.inf))
+        cands_moved.append(xp.where(ok, moved, math.inf))
 
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with xp.errstate():
         nz = a_row != 0
-        tm = np.minimum(np.minimum(m, np.where(nz, _floor_int(np.where(nz, a.cap_i // np.where(
-            nz, a_row, 1.0), 0)), m)), _floor_int(a.cap_o // (n_edge * ACC_BYTES)))
-        consider(tm >= 1, 1, np.where(b_fits, 1, _cdiv(m, np.maximum(tm, 1))))
-        tn = np.minimum(np.minimum(n, _floor_int(a.cap_f // b_col)),
-                        _floor_int(a.cap_o // (m_edge * ACC_BYTES)))
-        consider(tn >= 1, np.where(a_fits, 1, _cdiv(n, np.maximum(tn, 1))), 1)
-        kc = np.maximum(1, np.minimum(k, a.rows))
-        a_chunk = a_row * kc / k
-        b_chunk = b_col * kc / k
+        tm = xp.minimum(xp.minimum(m, xp.where(nz, xp.to_int(xp.where(
+            nz, a.cap_i // xp.where(nz, a_row, 1.0), 0)), m)),
+            xp.to_int(a.cap_o // (n_edge * ACC_BYTES)))
+        consider(tm >= 1, 1, xp.where(b_fits, 1, _cdiv(m, xp.maximum(tm, 1))))
+        tn = xp.minimum(xp.minimum(n, xp.to_int(a.cap_f // b_col)),
+                        xp.to_int(a.cap_o // (m_edge * ACC_BYTES)))
+        consider(tn >= 1, xp.where(a_fits, 1, _cdiv(n, xp.maximum(tn, 1))), 1)
+        kc = xp.maximum(1, xp.minimum(k, a.rows))
+        a_chunk = xp.div(a_row * kc, k)
+        b_chunk = xp.div(b_col * kc, k)
         anz, bnz = a_chunk != 0, b_chunk != 0
-        m_cap = np.minimum(m, np.where(anz, _floor_int(np.where(
-            anz, a.cap_i // np.where(anz, a_chunk, 1.0), 0)), m))
-        n_cap = np.minimum(n, np.where(bnz, _floor_int(np.where(
-            bnz, a.cap_f // np.where(bnz, b_chunk, 1.0), 0)), n))
+        m_cap = xp.minimum(m, xp.where(anz, xp.to_int(xp.where(
+            anz, a.cap_i // xp.where(anz, a_chunk, 1.0), 0)), m))
+        n_cap = xp.minimum(n, xp.where(bnz, xp.to_int(xp.where(
+            bnz, a.cap_f // xp.where(bnz, b_chunk, 1.0), 0)), n))
     c_elems, side = a.c_elems, a.side
-    for tm0 in (np.minimum(m_cap, side), m_cap,
-                np.minimum(m_cap, c_elems // np.maximum(1, n_cap))):
-        tm0 = np.where(m_cap >= 1, np.maximum(1, tm0), 0)
-        tn0 = np.where(tm0 != 0, np.minimum(n_cap, c_elems // np.maximum(tm0, 1)), 0)
+    for tm0 in (xp.minimum(m_cap, side), m_cap,
+                xp.minimum(m_cap, c_elems // xp.maximum(1, n_cap))):
+        tm0 = xp.where(m_cap >= 1, xp.maximum(1, tm0), 0)
+        tn0 = xp.where(tm0 != 0, xp.minimum(n_cap, c_elems // xp.maximum(tm0, 1)), 0)
         ok = (tm0 >= 1) & (tn0 >= 1)
-        tm1 = np.minimum(m_cap, c_elems // np.maximum(tn0, 1))
-        consider(ok, np.where(a_fits, 1, _cdiv(n, np.maximum(tn0, 1))),
-                 np.where(b_fits, 1, _cdiv(m, np.maximum(tm1, 1))))
-    moved = np.stack(cands_moved)
-    best = np.argmin(moved, axis=0)[None]   # the first of equal minima, as the scalar's strict <
-    no_tile = ~np.isfinite(np.take_along_axis(moved, best, 0)[0])
-    a_passes = np.take_along_axis(np.stack(cands_a), best, 0)[0]
-    b_passes = np.take_along_axis(np.stack(cands_b), best, 0)[0]
+        tm1 = xp.minimum(m_cap, c_elems // xp.maximum(tn0, 1))
+        consider(ok, xp.where(a_fits, 1, _cdiv(n, xp.maximum(tn0, 1))),
+                 xp.where(b_fits, 1, _cdiv(m, xp.maximum(tm1, 1))))
+    moved = xp.stack(cands_moved, np.float64)
+    best = xp.argmin0(moved)   # the first of equal minima, as the scalar's strict <
+    no_tile = ~xp.isfinite(xp.take0(moved, best))
+    a_passes = xp.take0(xp.stack(cands_a, np.int64), best)
+    b_passes = xp.take0(xp.stack(cands_b, np.int64), best)
 
     b_bytes, c_bytes = k * n * b, m * n * b
     refetch = gemms * ((a_passes - 1) * a_bytes + (b_passes - 1) * b_bytes)
@@ -309,33 +371,59 @@ def _gemm_block(a: DesignArrays, ops: list[Op], shapes: list[dict[int, tuple]], 
     sram_j = gemms * (ifr * b * a.ej_i + flr * b * a.ej_f + (ow + orr) * ACC_BYTES * a.ej_o)
     sram_j = sram_j + gemms * (a_passes * a_bytes * a.ej_i + b_passes * b_bytes * a.ej_f
                                + c_bytes * a.ej_o)
-    rk, edge_m, edge_n = np.minimum(k, a.rows), np.minimum(m, a.rows), np.minimum(n, array_n)
-    fill = a_bytes / (m * k) * edge_m * rk + rk * edge_n * b
+    rk, edge_m, edge_n = xp.minimum(k, a.rows), xp.minimum(m, a.rows), xp.minimum(n, array_n)
+    fill = xp.div(a_bytes, m * k) * edge_m * rk + rk * edge_n * b
     drain = edge_m * edge_n * b
     dims_bytes = gemms * (a_bytes + b_bytes + c_bytes)
-    compulsory = np.where(tbs != 0, tbs, dims_bytes)
-    latency, en = _finish(a, cycles, compulsory + refetch, fill, drain, macs * a.mac_j,
-                          sram_j, reg_bytes, a.act_array, stall=stall)
-    lat[rows_idx], energy[rows_idx] = latency, en
-    err.set(rows_idx, np.broadcast_to(problem != 0, latency.shape), problem)
-    if no_tile.any():
-        for j in np.nonzero(no_tile.any(axis=1))[0]:
-            g, mm, nn, kk = first[j][:4]
+    compulsory = xp.where(f.tbs != 0, f.tbs, dims_bytes)
+    latency, en = _finish(a, cycles, compulsory + refetch, fill, drain, f.macs * a.mac_j,
+                          sram_j, f.reg_bytes, a.act_array, stall=stall)
+    return latency, en, no_tile
+
+
+def _gemm_block(a: DesignArrays, ops: list[Op], shapes: list[dict[int, tuple]], err: _Errors,
+                rows_idx: np.ndarray, lat, energy, problem) -> None:
+    """NPU._gemm_cost for GEMM-shaped ops (no zero dimension) on all designs."""
+    xp = a.xp
+    latency, en, no_tile = gemm_kernel(a, gemm_features(a, ops, shapes))
+    idx = xp.asarray(rows_idx, np.int64)
+    lat[idx], energy[idx] = latency, en
+    err.set(rows_idx, xp.broadcast_to(problem != 0, tuple(latency.shape)), problem)
+    if xp.any(no_tile):
+        rows = xp.to_numpy(no_tile.any(1))
+        for j in np.nonzero(rows)[0]:
+            g, mm, nn, kk = shapes[j][a.b_values[0]][:4]
             code = err.add(InfeasibleDesign(f"no tile of the {mm}x{nn}x{kk} GEMM fits the "
                                             "scratchpads"))
             err.set(rows_idx[j:j + 1], no_tile[j:j + 1], code)
 
 
 # ----------------------------------------------------------------------------- attention
-def _attention_block(a: DesignArrays, ops: list[Op], dims: list[tuple], err: _Errors,
-                     rows_idx: np.ndarray, lat: np.ndarray, energy: np.ndarray,
-                     problem: np.ndarray) -> None:
-    """NPU._attention_cost for attention ops on all designs."""
-    nb = len(a.b_values)
-    batch, heads, kv_heads, sq, skv, d, dv = (_col([x[i] for x in dims], np.int64)
-                                              for i in range(7))
-    frac = _col([x[7] for x in dims], np.float64)
-    g = batch * heads
+@dataclass
+class AttentionFeatures:
+    """An attention op's features per (op, design): its :func:`attention_dims` (``batch`` ...
+    ``dv`` int64, ``frac`` float64), ``scores``, ``vector_ops``, ``macs`` (float64),
+    ``group_rows`` (int64), ``tbs`` and ``q_o_bytes`` at the design's element size."""
+
+    batch: Any
+    heads: Any
+    kv_heads: Any
+    sq: Any
+    skv: Any
+    d: Any
+    dv: Any
+    frac: Any
+    scores: Any
+    vector_ops: Any
+    macs: Any
+    group_rows: Any
+    tbs: Any
+    q_o_bytes: Any
+
+
+def attention_features(a: DesignArrays, ops: list[Op], dims: list[tuple]) -> AttentionFeatures:
+    """:class:`AttentionFeatures` of ops from their :func:`attention_dims`."""
+    xp, nb = a.xp, len(a.b_values)
     tbs_tab, qo_tab = np.empty((len(ops), nb)), np.empty((len(ops), nb), dtype=np.int64)
     scores_l, vops_l, macs_l, group_rows_l = [], [], [], []
     for j, (op, x) in enumerate(zip(ops, dims)):
@@ -349,62 +437,91 @@ def _attention_block(a: DesignArrays, ops: list[Op], dims: list[tuple], err: _Er
         for bi, b in enumerate(a.b_values):
             tbs_tab[j, bi] = op.total_bytes * element_scale(op, b)
             qo_tab[j, bi] = gg * q * (dd + dvv) * b
-    scores, vector_ops, macs = _col(scores_l), _col(vops_l), _col(macs_l)
-    group_rows = _col(group_rows_l, np.int64)
-    tbs, q_o_bytes = a.per_b(tbs_tab), a.per_b(qo_tab)
-    b = a.b
+    ints = [_col(xp, [x[i] for x in dims], np.int64) for i in range(7)]
+    return AttentionFeatures(*ints, _col(xp, [x[7] for x in dims], np.float64),
+                             _col(xp, scores_l, np.float64), _col(xp, vops_l, np.float64),
+                             _col(xp, macs_l, np.float64), _col(xp, group_rows_l, np.int64),
+                             a.per_b(tbs_tab), a.per_b(qo_tab))
 
+
+def attention_kernel(a: DesignArrays, f: AttentionFeatures):
+    """NPU._attention_cost on all designs: latency, energy and where a tile size divides by
+    zero (``(ops, N)`` each)."""
+    xp = a.xp
+    batch, kv_heads, sq, skv, d, dv, frac = f.batch, f.kv_heads, f.sq, f.skv, f.d, f.dv, f.frac
+    g = batch * f.heads
+    b = a.b
     qk = _compute_cycles(a, sq, skv, d, g)
     pv = _compute_cycles(a, sq, dv, skv, g)
-    array_cycles = np.ceil((qk + pv) * frac)
-    vector_cycles = np.ceil(vector_ops / a.lanes)
-    cycles = np.maximum(array_cycles, vector_cycles)
+    array_cycles = xp.ceil((qk + pv) * frac)
+    vector_cycles = xp.ceil(xp.div(f.vector_ops, a.lanes))
+    cycles = xp.maximum(array_cycles, vector_cycles)
 
     kv_group = skv * (d + dv) * b
     ca = a.cols * a.arrays
     div_i = d * b
-    div_o = (np.minimum(skv, ca) + dv) * ACC_BYTES
+    div_o = (xp.minimum(skv, ca) + dv) * ACC_BYTES
     zero = (div_i == 0) | (div_o == 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tile_q = np.minimum(np.minimum(group_rows, _floor_int(np.where(
-            zero, 0, a.cap_i // np.where(zero, 1, div_i)))), _floor_int(np.where(
-                zero, 0, a.cap_o // np.where(zero, 1, div_o))))
-    passes = np.where(kv_group <= a.cap_f, 1, np.ceil(group_rows / np.maximum(1, tile_q)))
+    with xp.errstate():
+        tile_q = xp.minimum(xp.minimum(f.group_rows, xp.to_int(xp.where(
+            zero, 0, a.cap_i // xp.where(zero, 1, div_i)))), xp.to_int(xp.where(
+                zero, 0, a.cap_o // xp.where(zero, 1, div_o))))
+    passes = xp.where(kv_group <= a.cap_f, 1,
+                      xp.ceil(xp.div(f.group_rows, xp.maximum(1, tile_q))))
     kv_bytes = batch * kv_heads * kv_group
-    compulsory = np.where(tbs != 0, tbs, q_o_bytes + kv_bytes)
+    compulsory = xp.where(f.tbs != 0, f.tbs, f.q_o_bytes + kv_bytes)
     refetch = (passes - 1) * kv_bytes * frac
 
     i1, f1, w1, r1 = _sram_accesses(a, sq, skv, d)
     i2, f2, w2, r2 = _sram_accesses(a, sq, dv, skv)
     sram_j = g * frac * ((i1 + i2) * b * a.ej_i + (f1 + f2) * b * a.ej_f
                          + (w1 + r1 + w2 + r2) * ACC_BYTES * a.ej_o)
-    sram_j = sram_j + scores * (2 * ACC_BYTES * a.ej_o + 2 * b * a.ej_i)
-    rows = np.minimum(sq, a.rows)
-    fill = rows * d * b + np.minimum(skv, ca) * d * b
+    sram_j = sram_j + f.scores * (2 * ACC_BYTES * a.ej_o + 2 * b * a.ej_i)
+    rows = xp.minimum(sq, a.rows)
+    fill = rows * d * b + xp.minimum(skv, ca) * d * b
     drain = rows * dv * b
+    macs, vector_ops = f.macs, f.vector_ops
     latency, en = _finish(a, cycles, compulsory + refetch, fill, drain,
                           macs * a.mac_j + vector_ops * a.vec_j, sram_j,
                           macs * (3 * b + 2 * ACC_BYTES) + vector_ops * 3 * b,
                           a.act_array + a.act_vector)
-    lat[rows_idx], energy[rows_idx] = latency, en
-    err.set(rows_idx, np.broadcast_to(problem != 0, latency.shape), problem)
-    if zero.any():
+    return latency, en, zero
+
+
+def _attention_block(a: DesignArrays, ops: list[Op], dims: list[tuple], err: _Errors,
+                     rows_idx: np.ndarray, lat, energy, problem) -> None:
+    """NPU._attention_cost for attention ops on all designs."""
+    xp = a.xp
+    latency, en, zero = attention_kernel(a, attention_features(a, ops, dims))
+    idx = xp.asarray(rows_idx, np.int64)
+    lat[idx], energy[idx] = latency, en
+    shape = tuple(latency.shape)
+    err.set(rows_idx, xp.broadcast_to(problem != 0, shape), problem)
+    if xp.any(zero):
         code = err.add(ZeroDivisionError("float floor division by zero"))
-        err.set(rows_idx, np.broadcast_to(zero, latency.shape), code)
+        err.set(rows_idx, xp.broadcast_to(zero, shape), code)
 
 
 # ----------------------------------------------------------------------------- vector unit
-def _vector_block(a: DesignArrays, tabs: np.ndarray, rows_idx: np.ndarray, lat: np.ndarray,
-                  energy: np.ndarray) -> None:
-    """NPU._vector_cost; ``tabs[field, op, b]`` holds :func:`accelerators.npu.vector_parts`
-    per element size."""
-    lane_ops, read, written, dram, read_x, reg_bytes = (a.per_b(t) for t in tabs)
-    cycles = np.ceil(lane_ops / a.lanes)
+def vector_kernel(a: DesignArrays, parts):
+    """NPU._vector_cost; ``parts`` are :func:`accelerators.npu.vector_parts`' six values
+    ``(lane_ops, read, written, dram, read_x, reg_bytes)`` per (op, design)."""
+    xp = a.xp
+    lane_ops, read, written, dram, read_x, reg_bytes = parts
+    cycles = xp.ceil(xp.div(lane_ops, a.lanes))
     sram_j = read_x * a.ej_i + written * 2 * a.ej_o
     chunk = a.lanes * a.b
-    latency, en = _finish(a, cycles, dram, np.minimum(read, chunk), np.minimum(written, chunk),
-                          lane_ops * a.vec_j, sram_j, reg_bytes, a.act_vector)
-    lat[rows_idx], energy[rows_idx] = latency, en
+    return _finish(a, cycles, dram, xp.minimum(read, chunk), xp.minimum(written, chunk),
+                   lane_ops * a.vec_j, sram_j, reg_bytes, a.act_vector)
+
+
+def _vector_block(a: DesignArrays, tabs: np.ndarray, rows_idx: np.ndarray, lat,
+                  energy) -> None:
+    """NPU._vector_cost; ``tabs[field, op, b]`` holds :func:`accelerators.npu.vector_parts`
+    per element size."""
+    latency, en = vector_kernel(a, [a.per_b(t) for t in tabs])
+    idx = a.xp.asarray(rows_idx, np.int64)
+    lat[idx], energy[idx] = latency, en
 
 
 # ----------------------------------------------------------------------------- entry points
@@ -416,32 +533,46 @@ def _exact(*values) -> bool:
     return True
 
 
-def cost_many(designs: Sequence[NPU], ops: Sequence[Op]) -> ManyCosts:
+def cost_many(designs: Sequence[NPU] | DesignArrays, ops: Sequence[Op], device: str | None = None,
+              on_device: bool = False) -> ManyCosts:
     """Latency (s) and total dynamic energy (J) of every op in ``ops`` on every design in
     ``designs``, as ``(len(ops), len(designs))`` arrays, equal to ``design.cost(op)``.
 
-    ``designs`` must be :class:`~accelerators.npu.NPU` instances (any parameters and presets).
-    If one is of a subclass (which may change the model), every design is costed by its own
-    ``cost()``.
+    ``designs`` must be :class:`~accelerators.npu.NPU` instances (any parameters and presets),
+    or their :class:`DesignArrays` (whose namespace then decides the device). If one is of a
+    subclass (which may change the model), every design is costed by its own ``cost()``.
+    ``device`` (:func:`accelerators.array_ns.namespace`: ``cpu``, ``torch``, ``cuda``) picks
+    where the arrays live; the results come back as numpy arrays unless ``on_device``.
     """
-    designs = list(designs)
-    for d in designs:
-        if not isinstance(d, NPU):
-            raise BadInput("designs", type(d).__name__, "npu designs (accelerators.npu.NPU)")
+    if isinstance(designs, DesignArrays):
+        a: DesignArrays | None = designs
+        designs, xp = a.designs, a.xp
+    else:
+        designs, a = list(designs), None
+        for d in designs:
+            if not isinstance(d, NPU):
+                raise BadInput("designs", type(d).__name__, "npu designs (accelerators.npu.NPU)")
+        xp = namespace(device)
     n_ops, n = len(ops), len(designs)
-    lat = np.full((n_ops, n), np.nan)
-    energy = np.full((n_ops, n), np.nan)
-    err = _Errors(n_ops, n)
-    if all(type(d) is NPU for d in designs):
-        a = DesignArrays(designs)
+    lat = xp.full((n_ops, n), math.nan)
+    energy = xp.full((n_ops, n), math.nan)
+    err = _Errors(n_ops, n, xp)
+    if a is not None or all(type(d) is NPU for d in designs):
+        a = a if a is not None else DesignArrays(designs, xp)
         if n:
             _cost_exact(a, ops, lat, energy, err)
         area, static = fixed_costs(a)
     else:
+        lat_np, en_np = xp.to_numpy(lat).copy(), xp.to_numpy(energy).copy()
+        codes = np.zeros((n_ops, n), dtype=np.int64)
         for i, d in enumerate(designs):
-            _scalar_into(d, i, ops, range(n_ops), lat, energy, err)
+            _scalar_into(d, i, ops, range(n_ops), lat_np, en_np, codes, err)
+        lat, energy = xp.asarray(lat_np), xp.asarray(en_np)
+        err.codes = xp.asarray(codes)
         area = np.array([d.area_mm2() for d in designs], dtype=np.float64)
         static = np.array([d.static_power_w() for d in designs], dtype=np.float64)
+    if not on_device:
+        lat, energy = xp.to_numpy(lat), xp.to_numpy(energy)
     return ManyCosts(lat, energy, err, area, static)
 
 
@@ -459,30 +590,33 @@ def cost_op(designs: Sequence[NPU], op: Op) -> OpCosts:
 
 
 def _scalar_into(design: NPU, i: int, ops: Sequence[Op], which, lat: np.ndarray,
-                 energy: np.ndarray, err: _Errors) -> None:
-    """Cost ``ops[j]`` for ``j`` in ``which`` on design ``i`` with its scalar ``cost()``."""
-    for j in which:
+                 energy: np.ndarray, codes: np.ndarray, err: _Errors, rows=None) -> None:
+    """Cost ``ops[j]`` for ``j`` in ``which`` on design ``i`` with its scalar ``cost()``
+    (into numpy arrays, at row ``rows[r]`` for the r-th of ``which`` when given)."""
+    for r, j in enumerate(which):
+        row = j if rows is None else rows[r]
         try:
             c = design.cost(ops[j])
         except Exception as exc:   # recorded; the caller raises it as the scalar path would
-            err.codes[j, i] = err.add(exc)
+            codes[row, i] = err.add(exc)
             continue
-        lat[j, i], energy[j, i] = c.latency_s, c.total_energy_j
+        lat[row, i], energy[row, i] = c.latency_s, c.total_energy_j
 
 
-def _cost_exact(a: DesignArrays, ops: Sequence[Op], lat: np.ndarray, energy: np.ndarray,
-                err: _Errors) -> None:
+def _cost_exact(a: DesignArrays, ops: Sequence[Op], lat, energy, err: _Errors) -> None:
     """:func:`cost_many` for designs of class NPU exactly."""
-    designs = a.designs
+    xp, designs = a.xp, a.designs
     gemm: list[tuple[int, Op, dict]] = []
     attn: list[tuple[int, Op, tuple]] = []
     vec: list[tuple[int, list]] = []
     scalar: list[int] = []
-    rep = {b: designs[int(np.argmax(a.b[0] == b))] for b in a.b_values}
-    problem = np.zeros((1, a.n), dtype=np.int64)
+    b_np = a._iv[3]
+    rep = {b: designs[int(np.argmax(b_np == b))] for b in a.b_values}
+    problem_np = np.zeros((1, a.n), dtype=np.int64)
     for i, p in enumerate(a.problem):
         if p is not None:
-            problem[0, i] = err.add(InfeasibleDesign(p))
+            problem_np[0, i] = err.add(InfeasibleDesign(p))
+    problem = xp.asarray(problem_np)
 
     def add_vector_op(j: int, op: Op) -> None:
         parts = [vector_parts(op, b) for b in a.b_values]
@@ -518,7 +652,7 @@ def _cost_exact(a: DesignArrays, ops: Sequence[Op], lat: np.ndarray, energy: np.
             else:
                 add_vector_op(j, op)
         except Exception as exc:   # op-level: every design raises it
-            err.codes[j] = err.add(exc)
+            err.set_row(j, err.add(exc))
     if gemm:
         _gemm_block(a, [g[1] for g in gemm], [g[2] for g in gemm], err,
                     np.array([g[0] for g in gemm]), lat, energy, problem)
@@ -529,8 +663,15 @@ def _cost_exact(a: DesignArrays, ops: Sequence[Op], lat: np.ndarray, energy: np.
         tabs = np.array([[[p[f] for p in parts] for _, parts in vec] for f in range(6)],
                         dtype=np.float64)
         _vector_block(a, tabs, np.array([v[0] for v in vec]), lat, energy)
-    for i, d in enumerate(designs):
-        _scalar_into(d, i, ops, scalar, lat, energy, err)
+    if scalar:
+        s_lat = np.full((len(scalar), a.n), math.nan)
+        s_en = np.full((len(scalar), a.n), math.nan)
+        s_codes = np.zeros((len(scalar), a.n), dtype=np.int64)
+        for i, d in enumerate(designs):
+            _scalar_into(d, i, ops, scalar, s_lat, s_en, s_codes, err, range(len(scalar)))
+        idx = xp.asarray(np.array(scalar), np.int64)
+        lat[idx], energy[idx] = xp.asarray(s_lat), xp.asarray(s_en)
+        err.set(np.array(scalar), xp.asarray(s_codes != 0), xp.asarray(s_codes))
     bad = err.codes != 0
-    lat[bad] = np.nan
-    energy[bad] = np.nan
+    lat[bad] = math.nan
+    energy[bad] = math.nan
