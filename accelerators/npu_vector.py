@@ -78,6 +78,13 @@ class DesignArrays:
         self._fv = np.array(floats, dtype=np.float64).reshape(n, len(self._FLOATS)).T
         self._df = np.array(df, dtype=object).reshape(n)
         self.problem: list[str | None] = [d._problem for d in self.designs]
+        # c_resident's output block: elements of half the ofmap scratchpad and their isqrt
+        c_elems = [int(c // ACC_BYTES) for c in self._fv[4].tolist()]
+        self._c_elems = np.array(c_elems, dtype=np.int64).reshape(n)
+        self._side = np.array([max(1, math.isqrt(c)) for c in c_elems], dtype=np.int64)
+        self.area_mm2 = np.array([d.area_mm2() for d in self.designs], dtype=np.float64)
+        self.static_power_w = np.array([d.static_power_w() for d in self.designs],
+                                       dtype=np.float64)
         self._columns()
 
     def _columns(self) -> None:
@@ -90,11 +97,8 @@ class DesignArrays:
             setattr(self, name, xp.asarray(row[None, :], np.float64))
         df = self._df.reshape(1, n)
         self.ws, self.os, self.is_ = (xp.asarray(df == x) for x in ("ws", "os", "is"))
-        # c_resident's output block: elements of half the ofmap scratchpad and their isqrt
-        c_elems = [int(c // ACC_BYTES) for c in self._fv[4].tolist()]
-        self.c_elems = xp.asarray(np.array(c_elems, dtype=np.int64).reshape(1, n))
-        self.side = xp.asarray(np.array([max(1, math.isqrt(c)) for c in c_elems],
-                                        dtype=np.int64).reshape(1, n))
+        self.c_elems = xp.asarray(self._c_elems.reshape(1, n))
+        self.side = xp.asarray(self._side.reshape(1, n))
         # element sizes present and each design's index among them (op-level values per size)
         self.b_values = sorted({int(b) for b in self._iv[3].tolist()})
         self.b_index = xp.asarray(np.searchsorted(self.b_values, self._iv[3]).astype(np.int64))
@@ -106,6 +110,8 @@ class DesignArrays:
         out.xp = self.xp
         out.designs = [self.designs[i] for i in idx.tolist()]
         out._iv, out._fv, out._df = self._iv[:, idx], self._fv[:, idx], self._df[idx]
+        out._c_elems, out._side = self._c_elems[idx], self._side[idx]
+        out.area_mm2, out.static_power_w = self.area_mm2[idx], self.static_power_w[idx]
         out.problem = [self.problem[i] for i in idx.tolist()]
         out._columns()
         return out
@@ -578,8 +584,7 @@ def cost_many(designs: Sequence[NPU] | DesignArrays, ops: Sequence[Op], device: 
 
 def fixed_costs(a: DesignArrays) -> tuple[np.ndarray, np.ndarray]:
     """``(area_mm2, static_power_w)`` per design: NPU.area_mm2 and NPU.static_power_w."""
-    return (np.array([d.area_mm2() for d in a.designs], dtype=np.float64),
-            np.array([d.static_power_w() for d in a.designs], dtype=np.float64))
+    return a.area_mm2, a.static_power_w
 
 
 def cost_op(designs: Sequence[NPU], op: Op) -> OpCosts:
@@ -613,9 +618,13 @@ def _cost_exact(a: DesignArrays, ops: Sequence[Op], lat, energy, err: _Errors) -
     b_np = a._iv[3]
     rep = {b: designs[int(np.argmax(b_np == b))] for b in a.b_values}
     problem_np = np.zeros((1, a.n), dtype=np.int64)
+    codes: dict[str, int] = {}   # one exception per distinct problem (a population repeats them)
     for i, p in enumerate(a.problem):
         if p is not None:
-            problem_np[0, i] = err.add(InfeasibleDesign(p))
+            code = codes.get(p)
+            if code is None:
+                code = codes[p] = err.add(InfeasibleDesign(p))
+            problem_np[0, i] = code
     problem = xp.asarray(problem_np)
 
     def add_vector_op(j: int, op: Op) -> None:
