@@ -365,3 +365,91 @@ class BatchedStorage(BaseStorage, BaseHeartbeat):
                         {"trial_id": trial_id, "key": k, "value_json": json.dumps(v)}
                         for k, v in attrs.items()])
         return now
+
+    # ------------------------------------------------------------------ a shared generation
+    def claim_waiting(self, study_id: int, limit: int) -> list[FrozenTrial]:
+        """Up to ``limit`` of the study's WAITING trials (lowest numbers first), set RUNNING
+        in one transaction and returned with their parameters and system attributes. The
+        caller holds the count lock (:class:`~dse.study.storage.CountLock`), so no other
+        worker claims the same trials; the ``state = WAITING`` guard keeps it so regardless."""
+        from optuna.distributions import json_to_distribution
+        from optuna.storages._rdb import models
+        from sqlalchemy import select, update
+
+        table = models.TrialModel.__table__
+        params_t = models.TrialParamModel.__table__
+        sys_t = models.TrialSystemAttributeModel.__table__
+        now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+        with self.rdb.engine.begin() as conn:
+            rows = conn.execute(select(table.c.trial_id, table.c.number)
+                                .where(table.c.study_id == study_id,
+                                       table.c.state == TrialState.WAITING)
+                                .order_by(table.c.number).limit(limit)).all()
+            claimed = []
+            for trial_id, number in rows:
+                done = conn.execute(update(table).where(table.c.trial_id == trial_id,
+                                                        table.c.state == TrialState.WAITING)
+                                    .values(state=TrialState.RUNNING, datetime_start=now))
+                if done.rowcount == 1:
+                    claimed.append((trial_id, number))
+            ids = [t for t, _ in claimed]
+            params: dict[int, dict] = {t: {} for t in ids}
+            dists: dict[int, dict] = {t: {} for t in ids}
+            attrs: dict[int, dict] = {t: {} for t in ids}
+            if ids:
+                for tid, name, value, dist in conn.execute(
+                        select(params_t.c.trial_id, params_t.c.param_name,
+                               params_t.c.param_value, params_t.c.distribution_json)
+                        .where(params_t.c.trial_id.in_(ids))).all():
+                    d = json_to_distribution(dist)
+                    params[tid][name] = d.to_external_repr(value)
+                    dists[tid][name] = d
+                for tid, key, value in conn.execute(
+                        select(sys_t.c.trial_id, sys_t.c.key, sys_t.c.value_json)
+                        .where(sys_t.c.trial_id.in_(ids))).all():
+                    attrs[tid][key] = json.loads(value)
+        with self._lock:
+            self._stale.add(study_id)
+        return [FrozenTrial(number=number, state=TrialState.RUNNING, value=None, values=None,
+                            datetime_start=now, datetime_complete=None, params=params[tid],
+                            distributions=dists[tid], user_attrs={}, system_attrs=attrs[tid],
+                            intermediate_values={}, trial_id=tid)
+                for tid, number in claimed]
+
+    def finish_claimed(self, study_id: int, finished: Sequence[tuple[int, FrozenTrial]]) -> int:
+        """Finish claimed RUNNING trials in one transaction: ``(trial_id, result)`` pairs, each
+        ``result`` a finished trial (:func:`optuna.trial.create_trial`) whose state, values,
+        user attributes and system attributes are written to the trial. A trial another
+        process finished meanwhile (failed as an orphan) is left as it is; returns how many
+        were written."""
+        from optuna.storages._rdb import models
+        from sqlalchemy import insert, update
+
+        table = models.TrialModel.__table__
+        now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+        written = 0
+        values, user, system = [], [], []
+        with self.rdb.engine.begin() as conn:
+            for trial_id, t in finished:
+                done = conn.execute(update(table).where(table.c.trial_id == trial_id,
+                                                        table.c.state == TrialState.RUNNING)
+                                    .values(state=t.state, datetime_complete=now))
+                if done.rowcount != 1:
+                    continue
+                written += 1
+                for objective, v in enumerate(t.values or ()):
+                    stored, value_type = models.TrialValueModel.value_to_stored_repr(float(v))
+                    values.append({"trial_id": trial_id, "objective": objective,
+                                   "value": stored, "value_type": value_type})
+                user.extend({"trial_id": trial_id, "key": k, "value_json": json.dumps(v)}
+                            for k, v in t.user_attrs.items())
+                system.extend({"trial_id": trial_id, "key": k, "value_json": json.dumps(v)}
+                              for k, v in t.system_attrs.items())
+            for model, rows in ((models.TrialValueModel, values),
+                                (models.TrialUserAttributeModel, user),
+                                (models.TrialSystemAttributeModel, system)):
+                if rows:
+                    conn.execute(insert(model.__table__), rows)
+        with self._lock:
+            self._stale.add(study_id)
+        return written
