@@ -120,3 +120,47 @@ def evaluate_designs(workload: Workload, designs: DesignArrays,
     nan = math.nan
     return PopulationResults(xp.where(feasible, crit, nan), xp.where(feasible, energy, nan),
                              feasible)
+
+
+def evaluate_population(workload: Workload, designs: Sequence[Any], device: str | None = None):
+    """:func:`simulators.fast.evaluate_many` of ``designs`` on ``workload`` with the npu
+    designs' latency and energy computed as one array program on ``device``
+    (:func:`accelerators.array_ns.namespace`); the same :class:`~simulators.fast.FastResults`
+    (equal values: tested). Designs of other templates, and the reasons of infeasible ones,
+    go through :func:`~simulators.fast.evaluate_many`."""
+    from accelerators.array_ns import namespace
+    from simulators.engine import throughput_of
+    from simulators.fast import FastResults, evaluate_many
+    designs = list(designs)
+    npu = [i for i, d in enumerate(designs) if type(d) is NPU]
+    if not npu:
+        return evaluate_many(workload, designs)
+    n = len(designs)
+    out = FastResults(latency_s=np.full(n, np.nan), energy_j=np.full(n, np.nan),
+                      area_mm2=np.full(n, np.nan), avg_power_w=np.full(n, np.nan),
+                      throughput=np.full(n, np.nan), infeasible=[None] * n,
+                      cost_usd=np.full(n, np.nan), tdp_w=np.full(n, np.nan))
+    arrays = DesignArrays([designs[i] for i in npu], namespace(device))
+    res = evaluate_designs(workload, arrays)
+    xp = arrays.xp
+    lat, energy = xp.to_numpy(res.latency_s), xp.to_numpy(res.energy_j)
+    ok = np.isfinite(lat)
+    rest = [i for i in range(n) if i not in set(npu)] + [npu[k] for k in np.flatnonzero(~ok)]
+    for k in np.flatnonzero(ok):
+        i, d = npu[k], designs[npu[k]]
+        out.latency_s[i], out.energy_j[i] = lat[k], energy[k]
+        out.area_mm2[i] = arrays.area_mm2[k]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out.avg_power_w[i] = np.float64(energy[k]) / np.float64(lat[k])
+        out.throughput[i] = throughput_of(workload, float(lat[k]))[0]
+        phys = d.physical()
+        if phys is not None:
+            out.cost_usd[i], out.tdp_w[i] = phys.cost_usd, phys.tdp_w
+    if rest:
+        sub = evaluate_many(workload, [designs[i] for i in rest])
+        for j, i in enumerate(rest):
+            for f in ("latency_s", "energy_j", "area_mm2", "avg_power_w", "throughput",
+                      "cost_usd", "tdp_w"):
+                getattr(out, f)[i] = getattr(sub, f)[j]
+            out.infeasible[i] = sub.infeasible[j]
+    return out

@@ -418,3 +418,20 @@ def test_fast_path_raises_what_the_scalar_path_raises(monkeypatch):
     w2 = Workload(graph=g2, model="x", phase="forward", dtype="bf16")
     res = [fast.evaluate_many(w2, [NPU()] * 2, vectorised=v) for v in (True, False)]
     assert res[0].infeasible == res[1].infeasible and "heads" in res[0].infeasible[0]
+
+
+def test_population_path_equals_the_fast_path(small_gpt2):
+    """simulators/population.py: latency and energy of a population as one array program, and
+    evaluate_population's whole FastResults, equal evaluate_many's (infeasible designs too)."""
+    from simulators.population import evaluate_population
+    ds = [NPU(), NPU("edge-32x32"), NPU(dataflow="os", rows=64), NPU(rows=1024, cols=1024,
+                                                                    ifmap_sram_kb=2),
+          NPU("tpu-v1-like"), NPU(vector_lanes=7, clock_hz=3e8)]
+    ref = fast.evaluate_many(small_gpt2, ds)
+    for device in ("cpu", "torch"):
+        if device == "torch":
+            _torch_or_skip()
+        got = evaluate_population(small_gpt2, ds, device)
+        _same(got, ref)
+        for f in ("cost_usd", "tdp_w"):
+            np.testing.assert_array_equal(getattr(got, f), getattr(ref, f))

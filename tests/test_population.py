@@ -133,3 +133,38 @@ def test_a_generation_is_stored_as_optuna_stores_it(tmp_path):
         assert [(t.datetime_start, t.datetime_complete) for t in reread[1:]] == [
             (t.datetime_start, t.datetime_complete) for t in made]
     assert out[0] == out[1] and [x[0] for x in out[0]] == [0, 1, 2, 3]
+
+
+def test_the_array_device_scores_the_same_trials(tmp_path):
+    """``sampler.device`` (issue 33): a generation's npu designs costed as one array program
+    (numpy here; torch where it is installed) store the trials the fast path stores."""
+    ref = stored(run(study(trials=16), tmp_path, "ref", write_report=False))
+    devices = ["cpu"]
+    try:
+        import torch  # noqa: F401
+        devices.append("torch")
+    except ImportError:
+        pass
+    for device in devices:
+        s = study(trials=16, sampler={"name": "nsga2-vectorized", "population_size": 8,
+                                      "device": device})
+        got = stored(run(s, tmp_path, device, write_report=False))
+        assert [t.params for t in got] == [t.params for t in ref]
+        assert [t.values for t in got] == [t.values for t in ref]
+        assert ([t.user_attrs.get("metrics") for t in got]
+                == [t.user_attrs.get("metrics") for t in ref])
+        assert ([t.user_attrs.get("infeasible_reason") for t in got]
+                == [t.user_attrs.get("infeasible_reason") for t in ref])
+
+
+def test_a_device_needs_the_vectorised_sampler_and_a_visible_gpu():
+    with pytest.raises(BadInput, match="sampler.device"):
+        study(sampler={"name": "tpe", "device": "cpu"})
+    try:
+        import torch
+        gpu = torch.cuda.is_available()
+    except ImportError:
+        gpu = False
+    if not gpu:
+        with pytest.raises(BadInput, match="sampler.device.*no CUDA"):
+            study(sampler={"name": "nsga2-vectorized", "device": "cuda"})

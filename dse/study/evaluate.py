@@ -118,8 +118,13 @@ class Evaluator:
                     except DSEError:
                         continue
                 groups.setdefault(key, []).append(design)
+        device = self.study.spec.sampler.device
         for key, designs in groups.items():
-            res = evaluate_many(self._batch_workloads[key], designs)
+            if device is not None:   # the npu designs as one array program on the device
+                from simulators.population import evaluate_population
+                res = evaluate_population(self._batch_workloads[key], designs, device)
+            else:
+                res = evaluate_many(self._batch_workloads[key], designs)
             for i, d in enumerate(designs):
                 self._batch_fast[key + (_design_key(d),)] = res.infeasible[i] or res.metrics(i)
 

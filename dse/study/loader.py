@@ -760,6 +760,17 @@ def _check_sampler(spec: StudySpec, objectives: list[obj.Objective]) -> None:
     if name == "nsga2-vectorized" and spec.accelerators is not None:
         raise bad("sampler.name", name, "expected one accelerator (or sub_accelerators) for "
                   "nsga2-vectorized, whose genes cannot be conditional; use tpe or nsga2")
+    device = spec.sampler.device
+    if device is not None and name != "nsga2-vectorized":
+        raise bad("sampler.device", device, "expected no device for " + name
+                  + " (only nsga2-vectorized scores generations as arrays)")
+    if device == "cuda":
+        from accelerators.array_ns import namespace
+        try:
+            namespace("cuda")
+        except BadInput:
+            raise bad("sampler.device", device, "expected cpu, torch or auto: no CUDA device "
+                      "is visible") from None
     if name == "cmaes" and len(objectives) != 1:
         raise bad("sampler.name", name, f"expected a multi-objective sampler for {len(objectives)} "
                   "objectives (cmaes optimises one): tpe, nsga2, nsga3, gp, random, grid or qmc")
