@@ -164,3 +164,290 @@ def evaluate_population(workload: Workload, designs: Sequence[Any], device: str 
                 getattr(out, f)[i] = getattr(sub, f)[j]
             out.infeasible[i] = sub.infeasible[j]
     return out
+
+
+# ----------------------------------------------------------------------------- architectures as arrays
+@dataclass
+class PairResults:
+    """Per (design, architecture) pair, numpy ``(P,)``: ``handled`` (computed here, feasible);
+    where handled, the fast path's latency, energy, and the architecture's parameter count
+    and FLOPs. Unhandled pairs (infeasible, or numbers past exact float64 integers) are left
+    to the per-architecture path, which says why."""
+
+    handled: np.ndarray
+    latency_s: np.ndarray
+    energy_j: np.ndarray
+    params: np.ndarray
+    flops: np.ndarray
+
+
+_EXACT = float(2 ** 53)
+
+
+def _gemm_numbers(num: dict, b, bpe: int):
+    """NPU._gemm_shape and the GEMM features (npu_vector.GemmFeatures) over arrays, and where
+    they are exact and the op is a GEMM (no zero dimension)."""
+    from accelerators.npu import ACC_BYTES
+    from accelerators.npu_vector import _INT_GROWTH
+    a = num["attrs"]
+    m, n, k = a["m"], a["n"], a["k"]
+    batch = np.where(a.get("batch", 1) == 0, 1, a.get("batch", 1)) + 0 * m
+    if a.get("weight_operand", False):
+        fold = batch > 1
+        m, batch = np.where(fold, m * batch, m), np.where(fold, 1, batch)
+    total = _total(num)
+    macs_i = batch * m * n * k
+    a_bytes = (m * k * b).astype(np.float64)
+    ok = ((np.minimum(np.minimum(batch, m), np.minimum(n, k)) > 0)
+          & (macs_i.astype(np.float64) * _INT_GROWTH < _EXACT) & (a_bytes < _EXACT)
+          & (total.astype(np.float64) * 4 < _EXACT))
+    return dict(gemms=batch, m=m, n=n, k=k, a_bytes=a_bytes, tbs=total * (b / bpe),
+                reg_bytes=(macs_i * (3 * b + 2 * ACC_BYTES)).astype(np.float64),
+                macs=macs_i.astype(np.float64)), ok
+
+
+def _attention_numbers(num: dict, b, bpe: int):
+    """npu.attention_dims and the attention features over arrays, and where exact."""
+    from accelerators.npu import VECTOR_OPS_PER_ELEMENT
+    from accelerators.npu_vector import _INT_GROWTH
+    from workloads import ir
+    a = num["attrs"]
+    bt, h = a["batch"] + 0 * a["q_len"], a["heads"] + 0 * a["q_len"]
+    kvh = np.where(a["kv_heads"] == 0, h, a["kv_heads"])
+    q, kv, dd = a["q_len"], a["kv_len"], a["head_dim"]
+    dvv = np.where(a["value_dim"] == 0, dd, a["value_dim"])
+    full = num["flops"]
+    frac = np.ones(q.shape)
+    if a.get("causal"):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            frac = np.where(full != 0, np.minimum(1.0, np.maximum(0.0, np.true_divide(
+                a["causal_flops"], np.where(full != 0, full, 1)))), 1.0)
+    gg = bt * h
+    scores = gg * q * kv * frac
+    size = (np.maximum(1, bt) * np.maximum(1, h) * np.maximum(1, kvh) * np.maximum(1, q)
+            * np.maximum(1, kv))
+    total = _total(num)
+    ok = ((size.astype(np.float64) * (np.abs(dd) + np.abs(dvv) + 1) * _INT_GROWTH < _EXACT)
+          & (total.astype(np.float64) * 4 < _EXACT) & (dd * b != 0))
+    return dict(batch=bt, heads=h, kv_heads=kvh, sq=q, skv=kv, d=dd, dv=dvv, frac=frac,
+                scores=scores, vector_ops=scores * VECTOR_OPS_PER_ELEMENT[ir.SOFTMAX],
+                macs=gg * q * kv * (dd + dvv) * frac,
+                group_rows=q * np.maximum(1, h // np.maximum(1, kvh)),
+                tbs=total * (b / bpe), q_o_bytes=gg * q * (dd + dvv) * b), ok
+
+
+def _vector_numbers(num: dict, b, bpe: int):
+    """npu.vector_parts over arrays (shape kinds), and where exact."""
+    from accelerators.npu import VECTOR_OPS_PER_ELEMENT
+    from workloads import ir
+    scale = b / bpe
+    read = (num["weight_bytes"] + num["activation_bytes_read"] + num["kv_bytes_read"]) * scale
+    written = (num["activation_bytes_written"] + num["kv_bytes_written"]) * scale
+    elements = num["attrs"].get("elements")
+    outs = num["output_elements"]
+    fallback = (np.where(outs > 0, outs, np.maximum(read, written) / b) if outs is not None
+                else np.maximum(read, written) / b)
+    elements = fallback if elements is None else np.where(elements > 0, elements, fallback)
+    kind = num["kind"]
+    per = VECTOR_OPS_PER_ELEMENT.get(kind, 1)
+    if kind == ir.REDUCTION:
+        elements = np.maximum(elements, read / b)
+    lane_ops = elements * per
+    passes = {ir.NORM: 2, ir.SOFTMAX: 3}.get(kind, 1)
+    dram = read + written
+    none = dram <= 0
+    dram = np.where(none, elements * b * 2, dram)
+    read = np.where(none, elements * b, read)
+    written = np.where(none, elements * b, written)
+    parts = [lane_ops, read, written, dram, read * (1 + passes), lane_ops * 3 * b]
+    parts = [np.asarray(p, dtype=np.float64) for p in parts]
+    ok = np.ones(np.shape(parts[0]), dtype=bool)
+    for p in parts:
+        ok &= np.abs(p) < _EXACT
+    return parts, ok
+
+
+def _total(num: dict):
+    return (num["weight_bytes"] + num["activation_bytes_read"] + num["kv_bytes_read"]
+            + num["activation_bytes_written"] + num["kv_bytes_written"])
+
+
+def _stack(rows: list) -> np.ndarray:
+    return np.stack([np.asarray(r) for r in rows])
+
+
+def evaluate_pairs(fam, vals: np.ndarray, depth: np.ndarray, designs: Sequence[NPU],
+                   phase: str, batch: int, seq: int) -> PairResults:
+    """Fast-path latency and energy of design ``i`` on the family's architecture ``i``
+    (``vals[:, i]`` its size variables, ``depth[i]`` its blocks), for every pair at once:
+    the unique ops' numbers as arrays (:class:`workloads.reshape_arrays.FamilyArrays`), the
+    npu's cost kernels on ``(ops, pairs)``, the critical path and energy over prefix, blocks
+    and suffix with each pair's own depth, and the capacity check on the footprint computed
+    the same way. Equal to :func:`simulators.fast.evaluate_many` on each pair's workload
+    (tested)."""
+    from accelerators.npu_vector import (AttentionFeatures, GemmFeatures, attention_kernel,
+                                         gemm_kernel, vector_kernel)
+    from workloads import ir
+    from workloads.reshape_arrays import liveness_plan, peak_activation_bytes
+    P = vals.shape[1]
+    bpe = fam.elem
+    zero = np.zeros(P, dtype=np.int64)
+    numbers = fam.op_numbers(vals)
+    a = DesignArrays(designs)
+    b = a.b[0]
+    handled = np.ones(P, dtype=bool)
+    for d_i, d in enumerate(designs):
+        phys = d.physical()
+        if d._problem or (phys is not None and phys.problem and not d.embedded):
+            handled[d_i] = False
+    U = len(numbers)
+    lat = np.full((U, P), np.nan)
+    energy = np.full((U, P), np.nan)
+    gemm = [u for u, x in enumerate(numbers) if x["kind"] in (ir.MATMUL,)]
+    attn = [u for u, x in enumerate(numbers) if x["kind"] == ir.ATTENTION]
+    vec = [u for u in range(U) if u not in set(gemm) | set(attn)]
+    if gemm:
+        feats, oks = zip(*(_gemm_numbers(numbers[u], b, bpe) for u in gemm))
+        f = GemmFeatures(**{k: _stack([x[k] for x in feats]) for k in feats[0]})
+        l_, e_, no_tile = gemm_kernel(a, f)
+        lat[gemm], energy[gemm] = l_, e_
+        handled &= np.all(oks, axis=0).ravel() & ~no_tile.any(0)
+    if attn:
+        feats, oks = zip(*(_attention_numbers(numbers[u], b, bpe) for u in attn))
+        f = AttentionFeatures(**{k: _stack([np.broadcast_to(x[k], (1, P))[0] for x in feats])
+                                 for k in feats[0]})
+        l_, e_, zero_div = attention_kernel(a, f)
+        lat[attn], energy[attn] = l_, e_
+        handled &= np.all(oks, axis=0).ravel() & ~zero_div.any(0)
+    if vec:
+        parts, oks = zip(*(_vector_numbers(numbers[u], b, bpe) for u in vec))
+        stacked = [_stack([np.broadcast_to(p[i], (1, P))[0] for p in parts]) for i in range(6)]
+        l_, e_ = vector_kernel(a, stacked)
+        lat[vec], energy[vec] = l_, e_
+        handled &= np.all([np.broadcast_to(o, (1, P))[0] for o in oks], axis=0)
+    crit, dyn = _layered_paths(fam, lat, energy, depth)
+    # footprint and capacity (workloads.footprint, accelerators.capacity)
+    t = fam.template
+    const, layered = t.params
+    params = (sum((_ev_arr(x, vals) for x in const), zero)
+              + depth * sum((_ev_arr(x, vals) for x in layered), zero))
+    kv = _kv_bytes(fam, numbers, depth, zero)
+    act = np.zeros(P)
+    for dd in sorted(set(np.minimum(depth, 3).tolist())):
+        sel = np.minimum(depth, 3) == dd
+        peak = peak_activation_bytes(liveness_plan(t, int(dd)), numbers, zero)
+        act[sel] = peak[sel]
+    scale = b / bpe
+    need = (params * bpe).astype(np.float64) * scale + kv * scale + act * scale
+    capacity = np.array([d.memory_capacity_bytes() if d.memory_capacity_bytes() is not None
+                         else np.inf for d in designs], dtype=np.float64)
+    handled &= need <= capacity
+    flops = _layered_sum(fam, [np.broadcast_to(x["flops"], (P,)) for x in numbers], depth, zero)
+    energy_total = dyn + a.static_power_w * crit
+    return PairResults(handled, np.where(handled, crit, np.nan),
+                       np.where(handled, energy_total, np.nan), params, flops)
+
+
+def _ev_arr(x, vals: np.ndarray) -> np.ndarray:
+    c, terms, e = x
+    out = np.full(vals.shape[1], c, dtype=np.int64)
+    for i, p in terms:
+        out = out * vals[i] ** p
+    return out + e
+
+
+def _layered_sum(fam, rows: list, depth: np.ndarray, zero):
+    """Sum over the graph's ops of per-unique-op values (prefix, depth x block, suffix)."""
+    npf, nb = fam.n_prefix, fam.n_block
+    pre = _sum_rows(rows[:npf], zero)
+    blk = _sum_rows(rows[npf:npf + nb], zero)
+    suf = _sum_rows(rows[npf + nb:], zero)
+    return pre + depth * blk + suf
+
+
+def _sum_rows(rows, zero):
+    total = zero
+    for r in rows:
+        total = total + r
+    return total
+
+
+def _kv_bytes(fam, numbers: list[dict], depth: np.ndarray, zero) -> np.ndarray:
+    """workloads.footprint's KV cache bytes: attention's cache, what the step appends, and
+    one layer's old cache of a ``concat`` update (the largest append read)."""
+    from workloads import ir
+    P = len(depth)
+    att = [np.broadcast_to(x["kv_bytes_read"], (P,)) if x["kind"] == ir.ATTENTION else zero
+           for x in numbers]
+    app = [np.broadcast_to(x["kv_bytes_written"] - x["kv_bytes_read"], (P,))
+           if x["attrs"].get("kv_append") else zero for x in numbers]
+    kv = _layered_sum(fam, att, depth, zero) + _layered_sum(fam, app, depth, zero)
+    npf, nb = fam.n_prefix, fam.n_block
+    biggest = zero
+    for u, x in enumerate(numbers):
+        if x["attrs"].get("kv_append"):
+            r = np.broadcast_to(x["kv_bytes_read"], (P,))
+            if npf <= u < npf + nb:   # a block op exists only where depth >= 1
+                r = np.where(depth >= 1, r, 0)
+            biggest = np.maximum(biggest, r)
+    return (kv + biggest).astype(np.float64)
+
+
+def _layered_paths(fam, lat: np.ndarray, energy: np.ndarray, depth: np.ndarray):
+    """Critical path (finish of the last op to finish) and dynamic energy (summed in graph
+    order) of prefix, ``depth`` blocks and suffix, per pair (column): layers past a pair's
+    depth leave its values unchanged."""
+    pre_refs, blk_refs, suf_refs = fam.layers()
+    npf, nb = fam.n_prefix, fam.n_block
+    P = lat.shape[1]
+    pre_f: list = []
+    crit = np.zeros(P)
+    total = None
+
+    def start(refs, prev, cur, last):
+        s = None
+        for r in refs:
+            if r[0] == "p":
+                x = pre_f[r[1]]
+            elif r[0] == "b":
+                x = (cur if r[1] == 0 else prev)[r[2]]
+            elif r[0] == "last":
+                x = last[r[1]]
+            else:
+                x = suf_f[r[1]]
+            s = x if s is None else np.maximum(s, x)
+        return s
+
+    def add(f_row, e_row, active=None):
+        nonlocal crit, total
+        if active is None:
+            crit = np.maximum(crit, f_row)
+            total = e_row + 0.0 if total is None else total + e_row
+        else:
+            crit = np.where(active, np.maximum(crit, f_row), crit)
+            total = np.where(active, e_row if total is None else total + e_row,
+                             0.0 if total is None else total)
+
+    for j, refs in enumerate(pre_refs):
+        s = start(refs, None, None, None)
+        pre_f.append(0.0 + lat[j] if s is None else s + lat[j])
+        add(pre_f[-1], energy[j])
+    prev: list = [None] * nb
+    last: list = [np.zeros(P)] * nb
+    for layer in range(int(depth.max(initial=0))):
+        active = layer < depth
+        cur: list = [None] * nb
+        for j, sides in enumerate(blk_refs):
+            s = start(sides[min(layer, 1)], prev, cur, None)
+            lat_j = lat[npf + j]
+            cur[j] = 0.0 + lat_j if s is None else s + lat_j
+            add(cur[j], energy[npf + j], active)
+        last = [np.where(active, c, l_) for c, l_ in zip(cur, last)]
+        prev = cur
+    suf_f: list = []
+    for j, refs in enumerate(suf_refs):
+        s = start(refs, None, None, last)
+        u = npf + nb + j
+        suf_f.append(0.0 + lat[u] if s is None else s + lat[u])
+        add(suf_f[-1], energy[u])
+    return crit, (total if total is not None else np.zeros(P))
