@@ -168,3 +168,27 @@ def test_a_device_needs_the_vectorised_sampler_and_a_visible_gpu():
     if not gpu:
         with pytest.raises(BadInput, match="sampler.device.*no CUDA"):
             study(sampler={"name": "nsga2-vectorized", "device": "cuda"})
+
+
+def test_read_trials_equals_optunas_read(tmp_path):
+    """dse.study.batched_storage.read_trials (the driver's end-of-run read) gives the trials
+    Optuna's own read gives: every field, every state."""
+    from dse.study.batched_storage import read_trials
+    from dse.study.storage import open_storage
+    r = run(study(trials=10), tmp_path, write_report=False)
+    url = f"sqlite:///{r.out_dir}/study.db"
+    s = optuna.load_study(study_name="t_pop", storage=url)
+    s.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL,
+                                          user_attrs={"fail_reason": "x"}))
+    s.enqueue_trial({"hw.rows": 8})
+    rdb = open_storage(url)
+    try:
+        mine = read_trials(rdb, s._study_id)
+    finally:
+        rdb.engine.dispose()
+    theirs = optuna.load_study(study_name="t_pop", storage=url).get_trials(deepcopy=False)
+    assert len(mine) == len(theirs) == 12
+    for a, b in zip(mine, theirs):
+        for f in ("number", "state", "values", "params", "distributions", "user_attrs",
+                  "system_attrs", "datetime_start", "datetime_complete", "_trial_id"):
+            assert getattr(a, f) == getattr(b, f), f

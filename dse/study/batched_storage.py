@@ -302,12 +302,14 @@ class BatchedStorage(BaseStorage, BaseHeartbeat):
                          .with_for_update())
             number = conn.execute(select(func.count()).select_from(table)
                                   .where(table.c.study_id == study_id)).scalar_one()
-            for t in trials:
-                trial_id = conn.execute(insert(table).values(
-                    number=number, study_id=study_id, state=t.state,
-                    datetime_start=t.datetime_start,
-                    datetime_complete=t.datetime_complete)).inserted_primary_key[0]
-                number += 1
+            rows = [{"number": number + i, "study_id": study_id, "state": t.state,
+                     "datetime_start": t.datetime_start, "datetime_complete": t.datetime_complete}
+                    for i, t in enumerate(trials)]
+            # one statement for all the trial rows, their ids in the rows' order
+            ids = conn.execute(insert(table).returning(table.c.trial_id,
+                                                       sort_by_parameter_order=True),
+                               rows).scalars().all() if rows else []
+            for trial_id, t in zip(ids, trials):
                 for objective, v in enumerate(t.values or ()):
                     stored, value_type = models.TrialValueModel.value_to_stored_repr(float(v))
                     values.append({"trial_id": trial_id, "objective": objective,
@@ -453,3 +455,59 @@ class BatchedStorage(BaseStorage, BaseHeartbeat):
         with self._lock:
             self._stale.add(study_id)
         return written
+
+
+def read_trials(rdb: RDBStorage, study_id: int) -> list[FrozenTrial]:
+    """Every trial of the study, by number, read in five plain queries (Optuna's own read
+    builds an ORM object per row: ~5x slower on a 10,000-trial study); intermediate values
+    are not read (no study here reports any). Falls back on Optuna's read when its table
+    models are not the expected ones."""
+    if not batch_supported():
+        return optuna.storages.get_storage(rdb).get_all_trials(study_id, deepcopy=False)
+    from optuna.distributions import json_to_distribution
+    from optuna.storages._rdb import models
+    from sqlalchemy import select
+
+    t = models.TrialModel.__table__
+    p = models.TrialParamModel.__table__
+    v = models.TrialValueModel.__table__
+    u = models.TrialUserAttributeModel.__table__
+    s = models.TrialSystemAttributeModel.__table__
+    dist_cache: dict[str, BaseDistribution] = {}
+    with rdb.engine.connect() as conn:
+        rows = conn.execute(select(t.c.trial_id, t.c.number, t.c.state, t.c.datetime_start,
+                                   t.c.datetime_complete).where(t.c.study_id == study_id)
+                            .order_by(t.c.number)).all()
+        mine = select(t.c.trial_id).where(t.c.study_id == study_id).scalar_subquery()
+        params: dict[int, dict] = {}
+        dists: dict[int, dict] = {}
+        for tid, name, value, dj in conn.execute(select(
+                p.c.trial_id, p.c.param_name, p.c.param_value, p.c.distribution_json)
+                .where(p.c.trial_id.in_(mine))):
+            d = dist_cache.get(dj)
+            if d is None:
+                d = dist_cache[dj] = json_to_distribution(dj)
+            params.setdefault(tid, {})[name] = d.to_external_repr(value)
+            dists.setdefault(tid, {})[name] = d
+        values: dict[int, dict[int, float]] = {}
+        for tid, objective, value, value_type in conn.execute(select(
+                v.c.trial_id, v.c.objective, v.c.value, v.c.value_type)
+                .where(v.c.trial_id.in_(mine))):
+            values.setdefault(tid, {})[objective] = \
+                models.TrialValueModel.stored_repr_to_value(value, value_type)
+        attrs: list[dict[int, dict]] = [{}, {}]
+        for k, table in enumerate((u, s)):
+            for tid, key, value in conn.execute(select(table.c.trial_id, table.c.key,
+                                                       table.c.value_json)
+                                                .where(table.c.trial_id.in_(mine))):
+                attrs[k].setdefault(tid, {})[key] = json.loads(value)
+    out = []
+    for tid, number, state, start, complete in rows:
+        vals = values.get(tid)
+        out.append(FrozenTrial(
+            number=number, state=state, value=None,
+            values=[vals[i] for i in sorted(vals)] if vals else None,
+            datetime_start=start, datetime_complete=complete, params=params.get(tid, {}),
+            distributions=dists.get(tid, {}), user_attrs=attrs[0].get(tid, {}),
+            system_attrs=attrs[1].get(tid, {}), intermediate_values={}, trial_id=tid))
+    return out

@@ -215,7 +215,7 @@ class Evaluator:
     # ------------------------------------------------------------------------------
     def _build(self, name: str, hw: dict[str, Any]):
         from accelerators.registry import get_template
-        key = json.dumps([name, hw], sort_keys=True, default=str)
+        key = _json_key(name, hw)
         hit = self._batch_designs.get(key)
         if hit is not None:
             return hit
@@ -383,8 +383,32 @@ class _Workload:
 
 
 def _arch_key(label: str, arch: dict[str, Any]) -> tuple[str, str]:
-    return label, json.dumps(arch, sort_keys=True, default=str)
+    return label, _json_key(None, arch)
+
+
+#: Canonical JSON of the dicts a batch looks up several times, by id (the dict kept with its
+#: key, so an id is never reused while its entry lives); cleared when it grows past a batch.
+#: The dicts are sampled points' (``Point.hw``, ``Point.arch``), never changed once made.
+_KEYS: dict[tuple, tuple[dict, str]] = {}
+
+
+def _json_key(name: str | None, values: dict[str, Any]) -> str:
+    hit = _KEYS.get((name, id(values)))
+    if hit is not None and hit[0] is values:
+        return hit[1]
+    key = json.dumps(values if name is None else [name, values], sort_keys=True, default=str)
+    if len(_KEYS) > 4 * CACHE_SIZE:
+        _KEYS.clear()
+    _KEYS[(name, id(values))] = (values, key)
+    return key
 
 
 def _design_key(design) -> str:
-    return json.dumps([type(design).__name__, design.hw], sort_keys=True, default=str)
+    key = getattr(design, "_study_key", None)   # designs are immutable: computed once each
+    if key is None:
+        key = json.dumps([type(design).__name__, design.hw], sort_keys=True, default=str)
+        try:
+            design._study_key = key
+        except AttributeError:   # a design class with slots
+            pass
+    return key
