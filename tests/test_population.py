@@ -192,3 +192,31 @@ def test_read_trials_equals_optunas_read(tmp_path):
         for f in ("number", "state", "values", "params", "distributions", "user_attrs",
                   "system_attrs", "datetime_start", "datetime_complete", "_trial_id"):
             assert getattr(a, f) == getattr(b, f), f
+
+
+def test_evox_operators_run_repeat_and_keep_feasible_designs(tmp_path):
+    """``operators: evox`` (EvoX's SBX, polynomial mutation, tournaments and environmental
+    selection; constraints as constraint domination): same seed, same trials; the survivors
+    put feasible designs first."""
+    pytest.importorskip("evox")
+    from dse.study import evox_operators
+    s = study(trials=24, sampler={"name": "nsga2-vectorized", "population_size": 8,
+                                  "operators": "evox"})
+    a = stored(run(s, tmp_path, "a", write_report=False))
+    b = stored(run(s, tmp_path, "b", write_report=False))
+    assert len(a) == 24 and [t.params for t in a] == [t.params for t in b]
+    assert [t.params for t in a] != [t.params for t in stored(run(study(trials=24), tmp_path,
+                                                                  "numpy", write_report=False))]
+    f = np.array([[1.0, 5.0], [2.0, 1.0], [0.5, 0.5], [3.0, 3.0]])
+    viol = np.array([0.0, 0.0, 2.0, 0.0])
+    assert set(evox_operators.survivors(f, viol, 2).tolist()) == {0, 1}
+    assert set(evox_operators.survivors(f, viol, 3).tolist()) == {0, 1, 3}
+
+
+def test_evox_operators_need_evox(monkeypatch):
+    from dse.study import evox_operators
+    monkeypatch.setattr(evox_operators, "available", lambda: False)
+    with pytest.raises(BadInput, match="sampler.operators.*accel-dse\\[evox\\]"):
+        study(sampler={"name": "nsga2-vectorized", "operators": "evox"})
+    with pytest.raises(BadInput, match="sampler.operators"):
+        study(sampler={"name": "tpe", "operators": "evox"})

@@ -133,8 +133,12 @@ def crowding(f: np.ndarray, rank: np.ndarray) -> np.ndarray:
     return out
 
 
-def survivors(f: np.ndarray, viol: np.ndarray, n: int) -> np.ndarray:
-    """Indices of the ``n`` rows NSGA-II keeps: by rank, then larger crowding distance."""
+def survivors(f: np.ndarray, viol: np.ndarray, n: int, operators: str = "numpy") -> np.ndarray:
+    """Indices of the ``n`` rows NSGA-II keeps: by rank, then larger crowding distance
+    (``operators: evox``: EvoX's environmental selection)."""
+    if operators == "evox":
+        from dse.study import evox_operators
+        return evox_operators.survivors(f, viol, n)
     rank = fronts(f, viol)
     crowd = crowding(f, rank)
     return np.lexsort((-crowd, rank))[:n]
@@ -164,10 +168,14 @@ def children(rng: np.random.Generator, genes: np.ndarray, f: np.ndarray, viol: n
 
 
 def breed(seed: int, generation: int, genes: np.ndarray, f: np.ndarray, viol: np.ndarray,
-          n: int, enc: Encoding) -> np.ndarray:
+          n: int, enc: Encoding, operators: str = "numpy") -> np.ndarray:
     """The ``n`` children of generation ``generation`` (random genes while fewer than two
     parents), from a generator seeded by ``(seed, generation)``: whichever process breeds a
-    generation breeds the same one."""
+    generation breeds the same one. ``operators``: ``numpy`` (this module's) or ``evox``
+    (:mod:`dse.study.evox_operators`)."""
+    if operators == "evox":
+        from dse.study import evox_operators
+        return evox_operators.breed(seed, generation, genes, f, viol, n, len(enc.dims))
     rng = np.random.default_rng(np.random.SeedSequence([seed, generation]))
     if len(genes) < 2:
         return rng.random((n, len(enc.dims)))
@@ -201,12 +209,13 @@ def run(resolved, study: optuna.Study, evaluator, seed: int, target: int,
     enc = Encoding(space.dimensions)
     names = set(space.names())
     size = resolved.spec.sampler.population_size or DEFAULT_POPULATION
+    ops = resolved.spec.sampler.operators
     done = [t for t in study.get_trials(deepcopy=False)
             if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and set(t.params) == names]
     genes = np.array([enc.encode(t.params) for t in done]).reshape(len(done), len(enc.dims))
     f, viol = scores(resolved, done)
     if len(done) > size:
-        keep = survivors(f, viol, size)
+        keep = survivors(f, viol, size, ops)
         genes, f, viol = genes[keep], f[keep], viol[keep]
     stored = 0
     generation = 0
@@ -215,7 +224,7 @@ def run(resolved, study: optuna.Study, evaluator, seed: int, target: int,
         if n <= 0:
             return stored
         generation += 1
-        new = breed(seed, generation, genes, f, viol, n, enc)
+        new = breed(seed, generation, genes, f, viol, n, enc, ops)
         values = enc.decode(new)
         evs = evaluator.evaluate_batch([space.point(v) for v in values])
         trials = [to_trial(v, ev) for v, ev in zip(values, evs)]
@@ -227,7 +236,7 @@ def run(resolved, study: optuna.Study, evaluator, seed: int, target: int,
         nf, nv = scores(resolved, trials)
         genes, f, viol = (np.concatenate([genes, new]), np.concatenate([f, nf]),
                           np.concatenate([viol, nv]))
-        keep = survivors(f, viol, size)
+        keep = survivors(f, viol, size, ops)
         genes, f, viol = genes[keep], f[keep], viol[keep]
 
 
@@ -258,6 +267,7 @@ def _bred(resolved, storage, study_id: int, seed: int, target: int, evaluated: i
     enc = Encoding(space.dimensions)
     names = set(space.names())
     size = resolved.spec.sampler.population_size or DEFAULT_POPULATION
+    ops = resolved.spec.sampler.operators
     n = min(size, target - evaluated)
     if n <= 0:
         return 0
@@ -277,11 +287,11 @@ def _bred(resolved, storage, study_id: int, seed: int, target: int, evaluated: i
     genes = np.array([enc.encode(t.params) for t in pool]).reshape(len(pool), len(enc.dims))
     f, viol = scores(resolved, pool)
     if len(pool) > size:
-        keep = survivors(f, viol, size)
+        keep = survivors(f, viol, size, ops)
         pool = [pool[i] for i in keep]
         genes, f, viol = genes[keep], f[keep], viol[keep]
     generation += 1
-    values = enc.decode(breed(seed, generation, genes, f, viol, n, enc))
+    values = enc.decode(breed(seed, generation, genes, f, viol, n, enc, ops))
     dists = space.distributions()
     storage.add_finished_trials(study_id, [optuna.trial.create_trial(
         state=TrialState.WAITING, params=v, distributions={k: dists[k] for k in v},
