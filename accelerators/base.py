@@ -333,11 +333,25 @@ class Template(ABC):
         phys = self.physical()
         if phys is not None and phys.problem and not self.embedded:
             return phys.problem
+        problem = self.format_problem(workload)
+        if problem:
+            return problem
         capacity = self.memory_capacity_bytes()
         if capacity is None:
             return None
         return capacity_problem(workload, capacity, self.element_bytes(workload),
                                 self.capacity_holder())
+
+    def format_problem(self, workload: Workload) -> str | None:
+        """Why this design's datapaths cannot run ``workload``'s number formats
+        (:mod:`workloads.formats`), or None. The default reads a ``dtype`` parameter as the
+        MAC unit's format (:func:`accelerators.mac_formats.workload_problem`); a template
+        without one runs whatever it is given unless it overrides this."""
+        unit = self.hw.get("dtype") if "dtype" in self.params() else None
+        if unit is None:
+            return None
+        from accelerators.mac_formats import workload_problem
+        return workload_problem(unit, workload)
 
     def capacity_holder(self) -> str:
         """What :meth:`memory_capacity_bytes` is, for messages."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from workloads.footprint import memory_footprint
+from workloads.formats import has_formats
 from workloads.ir import Workload
 
 
@@ -11,7 +12,9 @@ def capacity_problem(workload: Workload, capacity_bytes: float, element_bytes: i
     """Why ``workload`` (its weights, KV cache and largest live activation set, at
     ``element_bytes`` per element) does not fit ``capacity_bytes``, or None. Exact at the
     boundary: a footprint equal to the capacity fits."""
-    fp = memory_footprint(workload).scaled(element_bytes / workload.bytes_per_element)
+    fp = memory_footprint(workload)
+    if not has_formats(workload):   # a workload with formats is stored as its formats say
+        fp = fp.scaled(element_bytes / workload.bytes_per_element)
     if fp.total_bytes <= capacity_bytes:
         return None
     return (f"{workload.model} needs {_gb(fp.total_bytes)} (weights {_gb(fp.weights_bytes)} + "

@@ -34,6 +34,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from accelerators.collective_calibration import efficiency, issued
 from accelerators.interconnect import PROTOCOLS
 from accelerators.topology import Topology
 from dse.errors import BadInput
@@ -284,9 +285,12 @@ def _phases(topo: Topology, kind: str, algorithm: str, group: tuple[int, ...],
 
 
 # ------------------------------------------------------------------------------ costing
-def _time(topo: Topology, kind: str, phases: list[_Phase], protocol: str):
+def _time(topo: Topology, kind: str, phases: list[_Phase], protocol: str,
+          algorithm: str = "", devices: int = 1):
     """(total s, latency s, bandwidth s, replay phases) of ``phases`` in ``protocol``, or
-    None when a link on the way does not offer the protocol."""
+    None when a link on the way does not offer the protocol. Each link's rate is scaled by
+    the measured efficiency of ``algorithm`` on its standard
+    (:func:`accelerators.collective_calibration.efficiency`; 1 where none was measured)."""
     proto = PROTOCOLS[protocol]
     share = proto.reduce_fraction if kind in REDUCING else proto.copy_fraction
     links = topo.links
@@ -314,7 +318,8 @@ def _time(topo: Topology, kind: str, phases: list[_Phase], protocol: str):
         wire: dict[str, float] = {}
         slowest = 0.0
         for link in used:
-            rate = link.effective_Bps * share
+            rate = link.effective_Bps * share * efficiency(link.standard.name, kind, algorithm,
+                                                          devices)
             if proto.max_device_Bps is not None:
                 rate = min(rate, proto.max_device_Bps)
             t = ph.loads[link.name] / rate
@@ -328,11 +333,14 @@ def _time(topo: Topology, kind: str, phases: list[_Phase], protocol: str):
 
 def collective_cost(topo: Topology, kind: str, nbytes: float,
                     group: Sequence[int] | None = None, algorithm: str = "auto",
-                    protocol: str = "auto") -> CollectiveCost:
+                    protocol: str = "auto", call: str = "device") -> CollectiveCost:
     """The cost of collective ``kind`` of ``nbytes`` over ``group`` (device indices; default
     every device) of ``topo``. ``algorithm``: one of :data:`ALGORITHMS`, ``auto`` (the
     fastest that applies) or ``nccl`` (the fastest of NCCL's); ``protocol``: ``ll``,
-    ``ll128``, ``simple`` or ``auto`` (the fastest the links offer)."""
+    ``ll128``, ``simple`` or ``auto`` (the fastest the links offer); ``call``: how it is
+    issued (:data:`accelerators.collective_calibration.MODES`: ``device`` time alone, or
+    from PyTorch eager / a CUDA graph, back to back or one call, with the measured per-call
+    latency of the link)."""
     if kind not in KINDS:
         raise BadInput("collective", kind, "expected one of " + ", ".join(KINDS))
     if not (isinstance(nbytes, (int, float)) and math.isfinite(nbytes) and nbytes >= 0):
@@ -369,7 +377,7 @@ def collective_cost(topo: Topology, kind: str, nbytes: float,
             for link, b in ph.loads.items():
                 loads[link] = loads.get(link, 0.0) + b
         for proto in protocols:
-            got = _time(topo, kind, phases, proto)
+            got = _time(topo, kind, phases, proto, alg, p)
             if got is None:
                 continue
             total, lat, bw, replay, start = got
@@ -380,5 +388,8 @@ def collective_cost(topo: Topology, kind: str, nbytes: float,
                        f"{kind} can run on a {topo.kind} of {topo.link.name} links")
     total, lat, bw, replay, start, alg, proto, loads = best
     energy = sum(b * topo.links[name].energy_j_per_byte for name, b in loads.items())
+    if call != "device":
+        t = issued(total, topo.link.name, call)
+        lat, total = lat + max(0.0, t - total), t
     return CollectiveCost(kind, alg, proto, float(nbytes), p, total, lat, bw, loads, replay,
                           start, energy)

@@ -155,7 +155,10 @@ class PimGeometry:
     ``banks`` per channel (all ranks); ``ranks`` share a channel, each with its own tFAW window;
     ``macs_per_bank`` multipliers per bank (elements per DOT); ``page_bytes`` row size;
     ``buffer_bytes`` global buffer per channel (the input vector of one pass);
-    ``dot_cycles`` cycles between all-bank DOT commands; ``element_bytes`` data type size.
+    ``dot_cycles`` cycles between all-bank DOT commands; ``element_bytes`` data type size
+    of the matrix in the banks (a fraction of a byte for a number format with its scales,
+    :mod:`workloads.formats`); ``input_bytes`` / ``output_bytes`` those of the input vector
+    and the results when they differ (0: ``element_bytes``).
     """
 
     channels: int
@@ -165,13 +168,17 @@ class PimGeometry:
     page_bytes: int
     buffer_bytes: int
     dot_cycles: int
-    element_bytes: int
+    element_bytes: float
+    input_bytes: float = 0.0
+    output_bytes: float = 0.0
 
     def __post_init__(self):
         for f in ("channels", "ranks", "banks", "macs_per_bank", "page_bytes", "buffer_bytes",
-                  "dot_cycles", "element_bytes"):
+                  "dot_cycles"):
             if getattr(self, f) < 1:
                 raise BadInput(f"hw.{f}", getattr(self, f), "expected a positive int")
+        if not self.element_bytes > 0:
+            raise BadInput("element_bytes", self.element_bytes, "expected a positive size, B")
 
     @property
     def banks_per_rank(self) -> int:
@@ -274,6 +281,7 @@ def gemv_stream(g: PimGeometry, t: DramTiming, gemv: Gemv, channels: int | None 
     """
     channels = g.channels if channels is None else channels
     b = g.element_bytes
+    bi, bo = g.input_bytes or b, g.output_bytes or b
     rows, cols, vectors = max(gemv.rows, 1), max(gemv.cols, 1), max(gemv.vectors, 1)
     segment = gemv.segment if gemv.segment > 0 else cols
     # columns split across channels only when the rows cannot fill the banks
@@ -285,18 +293,18 @@ def gemv_stream(g: PimGeometry, t: DramTiming, gemv: Gemv, channels: int | None 
     rows_per_channel = _cdiv(rows, per_piece)
     rows_per_bank = _cdiv(rows_per_channel, g.banks)
     piece = _cdiv(cols, col_split)                       # columns each channel reduces over
-    chunk = max(min(piece, g.buffer_bytes // b), 1)      # columns per buffer load
+    chunk = int(max(min(piece, g.buffer_bytes // bi), 1))  # columns per buffer load
     chunks = _cdiv(piece, chunk)
-    vec_per_pass = max(1, min(vectors, g.buffer_bytes // (chunk * b)))
+    vec_per_pass = int(max(1, min(vectors, g.buffer_bytes // (chunk * bi))))
     vector_rounds = _cdiv(vectors, vec_per_pass)
     passes = chunks * vector_rounds
 
     # tiles and DOTs of one pass (one chunk of columns, up to vec_per_pass vectors)
     if gemv.packed:
-        tiles_per_pass = _cdiv(rows_per_bank * chunk * b, g.page_bytes)
+        tiles_per_pass = int(_cdiv(rows_per_bank * chunk * b, g.page_bytes))
         dots_per_vector = _cdiv(rows_per_bank * chunk, g.macs_per_bank)
     else:
-        tiles_per_pass = rows_per_bank * _cdiv(chunk * b, g.page_bytes)
+        tiles_per_pass = rows_per_bank * int(_cdiv(chunk * b, g.page_bytes))
         dots_per_vector = rows_per_bank * _cdiv(chunk, g.macs_per_bank)
     dots_per_pass = dots_per_vector * vec_per_pass
     # Sum over tiles of max(tRCD + dots_i * dot, tRAS): exact when tiles hold equal DOTs.
@@ -304,9 +312,9 @@ def gemv_stream(g: PimGeometry, t: DramTiming, gemv: Gemv, channels: int | None 
                       tiles_per_pass * t.tras)
     tiles_cycles = tiles_per_pass * (activate_cycles(g, t) + t.trp) + open_cycles
 
-    gw_bytes_pass = vec_per_pass * chunk * b
+    gw_bytes_pass = vec_per_pass * chunk * bi
     segments = max(1, _cdiv(chunk, segment))
-    rd_bytes_pass = rows_per_channel * segments * vec_per_pass * b
+    rd_bytes_pass = rows_per_channel * segments * vec_per_pass * bo
     gw = gwrite_cycles(t, gw_bytes_pass)
     rd = readout_cycles(t, rd_bytes_pass)
     cycles = passes * (gw + tiles_cycles + rd) * t.refresh_factor
@@ -338,9 +346,9 @@ def bank_footprint_bytes(g: PimGeometry, gemv: Gemv, channels: int | None = None
     rows_per_bank = _cdiv(_cdiv(rows, channels // col_split), g.banks)
     piece = _cdiv(cols, col_split)
     if gemv.packed:
-        pages = _cdiv(rows_per_bank * piece * b, g.page_bytes)
+        pages = int(_cdiv(rows_per_bank * piece * b, g.page_bytes))
     else:
-        pages = rows_per_bank * _cdiv(piece * b, g.page_bytes)
+        pages = rows_per_bank * int(_cdiv(piece * b, g.page_bytes))
     return pages * g.page_bytes
 
 

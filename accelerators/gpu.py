@@ -55,7 +55,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from accelerators import technology as tech
+from accelerators import gpu_formats, technology as tech
 from accelerators.base import OpCost, Param, Resources, Template
 from accelerators.gpu_efficiency import DEFAULT_KNOBS, Chip, KernelModel, transfer_knobs
 from accelerators.gpu_runtime import RUNTIMES, START_TARGET, stream_plan
@@ -99,8 +99,8 @@ PARAMS = (
           "(int8 ops run at the fp16 rate)", 0.0, 1e17),
     Param("memory_bandwidth_Bps", float, "B/s", 4.8e12, "DRAM bandwidth (datasheet)",
           1e10, 1e14, log=True),
-    Param("memory_capacity_bytes", float, "B", 141e9, "DRAM capacity usable by kernels (at "
-          "most the devices' total)", 1e8, 1e13, log=True),
+    Param("memory_capacity_bytes", float, "B", 143771 * 2**20, "DRAM capacity the driver "
+          "exposes (nvidia-smi's total; at most the devices' total)", 1e8, 1e13, log=True),
     Param("memory_kind", str, "", "hbm3e", "off-chip memory standard "
           "(accelerators.memory_standards)", choices=STANDARD_NAMES),
     Param("memory_devices", int, "", 0, "memory devices installed (HBM stacks, GDDR chips); "
@@ -169,7 +169,7 @@ PARAMS = (
           "sparse_attention op evaluate the mask: partial_tiles (flex_attention) or "
           "whole_problem (every tile unless none needs it: NATTEN's FNA kernels)",
           choices=MASK_POLICIES),
-)
+) + gpu_formats.PARAMS   # format datapaths and weight-only kernels (accelerators.gpu_formats)
 
 #: One RT core, mm^2 at 45 nm, scaled to the node by ``technology.area_scale`` [S: Turing's
 #: two RT cores per TPC measure 0.7 mm^2 on TU106 die shots at 12 nm (Hardwareluxx, 2019, the
@@ -190,7 +190,10 @@ RT_CORE_MM2_45NM = 0.7 / 2 / tech.area_scale(12)
 #:   GA100 whitepaper: 108 SMs, 1410 MHz, fp32 19.5, bf16/fp16 tensor 312 TFLOP/s, int8 624
 #:   TOPS, no fp8; 80 GB HBM2e 2,039 GB/s or 40 GB HBM2 1,555 GB/s (five stacks of six
 #:   sites; the 40 GB part's HBM2 runs at 2.43 Gb/s, over JEDEC HBM2's 2.4 bin, so its stacks
-#:   are costed as HBM2E [E]); 40 MB L2; 400 W; GA100 826 mm^2, 128 SMs on the die.
+#:   are costed as HBM2E [E]); 40 MB L2; 400 W; GA100 826 mm^2, 128 SMs on the die. Their
+#:   compute-bound GEMMs load ``calibration/a100.json``: ``tensor_efficiency`` and
+#:   ``tile_cost`` fitted on published A100 measurements (Vidur's MLP profiles of five models;
+#:   held-out 70B-class models within 3.9 % median, benchmarks/a100_gemm_calibration.py).
 #: * ``h100`` (SXM5 80 GB) and ``h100-pcie`` (80 GB): NVIDIA H100 datasheet and Hopper
 #:   whitepaper: SXM5 132 SMs, 1980 MHz, fp32 67, bf16/fp16 989, fp8 1,979 TFLOP/s, int8 1,979
 #:   TOPS, HBM3 3.35 TB/s, 700 W; PCIe 114 SMs, 1755 MHz, fp32 51, bf16/fp16 756, fp8 1,513,
@@ -230,43 +233,52 @@ RT_CORE_MM2_45NM = 0.7 / 2 / tech.area_scale(12)
 #: the die as ``other_logic_mm2`` (``RT_CORE_MM2_45NM`` at their node); their raster, ROP,
 #: display and video engines are left to ``GPU_CONTROL_OVERHEAD``, as the compute dies' video
 #: engines and fp64 units are.
+#: Memory capacity is what the driver exposes, as ``nvidia-smi`` totals it (MiB) [R: "H100
+#: 81559MiB, A100 80GB 81920MiB, A100 40GB 40960MiB, L40S 46068MiB, T4 15360MiB" (modal-labs/
+#: modal-client pull request 2797, 2025); H100 PCIe 81559MiB, H200 143771MiB, B200 183359MiB,
+#: RTX 3090 24576MiB, RTX 4090 24564MiB (nvidia-smi outputs in public issues, e.g.
+#: NVIDIA/nccl issue 1264 for the H100 SXM); MI300X 205,822,885,888 B (rocm-smi's VRAM total)].
+#: A datasheet's "80 GB" is 80 GiB of HBM less what the driver and ECC keep (the H100's 81,559
+#: MiB is 85.5e9 B, not 80e9).
+MIB = 2**20
 PRESETS: dict[str, dict[str, Any]] = {
     "a100": dict(sms=108, clock_hz=1.41e9, peak_bf16_flops=312e12, peak_fp16_flops=312e12,
                  peak_fp32_flops=19.5e12, peak_fp8_flops=0.0, peak_int8_ops=624e12,
-                 memory_bandwidth_Bps=2.039e12, memory_capacity_bytes=80e9,
+                 memory_bandwidth_Bps=2.039e12, memory_capacity_bytes=81920 * MIB,
                  memory_kind="hbm2e", memory_devices=5, memory_devices_on_die=6,
                  memory_device_gb=16, l2_bytes=40 * 2**20, tdp_w=400.0,
                  sms_on_die=128, tensor_macs_per_sm=1024, fp32_lanes_per_sm=64,
                  l1_kb_per_sm=192, node_nm=7, host_interface="pcie4x16", peer_links=12,
-                 peer_link_phy_mm2=1.888),
+                 peer_link_phy_mm2=1.888, calibration="a100"),
     "a100-40gb": dict(sms=108, clock_hz=1.41e9, peak_bf16_flops=312e12,
                       peak_fp16_flops=312e12, peak_fp32_flops=19.5e12, peak_fp8_flops=0.0,
                       peak_int8_ops=624e12, memory_bandwidth_Bps=1.555e12,
-                      memory_capacity_bytes=40e9, memory_kind="hbm2e", memory_devices=5,
+                      memory_capacity_bytes=40960 * MIB, memory_kind="hbm2e", memory_devices=5,
                       memory_devices_on_die=6, memory_device_gb=8, l2_bytes=40 * 2**20,
                       tdp_w=400.0, sms_on_die=128, tensor_macs_per_sm=1024,
                       fp32_lanes_per_sm=64, l1_kb_per_sm=192, node_nm=7,
-                      host_interface="pcie4x16", peer_links=12, peer_link_phy_mm2=1.888),
+                      host_interface="pcie4x16", peer_links=12, peer_link_phy_mm2=1.888,
+                      calibration="a100"),
     "h100": dict(sms=132, clock_hz=1.98e9, peak_bf16_flops=989e12, peak_fp16_flops=989e12,
                  peak_fp32_flops=67e12, peak_fp8_flops=1979e12, peak_int8_ops=1979e12,
-                 memory_bandwidth_Bps=3.35e12, memory_capacity_bytes=80e9,
+                 memory_bandwidth_Bps=3.35e12, memory_capacity_bytes=81559 * MIB,
                  memory_kind="hbm3", memory_devices=5, memory_devices_on_die=6,
                  memory_device_gb=16, l2_bytes=50 * 2**20, tdp_w=700.0,
                  sms_on_die=144, calibration="h200"),
     "h100-pcie": dict(sms=114, clock_hz=1.755e9, peak_bf16_flops=756e12,
                       peak_fp16_flops=756e12, peak_fp32_flops=51e12, peak_fp8_flops=1513e12,
                       peak_int8_ops=1513e12, memory_bandwidth_Bps=2.0e12,
-                      memory_capacity_bytes=80e9, memory_kind="hbm2e", memory_devices=5,
+                      memory_capacity_bytes=81559 * MIB, memory_kind="hbm2e", memory_devices=5,
                       memory_devices_on_die=6, memory_device_gb=16, l2_bytes=50 * 2**20,
                       tdp_w=350.0, sms_on_die=144, calibration="h200"),
     "h200": dict(sms=132, clock_hz=1.98e9, peak_bf16_flops=989e12, peak_fp16_flops=989e12,
                  peak_fp32_flops=67e12, peak_fp8_flops=1979e12, peak_int8_ops=1979e12,
-                 memory_bandwidth_Bps=4.8e12, memory_capacity_bytes=141e9,
+                 memory_bandwidth_Bps=4.8e12, memory_capacity_bytes=143771 * MIB,
                  memory_kind="hbm3e", memory_devices=6, memory_device_gb=24,
                  l2_bytes=60 * 2**20, tdp_w=700.0, sms_on_die=144, calibration="h200"),
     "l40s": dict(sms=142, clock_hz=2.52e9, peak_bf16_flops=362.05e12,
                  peak_fp16_flops=362.05e12, peak_fp32_flops=91.6e12, peak_fp8_flops=733e12,
-                 peak_int8_ops=733e12, memory_bandwidth_Bps=864e9, memory_capacity_bytes=48e9,
+                 peak_int8_ops=733e12, memory_bandwidth_Bps=864e9, memory_capacity_bytes=46068 * MIB,
                  memory_kind="gddr6", memory_devices=0, memory_device_gb=4,
                  l2_bytes=96 * 2**20, tdp_w=350.0, sms_on_die=144,
                  tensor_macs_per_sm=512, fp32_lanes_per_sm=128, l1_kb_per_sm=128, node_nm=4,
@@ -274,7 +286,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                  other_logic_mm2=144 * RT_CORE_MM2_45NM * tech.area_scale(4)),
     "t4": dict(sms=40, clock_hz=1.59e9, peak_bf16_flops=0.0, peak_fp16_flops=65e12,
                peak_fp32_flops=8.1e12, peak_fp8_flops=0.0, peak_int8_ops=130e12,
-               memory_bandwidth_Bps=320e9, memory_capacity_bytes=16e9, memory_kind="gddr6",
+               memory_bandwidth_Bps=320e9, memory_capacity_bytes=15360 * MIB, memory_kind="gddr6",
                memory_devices=8, memory_device_gb=2, l2_bytes=4 * 2**20, tdp_w=70.0,
                sms_on_die=48, tensor_macs_per_sm=512,
                fp32_lanes_per_sm=64, l1_kb_per_sm=96, node_nm=12, host_interface="pcie4x16",
@@ -286,7 +298,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # taken as a 10-nm-class node [E].
     "rtx3090": dict(sms=82, clock_hz=1.695e9, peak_bf16_flops=71e12, peak_fp16_flops=71e12,
                     peak_fp32_flops=35.6e12, peak_fp8_flops=0.0, peak_int8_ops=284e12,
-                    memory_bandwidth_Bps=936e9, memory_capacity_bytes=24e9,
+                    memory_bandwidth_Bps=936e9, memory_capacity_bytes=24576 * MIB,
                     memory_kind="gddr6x", memory_devices=12, memory_device_gb=2,
                     l2_bytes=6 * 2**20, tdp_w=350.0, sms_on_die=84,
                     tensor_macs_per_sm=512, fp32_lanes_per_sm=128, l1_kb_per_sm=128,
@@ -296,7 +308,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "rtx4090": dict(sms=128, clock_hz=2.52e9, peak_bf16_flops=165.2e12,
                     peak_fp16_flops=165.2e12, peak_fp32_flops=82.6e12,
                     peak_fp8_flops=330.3e12, peak_int8_ops=660.6e12,
-                    memory_bandwidth_Bps=1008e9, memory_capacity_bytes=24e9,
+                    memory_bandwidth_Bps=1008e9, memory_capacity_bytes=24564 * MIB,
                     memory_kind="gddr6x", memory_devices=12, memory_device_gb=2,
                     l2_bytes=72 * 2**20, tdp_w=450.0, sms_on_die=144,
                     tensor_macs_per_sm=512, fp32_lanes_per_sm=128, l1_kb_per_sm=128,
@@ -305,7 +317,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "mi300x": dict(sms=304, clock_hz=2.1e9, peak_bf16_flops=1307.4e12,
                    peak_fp16_flops=1307.4e12, peak_fp32_flops=163.4e12,
                    peak_fp8_flops=2614.9e12, peak_int8_ops=2614.9e12,
-                   memory_bandwidth_Bps=5.3e12, memory_capacity_bytes=192e9,
+                   memory_bandwidth_Bps=5.3e12, memory_capacity_bytes=205822885888,
                    memory_kind="hbm3", memory_devices=8, memory_device_gb=24,
                    l2_bytes=256 * 2**20, tdp_w=750.0, sms_on_die=320,
                    tensor_macs_per_sm=1024, fp32_lanes_per_sm=128, l1_kb_per_sm=96, node_nm=5,
@@ -321,12 +333,13 @@ PRESETS: dict[str, dict[str, Any]] = {
     # CUDA context [E]. The two reticle-sized dies are the floorplan's to split.
     "b200": dict(sms=148, clock_hz=1.98e9, peak_bf16_flops=2.25e15, peak_fp16_flops=2.25e15,
                  peak_fp32_flops=75e12, peak_fp8_flops=4.5e15, peak_int8_ops=4.5e15,
-                 memory_bandwidth_Bps=8.0e12, memory_capacity_bytes=180e9,
+                 memory_bandwidth_Bps=8.0e12, memory_capacity_bytes=183359 * MIB,
                  memory_kind="hbm3e", memory_devices=8, memory_device_gb=24, l2_bytes=126e6,
                  tdp_w=1000.0, sms_on_die=160, tensor_macs_per_sm=4096,
                  fp32_lanes_per_sm=128, l1_kb_per_sm=256, node_nm=4,
                  host_interface="pcie5x16", peer_links=18, chiplets=2),
 }
+gpu_formats.add_preset_datapaths(PRESETS)   # int4 / fp6 / fp4 peaks, block scaling
 
 #: The preset of each device name torch reports (``torch.cuda.get_device_properties().name``):
 #: the datasheet a calibration measured on that device is fitted against.
@@ -527,6 +540,12 @@ class GPU(Template):
             return ("hw.memory_capacity_bytes", hw.memory_capacity_bytes,
                     f"expected at most the {self.memory.capacity_bytes / 1e9:g} GB of "
                     f"{self.memory.devices} {hw.memory_kind} {self.memory.standard.device}s")
+        if hw.sms_on_die and hw.sms_on_die < hw.sms:
+            return ("hw.sms_on_die", hw.sms_on_die, f"expected at least sms={hw.sms} (the die "
+                    "holds every enabled SM; 0: sms)")
+        if hw.memory_devices_on_die and hw.memory_devices_on_die < self.memory.devices:
+            return ("hw.memory_devices_on_die", hw.memory_devices_on_die, "expected at least "
+                    f"the {self.memory.devices} memory devices installed (0: as many)")
         if hw.calibration:
             load_calibration(hw.calibration)
         if hw.runtime != "kernels" and not hw.host_profile:
@@ -578,6 +597,11 @@ class GPU(Template):
             out = cost_composite(op, self.cost, fixed_s=self.knobs["gemm_launch_s"])
             self._cache[key] = out
             return out
+        if "formats" in op.attrs:   # operands in number formats: accelerators.gpu_formats
+            out = gpu_formats.cost(self, op)
+            if out is not None:
+                self._cache[key] = out
+                return out
         nbytes = op.total_bytes
         flops = op.flops
         dtype = op.dtype  # the op's dtype decides its datapath (see the module docstring)
@@ -636,6 +660,11 @@ class GPU(Template):
             bound=bound, details=details)
         self._cache[key] = out
         return out
+
+    def format_problem(self, workload: Workload) -> str | None:
+        """Why this GPU's datapaths cannot run ``workload``'s number formats, or None
+        (:func:`accelerators.gpu_formats.workload_problem`)."""
+        return gpu_formats.workload_problem(self, workload)
 
     def _host_cost(self, op: Op) -> OpCost:
         """A host op of the runtime's plan (:mod:`accelerators.gpu_runtime`): its time from

@@ -56,7 +56,10 @@ from dataclasses import dataclass
 
 from dse.errors import BadInput
 
-GB = 1e9  #: bytes; memory capacities and prices are per decimal GB, as vendors sell them
+GB = 1e9  #: bytes; memory prices are per GB of a device's nominal capacity, as vendors sell it
+#: Bytes a DRAM device's nominal "GB" holds: DRAM densities are binary (JEDEC: a 16 Gb die is
+#: 2^34 bits), so a device sold as 16 GB holds 16 GiB [D JEDEC JESD235 / JESD250 densities].
+DEVICE_GB = 2**30
 
 #: Realised logic density of the reference node for controller areas, MTr/mm^2 [D: A100,
 #: 54.2 B transistors on 826 mm^2 at TSMC N7].
@@ -186,7 +189,8 @@ class MemorySystem:
 
     @property
     def capacity_bytes(self) -> float:
-        return self.devices * self.capacity_gb_per_device * GB
+        """What the devices hold, bytes (binary: :data:`DEVICE_GB`)."""
+        return self.devices * self.capacity_gb_per_device * DEVICE_GB
 
     @property
     def peak_bandwidth_Bps(self) -> float:

@@ -44,7 +44,7 @@ from typing import Any
 
 import networkx as nx
 
-from accelerators import hashgrid_cost as hc
+from accelerators import hashgrid_cost as hc, mac_formats
 from accelerators import physical, technology as tech
 from accelerators.base import OpCost, Param, Resources, Template
 from accelerators.capacity import capacity_problem
@@ -53,6 +53,7 @@ from accelerators.physical import Floorplan
 from dse.errors import BadInput
 from workloads import ir
 from workloads import neural_frames as nf
+from workloads.formats import has_formats, op_formats
 from workloads.ir import DTYPE_BYTES, Op, Workload
 
 #: Achieved fraction of the ``gpu`` template's time for instant-NGP's unfused remaining kernels
@@ -116,8 +117,9 @@ PARAMS = (
     Param("vector_lanes", int, "lanes", 64, "element-wise lanes per NFP (other input "
           "encodings, e.g. spherical harmonics)", 1, 1024, log=True),
     Param("clock_hz", float, "Hz", DEFAULT_CLOCK_HZ, "cluster clock", 1.0e8, 3.0e9, log=True),
-    Param("dtype", str, "", "fp16", "grid features and MLP datapath type",
-          choices=("fp32", "fp16", "bf16", "fp8", "int8")),
+    Param("dtype", str, "", "fp16", "MLP datapath (accelerators.mac_formats); without number "
+          "formats in the workload also the grid features' type",
+          choices=mac_formats.MAC_FORMATS),
     Param("node_nm", int, "nm", 7, "process node of the cluster", choices=tech.NODES_NM),
     Param("gpu", str, "", "rtx3090", "GPU preset that runs the remaining kernels",
           choices=GPU_CHOICES),
@@ -177,7 +179,7 @@ class NGPC(Template):
     def __init__(self, preset: str | None = None, **values: Any):
         super().__init__(preset, **values)
         hw = self.hw
-        self._b = DTYPE_BYTES[hw.dtype]
+        self._b = mac_formats.storage_bytes(hw.dtype)
         node = hw.node_nm
         self._sram_bytes = hw.grid_sram_kb * 1024
         self._engine = hc.EngineConfig(units=hw.encoding_units, sram_bytes=self._sram_bytes,
@@ -186,8 +188,8 @@ class NGPC(Template):
         self._grid_j = tech.sram_energy_j_per_byte(self._sram_bytes, node)
         self._buffer_j = tech.sram_energy_j_per_byte(self._buffer_bytes, node)
         self._reg_j = tech.register_energy_j_per_byte(node)
-        self._mac_j = tech.mac_energy_j(hw.dtype, node)
-        self._vec_j = tech.vector_op_energy_j(hw.dtype, node)
+        self._mac_j = mac_formats.mac_energy_j(hw.dtype, node)
+        self._vec_j = tech.vector_op_energy_j(mac_formats.vector_format(hw.dtype), node)
         self._int_add_j = tech.INT32_OP_ENERGY_PJ["add"] * 1e-12 * tech.energy_scale(node)
         self._int_mult_j = tech.INT32_OP_ENERGY_PJ["mult"] * 1e-12 * tech.energy_scale(node)
         self._caches = hc.GPU_CACHES[hw.gpu]
@@ -239,6 +241,9 @@ class NGPC(Template):
         phys = self.physical()
         if phys.problem:
             return phys.problem
+        problem = self.format_problem(workload)
+        if problem:
+            return problem
         # a frame streams through as ray batches: what must fit is the planned pipeline's
         # live set, not the whole frame's activations at once
         problem = capacity_problem(self.planned(workload), self.memory_capacity_bytes(),
@@ -262,7 +267,8 @@ class NGPC(Template):
         key = (op.name if op.attrs.get("fused_from") else None, op.kind, op.target,
                op.bytes_per_element, op.flops, op.weight_bytes, op.activation_bytes_read,
                op.activation_bytes_written, op.input_shapes, op.output_shapes,
-               bool(op.attrs.get("ngpc_epilogue")), op.attrs.get("device"))
+               bool(op.attrs.get("ngpc_epilogue")), op.attrs.get("device"),
+               op.attrs.get("formats"))
         hit = self._cache.get(key)
         if hit is not None:
             return hit
@@ -300,7 +306,7 @@ class NGPC(Template):
         nfps = hw.nfps
         compute_s = e.cycles / hw.clock_hz
         # positions in from DRAM (written by the GPU); features go straight to the MLP engine
-        io_bytes = op.activation_bytes_read * self._b / op.bytes_per_element
+        io_bytes = op.activation_bytes_read * self._scale(op)
         spill = e.dram_bytes * nfps
         dram = spill + io_bytes
         mem_s = dram / self.dram_bandwidth_Bps
@@ -329,23 +335,50 @@ class NGPC(Template):
         cycles = hc.mlp_layer_cycles(self._share(rows), k, n, hw.mlp_rows, hw.mlp_cols)
         compute_s = cycles / hw.clock_hz
         macs = batch * m * n * k
-        buffer_bytes = batch * m * (k + n) * self._b
+        ba, bw, dequant = self._b, self._b, 0
+        f = op_formats(op)
+        if f is not None:   # operands in their number formats (checked by format_problem)
+            x, y = f.operands(op.kind)
+            ba, bw = x.bits_per_element / 8, y.bits_per_element / 8
+            modes = mac_formats.operand_modes(self.hw.dtype, op)
+            dequant = macs if not isinstance(modes, str) and "dequant" in modes else 0
+        buffer_bytes = batch * m * (k * ba + n * self._scale_out(op))
         # Each working NFP loads the layer's weights once per op (a neural field's 64 x 64
         # layer is 8 KiB; a large model's weights stream and bound the op).
         active = min(hw.nfps, max(math.ceil(rows / hw.mlp_rows), 1))
-        dram = op.weight_bytes * self._b / op.bytes_per_element * active
+        dram = op.weight_bytes * self._scale(op) * active
         mem_s = dram / self.dram_bandwidth_Bps
+        reg = macs * (2 * ba + bw + 8)
         return OpCost(
             unit="mlp", latency_s=max(compute_s, mem_s), compute_s=compute_s,
             clock_hz=hw.clock_hz, traffic={"dram": dram} if dram else {},
-            bytes_by_level={"register": macs * (3 * self._b + 8), "mlp_buffer": buffer_bytes,
-                            "dram": dram},
-            energy_j={"compute": macs * self._mac_j
+            bytes_by_level={"register": reg, "mlp_buffer": buffer_bytes, "dram": dram},
+            energy_j={"compute": (macs + dequant) * self._mac_j
                       + self._active_w["mlp"] * max(compute_s, mem_s),
-                      "onchip_memory": buffer_bytes * self._buffer_j
-                      + macs * (3 * self._b + 8) * self._reg_j,
+                      "onchip_memory": buffer_bytes * self._buffer_j + reg * self._reg_j,
                       "offchip_memory": dram * self._dram_j},
             bound="memory" if mem_s > compute_s else "compute")
+
+    def _scale(self, op: Op) -> float:
+        """Factor from ``op``'s bytes to what moves here: 1 for an op in number formats, else
+        from its dtype to this design's."""
+        return 1.0 if "formats" in op.attrs else self._b / op.bytes_per_element
+
+    def _scale_out(self, op: Op) -> float:
+        """Bytes per output element: the op's own dtype in number formats, else the design's."""
+        return float(op.bytes_per_element) if "formats" in op.attrs else self._b
+
+    def format_problem(self, workload: Workload) -> str | None:
+        """The MLP engine's matmuls against its MAC format (the GPU's kernels against the
+        GPU's datapaths)."""
+        from accelerators.mac_formats import workload_problem
+        mlp = [op for op in workload.ops if op.kind == ir.MATMUL
+               and op.attrs.get("device") != "gpu"]
+        problem = workload_problem(self.hw.dtype, workload) if not has_formats(workload) \
+            else next((f"{m} (op {op.name})" for op in mlp
+                       for m in [mac_formats.operand_modes(self.hw.dtype, op)]
+                       if isinstance(m, str)), None)
+        return problem or self.gpu.format_problem(workload)
 
     def _elements(self, op: Op) -> float:
         e = op.attrs.get("elements")
@@ -395,7 +428,8 @@ class NGPC(Template):
         """One NFP's area by component, mm^2 at ``node_nm``."""
         hw = self.hw
         node = hw.node_nm
-        mac = tech.mac_area_mm2(hw.dtype, node)
+        mac = mac_formats.mac_area_mm2(hw.dtype, node)
+        vec = tech.mac_area_mm2(mac_formats.vector_format(hw.dtype), node)
         lanes = hw.encoding_units * hw.lookups_per_cycle
         parts = {
             "grid_sram": tech.sram_area_mm2(self._sram_bytes * hw.encoding_units, node),
@@ -404,7 +438,7 @@ class NGPC(Template):
             "interp_lanes": lanes * INTERP_MACS_PER_LANE * tech.mac_area_mm2("fp16", node),
             "mlp_array": hw.mlp_rows * hw.mlp_cols * mac,
             "mlp_buffer": tech.sram_area_mm2(self._buffer_bytes, node),
-            "vector_lanes": hw.vector_lanes * VECTOR_LANE_AREA_PER_MAC * mac,
+            "vector_lanes": hw.vector_lanes * VECTOR_LANE_AREA_PER_MAC * vec,
         }
         parts["control"] = NFP_CONTROL_OVERHEAD * sum(parts.values())
         return parts
@@ -424,11 +458,11 @@ class NGPC(Template):
         logic_mm2 = self.cluster_area_mm2() - sram_mm2
         node = hw.node_nm
         per_cycle_j = hw.nfps * (
-            hw.mlp_rows * hw.mlp_cols * tech.mac_energy_j(hw.dtype, node)
-            + hw.vector_lanes * tech.vector_op_energy_j(hw.dtype, node)
+            hw.mlp_rows * hw.mlp_cols * self._mac_j
+            + hw.vector_lanes * self._vec_j
             + hw.encoding_units * hw.lookups_per_cycle * (
                 INTERP_MACS_PER_LANE * tech.mac_energy_j("fp16", node)
-                + 2 * DTYPE_BYTES[hw.dtype] * tech.sram_energy_j_per_byte(self._sram_bytes, node)))
+                + 2 * self._b * tech.sram_energy_j_per_byte(self._sram_bytes, node)))
         gpu = self.gpu.floorplan()
         logic = gpu.compute_mm2 + logic_mm2
         return replace(gpu, compute_mm2=logic, sram_mm2=gpu.sram_mm2 + sram_mm2,

@@ -22,15 +22,17 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from accelerators import systolic, technology as tech
+from accelerators import mac_formats, systolic, technology as tech
+from accelerators.mac_formats import operand_modes
 from accelerators.base import OpCost, Param, Resources, Template
 from accelerators.composite import cost_composite
 from accelerators.memory_standards import STANDARD_NAMES, MemorySystem, memory_system
 from accelerators.physical import HOST_INTERFACES, MAX_CHIPLETS, Floorplan, control_mm2
 from dse.errors import BadInput, InfeasibleDesign
 from workloads import ir
+from workloads.formats import op_formats
 from workloads.gna import op_tiles
-from workloads.ir import DTYPE_BYTES, Op
+from workloads.ir import Op
 
 #: Bytes of one partial sum held in the ofmap scratchpad / accumulators: 32-bit accumulation
 #: for every input type [P Jouppi et al., ISCA 2017: TPU v1 keeps 4 MiB of 32-bit accumulators
@@ -38,11 +40,14 @@ from workloads.ir import DTYPE_BYTES, Op
 ACC_BYTES = 4
 
 
-def _register_bytes_per_mac(b: int) -> int:
+def _register_bytes_per_mac(b: float, stationary: float | None = None) -> float:
     """Register-file bytes touched per MAC inside a PE [E]: the moving operand is read and
-    written to the next PE's pipeline register (2 x b), the stationary one read (b), and the
-    partial sum read and written (2 x ACC_BYTES)."""
-    return 3 * b + 2 * ACC_BYTES
+    written to the next PE's pipeline register (2 x b), the stationary one read (b, or
+    ``stationary`` B when its element differs), and the partial sum read and written
+    (2 x ACC_BYTES)."""
+    if stationary is None:
+        return 3 * b + 2 * ACC_BYTES
+    return 2 * b + stationary + 2 * ACC_BYTES
 
 
 #: Vector-unit lane operations per element, by op kind [E, counted from the usual kernels]:
@@ -71,8 +76,9 @@ PARAMS = (
     Param("arrays", int, "", 1, "identical systolic arrays sharing one op's tiles", 1, 64,
           log=True),
     Param("clock_hz", float, "Hz", 1.0e9, "array and vector clock", 1.0e8, 3.0e9, log=True),
-    Param("dtype", str, "", "bf16", "datapath and storage element type",
-          choices=tuple(DTYPE_BYTES)),
+    Param("dtype", str, "", "bf16", "MAC datapath (accelerators.mac_formats); without number "
+          "formats in the workload also its storage element type",
+          choices=mac_formats.MAC_FORMATS),
     Param("ifmap_sram_kb", int, "KiB", 8192, "input-activation scratchpad (double-buffered)",
           1, 131072, log=True),
     Param("filter_sram_kb", int, "KiB", 4096, "weight scratchpad (double-buffered)",
@@ -255,14 +261,14 @@ class NPU(Template):
     def __init__(self, preset: str | None = None, **values: Any):
         super().__init__(preset, **values)
         hw = self.hw
-        self._b = DTYPE_BYTES[hw.dtype]
+        self._b = mac_formats.storage_bytes(hw.dtype)
         self._sram_bytes = {"ifmap": hw.ifmap_sram_kb * 1024, "filter": hw.filter_sram_kb * 1024,
                             "ofmap": hw.ofmap_sram_kb * 1024}
         node = hw.node_nm
         self._sram_j = {k: tech.sram_energy_j_per_byte(v, node) for k, v in self._sram_bytes.items()}
         self._reg_j = tech.register_energy_j_per_byte(node)
-        self._mac_j = tech.mac_energy_j(hw.dtype, node)
-        self._vec_j = tech.vector_op_energy_j(hw.dtype, node)
+        self._mac_j = mac_formats.mac_energy_j(hw.dtype, node)
+        self._vec_j = tech.vector_op_energy_j(mac_formats.vector_format(hw.dtype), node)
         self.memory: MemorySystem = memory_system(hw.dram, hw.dram_devices, hw.dram_device_gb,
                                                   0.0 if hw.dram_devices else
                                                   hw.dram_bandwidth_Bps)
@@ -337,13 +343,55 @@ class NPU(Template):
         return npu_vector.cost_many(designs, ops)
 
     def _scale(self, op: Op) -> float:
-        """Factor from the op's captured element size to this design's dtype."""
-        return element_scale(op, self._b)
+        """Factor from the op's captured element size to this design's dtype (1 for an op in
+        number formats: its bytes are already what moves)."""
+        return 1.0 if "formats" in op.attrs else element_scale(op, self._b)
+
+    def operand_bytes(self, op: Op) -> tuple[float, float, float]:
+        """Bytes per element of a GEMM-class op's activation operand, its other operand
+        (weights, or the KV cache of attention) and its output: its number formats', or this
+        design's element for an op without formats."""
+        f = op_formats(op)
+        if f is None:
+            return self._b, self._b, self._b
+        x, y = f.operands(op.kind)
+        return x.bits_per_element / 8, y.bits_per_element / 8, float(op.bytes_per_element)
+
+    def elements(self, op: Op) -> tuple[float, float, float, str, str]:
+        """:meth:`operand_bytes` and how the MAC array takes each operand (``native`` or
+        ``dequant``, :func:`operand_modes`; ``vector`` for both when the array cannot and the
+        vector lanes run the op, :func:`accelerators.mac_formats.vector_fallback`);
+        :class:`InfeasibleDesign` when neither can."""
+        modes = operand_modes(self.hw.dtype, op)
+        if isinstance(modes, str):
+            if not mac_formats.vector_fallback(self.hw.dtype, op):
+                raise InfeasibleDesign(modes)
+            modes = ("vector", "vector")
+        return (*self.operand_bytes(op), *modes)
+
+    def format_problem(self, workload: ir.Workload) -> str | None:
+        """The array's formats, with its vector lanes running what the array cannot."""
+        return mac_formats.workload_problem(self.hw.dtype, workload, vector_lanes=True)
+
+    def _vector_gemm_cost(self, op: Op, macs: float, extra_ops: float = 0.0) -> OpCost:
+        """A GEMM-class op on the vector lanes (operands the array does not take): one MAC per
+        lane per cycle in the lanes' format, operands staged through the scratchpads once."""
+        hw = self.hw
+        lane_ops = macs + extra_ops
+        cycles = math.ceil(lane_ops / hw.vector_lanes)
+        read, written = float(op.bytes_read), float(op.bytes_written)
+        chunk = hw.vector_lanes * op.bytes_per_element
+        mac_j = tech.mac_energy_j(mac_formats.vector_format(hw.dtype), hw.node_nm)
+        sram = 2 * (read + written)
+        return self._finish("vector", cycles, read + written, min(read, chunk),
+                            min(written, chunk), compute_j=macs * mac_j + extra_ops * self._vec_j,
+                            sram_j=sram * self._sram_j["ifmap"], sram_bytes=sram,
+                            reg_bytes=lane_ops * 3 * op.bytes_per_element)
 
     # GEMM / conv ------------------------------------------------------------------------------
     def _gemm_shape(self, op: Op) -> tuple[int, int, int, int, float]:
         """``(gemms, m, n, k, a_bytes_per_gemm)`` of a matmul or conv op."""
-        a, b = op.attrs, self._b
+        a, b = op.attrs, self.operand_bytes(op)[0]
         try:
             if op.kind == ir.CONV:
                 groups = int(a.get("groups", 1) or 1)
@@ -371,9 +419,13 @@ class NPU(Template):
         gemms, m, n, k, a_bytes = self._gemm_shape(op)
         return self._gemm_cost(op, gemms, m, n, k, a_bytes)
 
-    def _gemm_parts(self, gemms: int, m: int, n: int, k: int, a_bytes: float):
-        """Cycles, DRAM re-fetch bytes, SRAM energy, fill/drain bytes of ``gemms`` GEMMs."""
-        b, rows, cols, arrays, df = self._b, self._rows, self._cols, self._arrays, self._df
+    def _gemm_parts(self, gemms: int, m: int, n: int, k: int, a_bytes: float,
+                    elems: tuple | None = None):
+        """Cycles, DRAM re-fetch bytes, SRAM energy, fill/drain bytes of ``gemms`` GEMMs
+        (``elems``: :meth:`elements`' weight and output bytes per element; this design's
+        element by default); also the SRAM reads of each operand."""
+        rows, cols, arrays, df = self._rows, self._cols, self._arrays, self._df
+        b, bc = (self._b, self._b) if elems is None else (elems[1], elems[2])
         if self._problem:
             raise InfeasibleDesign(self._problem)
         cycles = systolic.gemm_compute_cycles(df, rows, cols, m, n, k, gemms, arrays)
@@ -385,13 +437,14 @@ class NPU(Template):
             rows, cols * arrays, rows)
         if tiling is None:
             raise InfeasibleDesign(f"no tile of the {m}x{n}x{k} GEMM fits the scratchpads")
-        b_bytes, c_bytes = k * n * b, m * n * b
+        b_bytes, c_bytes = k * n * b, m * n * bc
         refetch = gemms * ((tiling.a_passes - 1) * a_bytes + (tiling.b_passes - 1) * b_bytes)
         acc = systolic.gemm_sram_accesses(df, rows, cols, m, n, k)
         ej = self._sram_j
-        sram_j = gemms * (acc.ifmap_reads * b * ej["ifmap"] + acc.filter_reads * b * ej["filter"]
+        ba = b if elems is None else elems[0]
+        sram_j = gemms * (acc.ifmap_reads * ba * ej["ifmap"] + acc.filter_reads * b * ej["filter"]
                           + (acc.ofmap_writes + acc.ofmap_reads) * ACC_BYTES * ej["ofmap"])
-        sram_bytes = gemms * (b * (acc.ifmap_reads + acc.filter_reads)
+        sram_bytes = gemms * (ba * acc.ifmap_reads + b * acc.filter_reads
                               + ACC_BYTES * (acc.ofmap_writes + acc.ofmap_reads))
         # DMA side: what crosses DRAM is written into / read out of a scratchpad once
         dma = (tiling.a_passes * a_bytes, tiling.b_passes * b_bytes, c_bytes)
@@ -399,21 +452,31 @@ class NPU(Template):
         sram_bytes += gemms * sum(dma)
         rk, edge_m, edge_n = min(k, rows), min(m, rows), min(n, cols * arrays)
         fill = a_bytes / (m * k) * edge_m * rk + rk * edge_n * b
-        drain = edge_m * edge_n * b
+        drain = edge_m * edge_n * bc
         dims_bytes = gemms * (a_bytes + b_bytes + c_bytes)
-        return cycles, psum_stall, refetch, sram_j, sram_bytes, fill, drain, dims_bytes
+        reads = (gemms * acc.ifmap_reads, gemms * acc.filter_reads)
+        return cycles, psum_stall, refetch, sram_j, sram_bytes, fill, drain, dims_bytes, reads
 
     def _gemm_cost(self, op: Op, gemms: int, m: int, n: int, k: int, a_bytes: float) -> OpCost:
         if min(gemms, m, n, k) <= 0:
             return self._vector_cost(op)
-        cycles, psum_stall, refetch, sram_j, sram_bytes, fill, drain, dims_bytes = self._gemm_parts(
-            gemms, m, n, k, a_bytes)
+        elems = self.elements(op)
+        if elems[3] == "vector":
+            return self._vector_gemm_cost(op, float(gemms * m * n * k))
+        (cycles, psum_stall, refetch, sram_j, sram_bytes, fill, drain, dims_bytes,
+         reads) = self._gemm_parts(gemms, m, n, k, a_bytes, elems)
         compulsory = op.total_bytes * self._scale(op) or dims_bytes
         macs = gemms * m * n * k
         return self._finish("array", cycles, compulsory + refetch, fill, drain,
                             stall_cycles=psum_stall,
-                            compute_j=macs * self._mac_j, sram_j=sram_j, sram_bytes=sram_bytes,
-                            reg_bytes=macs * _register_bytes_per_mac(self._b))
+                            compute_j=macs * self._mac_j + self._dequant_j(elems, reads),
+                            sram_j=sram_j, sram_bytes=sram_bytes,
+                            reg_bytes=macs * _register_bytes_per_mac(elems[0], elems[1]))
+
+    def _dequant_j(self, elems: tuple, reads: tuple) -> float:
+        """Energy of scaling operands the array does not take natively into its format on
+        their way from the scratchpad: one multiply (a MAC's energy [E]) per element read."""
+        return self._mac_j * sum(r for r, mode in zip(reads, elems[3:]) if mode == "dequant")
 
     # attention --------------------------------------------------------------------------------
     def _attention_cost(self, op: Op, work_fraction: float | None = None,
@@ -423,8 +486,15 @@ class NPU(Template):
         while the array computes the next, so the op takes the longer of the two and holds
         both units. Causal masking skips the fraction of work ``causal_flops / flops``; a
         sparse op passes its own ``work_fraction`` and the vector unit's ``mask_ops``."""
-        hw, b = self.hw, self._b
+        hw = self.hw
+        elems = self.elements(op)
+        b, bkv, bc = elems[:3]
         batch, heads, kv_heads, sq, skv, d, dv, frac = attention_dims(op)
+        if elems[3] == "vector":
+            frac = frac if work_fraction is None else work_fraction
+            scores = batch * heads * sq * skv * frac
+            return self._vector_gemm_cost(op, scores * (d + dv), scores * VECTOR_OPS_PER_ELEMENT[
+                ir.SOFTMAX] + mask_ops)
         frac = frac if work_fraction is None else work_fraction
         g = batch * heads
         if self._problem:
@@ -439,38 +509,41 @@ class NPU(Template):
 
         # DRAM: Q, O once; K and V once per block of Q rows unless one group's K, V fit on chip.
         group_rows = sq * max(1, heads // max(1, kv_heads))
-        kv_group = skv * (d + dv) * b
+        kv_group = skv * (d + dv) * bkv
         cap_i, cap_f, cap_o = (self._sram_bytes[p] / 2 for p in ("ifmap", "filter", "ofmap"))
         tile_q = min(group_rows, int(cap_i // (d * b)),
                      int(cap_o // ((min(skv, hw.cols * hw.arrays) + dv) * ACC_BYTES)))
         passes = 1 if kv_group <= cap_f else math.ceil(group_rows / max(1, tile_q))
         kv_bytes = batch * kv_heads * kv_group
-        q_o_bytes = g * sq * (d + dv) * b
+        q_o_bytes = g * sq * (d * b + dv * bc)
         compulsory = op.total_bytes * self._scale(op) or (q_o_bytes + kv_bytes)
         refetch = (passes - 1) * kv_bytes * frac   # causal: later Q blocks need a K/V prefix
 
         # SRAM: the two GEMMs' operand streams, scores written/read once in 32 bit, P in b bytes.
         acc1 = systolic.gemm_sram_accesses(hw.dataflow, hw.rows, hw.cols, sq, skv, d)
         acc2 = systolic.gemm_sram_accesses(hw.dataflow, hw.rows, hw.cols, sq, dv, skv)
-        per = lambda x, y: x * b * self._sram_j["ifmap"] + y * b * self._sram_j["filter"]
+        per = lambda x, y: x * b * self._sram_j["ifmap"] + y * bkv * self._sram_j["filter"]
         sram_j = g * frac * (per(acc1.ifmap_reads + acc2.ifmap_reads,
                                  acc1.filter_reads + acc2.filter_reads)
                              + (acc1.ofmap_writes + acc1.ofmap_reads + acc2.ofmap_writes
                                 + acc2.ofmap_reads) * ACC_BYTES * self._sram_j["ofmap"])
-        sram_j += scores * (2 * ACC_BYTES * self._sram_j["ofmap"] + 2 * b * self._sram_j["ifmap"])
-        sram_bytes = g * frac * (b * (acc1.ifmap_reads + acc2.ifmap_reads + acc1.filter_reads
-                                      + acc2.filter_reads)
+        sram_j += scores * (2 * ACC_BYTES * self._sram_j["ofmap"] + 2 * bc * self._sram_j["ifmap"])
+        sram_bytes = g * frac * (b * (acc1.ifmap_reads + acc2.ifmap_reads)
+                                 + bkv * (acc1.filter_reads + acc2.filter_reads)
                                  + ACC_BYTES * (acc1.ofmap_writes + acc1.ofmap_reads
                                                 + acc2.ofmap_writes + acc2.ofmap_reads))
-        sram_bytes += scores * 2 * (ACC_BYTES + b)
+        sram_bytes += scores * 2 * (ACC_BYTES + bc)
         macs = g * sq * skv * (d + dv) * frac
         rows = min(sq, hw.rows)
-        fill = rows * d * b + min(skv, hw.cols * hw.arrays) * d * b
-        drain = rows * dv * b
+        fill = rows * d * b + min(skv, hw.cols * hw.arrays) * d * bkv
+        drain = rows * dv * bc
+        reads = (g * frac * (acc1.ifmap_reads + acc2.ifmap_reads),
+                 g * frac * (acc1.filter_reads + acc2.filter_reads))
         return self._finish("array", cycles, compulsory + refetch, fill, drain,
-                            compute_j=macs * self._mac_j + vector_ops * self._vec_j,
+                            compute_j=macs * self._mac_j + vector_ops * self._vec_j
+                            + self._dequant_j(elems, reads),
                             sram_j=sram_j, sram_bytes=sram_bytes,
-                            reg_bytes=macs * _register_bytes_per_mac(b) + vector_ops * 3 * b,
+                            reg_bytes=macs * _register_bytes_per_mac(b, bkv) + vector_ops * 3 * bc,
                             also_holds=("vector",))
 
     def _sparse_attention_cost(self, op: Op) -> OpCost:
@@ -492,7 +565,8 @@ class NPU(Template):
     def _vector_cost(self, op: Op) -> OpCost:
         """Lane operations over ``vector_lanes``; data staged through ifmap (in) and ofmap (out)
         scratchpads; ops that make several passes re-read their input on chip."""
-        hw, b = self.hw, self._b
+        hw = self.hw
+        b = op.bytes_per_element if "formats" in op.attrs else self._b
         lane_ops, read, written, dram, read_x, reg_bytes = vector_parts(op, b)
         cycles = math.ceil(lane_ops / hw.vector_lanes)
         sram_j = read_x * self._sram_j["ifmap"] + written * 2 * self._sram_j["ofmap"]
@@ -537,16 +611,16 @@ class NPU(Template):
         """Systolic PEs (:func:`technology.pe_area_mm2`) and vector lanes, the three
         scratchpads, their peak power (every PE and lane busy each cycle, the arrays' operand
         and partial-sum streams through the scratchpads), leakage, and the memory system."""
-        hw, b = self.hw, DTYPE_BYTES[self.hw.dtype]
+        hw, b = self.hw, self._b
         node = hw.node_nm
         pes = hw.rows * hw.cols * hw.arrays
         compute = sum(self._unit_logic_mm2())
         sram_bytes = sum(self._sram_bytes.values())
         sram = tech.sram_area_mm2(sram_bytes, node)
         sram_j = self._sram_j
-        per_cycle_j = (pes * (tech.mac_energy_j(hw.dtype, node) + _register_bytes_per_mac(b)
+        per_cycle_j = (pes * (self._mac_j + _register_bytes_per_mac(b)
                               * tech.register_energy_j_per_byte(node))
-                       + hw.vector_lanes * tech.vector_op_energy_j(hw.dtype, node)
+                       + hw.vector_lanes * self._vec_j
                        + hw.arrays * (hw.rows * b * sram_j["ifmap"]
                                       + 2 * hw.cols * ACC_BYTES * sram_j["ofmap"])
                        + hw.vector_lanes * 2 * b * sram_j["ifmap"])
@@ -560,6 +634,6 @@ class NPU(Template):
     def _unit_logic_mm2(self) -> tuple[float, float]:
         """Counted logic of the arrays' PEs and of the vector lanes, mm^2."""
         hw = self.hw
-        return (hw.rows * hw.cols * hw.arrays * tech.pe_area_mm2(hw.dtype, hw.node_nm),
-                VECTOR_LANE_AREA_PER_MAC * hw.vector_lanes * tech.mac_area_mm2(hw.dtype,
-                                                                               hw.node_nm))
+        vec = mac_formats.vector_format(hw.dtype)
+        return (hw.rows * hw.cols * hw.arrays * mac_formats.pe_area_mm2(hw.dtype, hw.node_nm),
+                VECTOR_LANE_AREA_PER_MAC * hw.vector_lanes * tech.mac_area_mm2(vec, hw.node_nm))

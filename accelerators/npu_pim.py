@@ -44,7 +44,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from accelerators import dram_timing as dt
+from accelerators import dram_timing as dt, mac_formats
 from accelerators import technology as tech
 from accelerators.base import OpCost, Param, Resources, Template
 from accelerators.composite import cost_composite
@@ -52,12 +52,12 @@ from accelerators.npu import NPU, PRESETS as NPU_PRESETS, PARAMS as NPU_PARAMS
 from accelerators.npu import VECTOR_OPS_PER_ELEMENT
 from accelerators.physical import Floorplan
 from accelerators.pim import (PART, attend_gemv, attention_dims, bank_params, bank_problem,
-                              capacity_problem, geometry, logits_gemv, pim_logic,
-                              pim_memory, pim_peak_w, PimLogic,
+                              capacity_problem, dequant_macs, geometry, logits_gemv,
+                              op_geometry, pim_logic, pim_memory, pim_peak_w, PimLogic,
                               split_attention, timing_of, timing_params)
 from dse.errors import DSEError, InfeasibleDesign
 from workloads import ir
-from workloads.ir import DTYPE_BYTES, Op, Workload
+from workloads.ir import Op, Workload
 from workloads.requests import KV_LENS, attention_kv_lens, rebuild, split_batch
 
 #: Attention-op attribute set by :meth:`NeuPIMs.plan`: the channel of each batch item.
@@ -123,7 +123,7 @@ class NeuPIMs(Template):
     def __init__(self, preset: str | None = None, **values: Any):
         super().__init__(preset, **values)
         hw = self.hw
-        self._b = DTYPE_BYTES[hw.dtype]
+        self._b = mac_formats.storage_bytes(hw.dtype)
         self.timing = timing_of(hw, hw.pim_clock_hz)
         self.geom = geometry(hw, self._b)
         self.pin_Bps = hw.channels * self.timing.channel_bandwidth_Bps
@@ -132,7 +132,7 @@ class NeuPIMs(Template):
         self.npu.embedded = True   # its die and memory are NeuPIMs' (floorplan below)
         #: what the NPU's transfers sustain on the channels (the memory standard's rule)
         self.bandwidth_Bps = self.npu.memory.sustained_bandwidth_Bps
-        self._mac_j = tech.mac_energy_j(hw.dtype, hw.pim_node_nm)
+        self._mac_j = mac_formats.mac_energy_j(hw.dtype, hw.pim_node_nm)
         self._bus_j = tech.dram_energy_j_per_byte("hbm2")
         self._act_j = dt.act_energy_j(hw.page_bytes)
         self._channel_memo: dict[tuple, tuple[list[float], dt.Stream]] = {}
@@ -145,7 +145,8 @@ class NeuPIMs(Template):
     def check(self, workload: Workload) -> str | None:
         phys = self.physical()
         problem = ((phys.problem if phys is not None else None)
-                   or self.npu.scratchpad_check(workload) or self.geom.problem())
+                   or self.npu.scratchpad_check(workload) or self.geom.problem()
+                   or self.format_problem(workload))
         if problem:
             return problem
         return capacity_problem(workload, self.geom, self.hw.channel_capacity_gib, self._b,
@@ -155,9 +156,10 @@ class NeuPIMs(Template):
     def request_cycles(self, op: Op, kv_len: int) -> float:
         """PIM cycles of one request's attention (Q.K^T and P.V) on its channel."""
         _, kv_heads, _, _, _ = attention_dims(op)
-        return (dt.gemv_stream(self.geom, self.timing, logits_gemv(op, kv_len, False), 1).cycles
-                + dt.block_stream(self.geom, self.timing, attend_gemv(op, kv_len, False), kv_heads,
-                                  1).cycles)
+        g = op_geometry(self.geom, op)
+        return (dt.gemv_stream(g, self.timing, logits_gemv(op, kv_len, False), 1).cycles
+                + dt.block_stream(op_geometry(self.geom, _attend(op)), self.timing,
+                                  attend_gemv(op, kv_len, False), kv_heads, 1).cycles)
 
     def assign_channels(self, op: Op, kv_lens: Sequence[int],
                         items: Sequence[int] | None = None,
@@ -318,11 +320,12 @@ class NeuPIMs(Template):
             return hit
         _, kv_heads, _, _, _ = attention_dims(op)
         streams: dict[int, dt.Stream] = {}
+        g = op_geometry(self.geom, op if part == "logits" else _attend(op))
         for s in set(lens):
             if part == "logits":
-                streams[s] = dt.gemv_stream(self.geom, self.timing, logits_gemv(op, s, False), 1)
+                streams[s] = dt.gemv_stream(g, self.timing, logits_gemv(op, s, False), 1)
             else:
-                streams[s] = dt.block_stream(self.geom, self.timing, attend_gemv(op, s, False),
+                streams[s] = dt.block_stream(g, self.timing, attend_gemv(op, s, False),
                                              kv_heads, 1)
         per = [0.0] * self.hw.channels
         for s, ch in zip(lens, chans):
@@ -341,8 +344,8 @@ class NeuPIMs(Template):
         bus = s.gwrite_bytes + s.readout_bytes
         dram_j = (s.bank_activations * self._act_j + dt.in_bank_read_energy_j(s.column_bytes)
                   + bus * self._bus_j)
-        energy = {"compute": s.macs * self._mac_j, "onchip_memory": 0.0,
-                  "offchip_memory": dram_j}
+        energy = {"compute": (s.macs + dequant_macs(self.hw.dtype, op, s)) * self._mac_j,
+                  "onchip_memory": 0.0, "offchip_memory": dram_j}
         busiest_tiles = latency * (s.tile_cycles / s.cycles) if s.cycles else 0.0
         if self.hw.row_buffers == 1:   # blocked: the banks serve nobody else meanwhile
             return OpCost(unit="pim", latency_s=latency, compute_s=0.0, clock_hz=1 / tck,
@@ -439,3 +442,9 @@ def with_compute(c: OpCost, compute_s: float, bandwidth_Bps: float) -> OpCost:
     latency = fill_drain_s + max(compute_s, overlap_s)
     return replace(c, latency_s=latency, compute_s=compute_s,
                    bound="memory" if overlap_s > compute_s else "compute")
+
+
+def _attend(op: Op) -> Op:
+    """``op`` marked as its P.V part (the PIM input is then the probabilities, in the op's
+    base dtype: :func:`accelerators.pim.op_geometry`)."""
+    return op.with_attrs(**{PART: "attend"}) if "formats" in op.attrs else op

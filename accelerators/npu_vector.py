@@ -31,11 +31,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from accelerators import mac_formats
 from accelerators.array_ns import namespace
 from accelerators.npu import (ACC_BYTES, NPU, VECTOR_OPS_PER_ELEMENT, attention_dims,
-                              element_scale, vector_parts)
+                              element_scale, operand_modes, vector_parts)
 from dse.errors import BadInput, InfeasibleDesign
 from workloads import ir
+from workloads.formats import op_formats
 from workloads.ir import Op
 
 #: Integers below this are exact in float64 [IEEE 754 binary64: a 53-bit significand]. Ops whose integer intermediates could reach it are costed by the scalar code.
@@ -77,6 +79,7 @@ class DesignArrays:
         self._iv = np.array(ints, dtype=np.int64).reshape(n, len(self._INTS)).T
         self._fv = np.array(floats, dtype=np.float64).reshape(n, len(self._FLOATS)).T
         self._df = np.array(df, dtype=object).reshape(n)
+        self._dtype = np.array([d.hw.dtype for d in self.designs], dtype=object).reshape(n)
         self.problem: list[str | None] = [d._problem for d in self.designs]
         # c_resident's output block: elements of half the ofmap scratchpad and their isqrt
         c_elems = [int(c // ACC_BYTES) for c in self._fv[4].tolist()]
@@ -102,6 +105,11 @@ class DesignArrays:
         # element sizes present and each design's index among them (op-level values per size)
         self.b_values = sorted({int(b) for b in self._iv[3].tolist()})
         self.b_index = xp.asarray(np.searchsorted(self.b_values, self._iv[3]).astype(np.int64))
+        # MAC formats present and each design's index (what an op in number formats runs on)
+        self.dtype_values = sorted(set(self._dtype.tolist()))
+        self.dtype_index_np = np.array([self.dtype_values.index(t) for t in self._dtype],
+                                       dtype=np.int64)
+        self.dtype_index = xp.asarray(self.dtype_index_np)
 
     def take(self, index: Sequence[int]) -> "DesignArrays":
         """The designs at ``index`` (repeats allowed), as arrays on the same device."""
@@ -110,6 +118,7 @@ class DesignArrays:
         out.xp = self.xp
         out.designs = [self.designs[i] for i in idx.tolist()]
         out._iv, out._fv, out._df = self._iv[:, idx], self._fv[:, idx], self._df[idx]
+        out._dtype = self._dtype[idx]
         out._c_elems, out._side = self._c_elems[idx], self._side[idx]
         out.area_mm2, out.static_power_w = self.area_mm2[idx], self.static_power_w[idx]
         out.problem = [self.problem[i] for i in idx.tolist()]
@@ -119,6 +128,10 @@ class DesignArrays:
     def per_b(self, table: np.ndarray):
         """``(ops, len(b_values))`` op-level values -> ``(ops, N)`` by each design's element size."""
         return self.xp.asarray(table)[:, self.b_index]
+
+    def per_dtype(self, table: np.ndarray):
+        """``(ops, len(dtype_values))`` values -> ``(ops, N)`` by each design's MAC format."""
+        return self.xp.asarray(table)[:, self.dtype_index]
 
 
 # ----------------------------------------------------------------------------- results
@@ -267,6 +280,35 @@ def _col(xp, values, dtype) -> Any:
     return xp.asarray(np.asarray(values, dtype=dtype)[:, None])
 
 
+def _op_elements(a: DesignArrays, ops: list[Op], err: "_Errors", rows_idx: np.ndarray):
+    """Per op of a GEMM-class block: bytes per element of its activation operand, other
+    operand and output as ``(ops, N)`` arrays (the design's element for an op without number
+    formats, as :meth:`NPU.operand_bytes`), and 0/1 arrays of the operands each design
+    dequantises (:func:`accelerators.npu.operand_modes`); an operand a design cannot run is
+    recorded as its error. All three are ``a.b`` itself and the flags 0 when no op has
+    formats."""
+    xp = a.xp
+    fmt = [op_formats(op) is not None for op in ops]
+    if not any(fmt):
+        return a.b, a.b, a.b, 0, 0
+    rep = a.designs[0]
+    cols = [rep.operand_bytes(op) if f else (0.0, 0.0, 0.0) for op, f in zip(ops, fmt)]
+    is_fmt = _col(xp, fmt, bool)
+    ea, ew, ec = (xp.where(is_fmt, _col(xp, [c[i] for c in cols], np.float64), a.b)
+                  for i in range(3))
+    deq_a = np.zeros((len(ops), len(a.dtype_values)), dtype=np.int64)
+    deq_w = np.zeros_like(deq_a)
+    for j, op in enumerate(ops):
+        for t, unit in enumerate(a.dtype_values):
+            modes = operand_modes(unit, op)
+            if isinstance(modes, str):
+                code = err.add(InfeasibleDesign(modes))
+                err.set(rows_idx[j:j + 1], xp.asarray((a.dtype_index_np == t)[None, :]), code)
+                continue
+            deq_a[j, t], deq_w[j, t] = modes[0] == "dequant", modes[1] == "dequant"
+    return ea, ew, ec, a.per_dtype(deq_a), a.per_dtype(deq_w)
+
+
 # ----------------------------------------------------------------------------- GEMMs
 @dataclass
 class GemmFeatures:
@@ -283,11 +325,18 @@ class GemmFeatures:
     tbs: Any
     reg_bytes: Any
     macs: Any
+    ea: Any = None      # bytes per element of the activation operand, the other operand and
+    eb: Any = None      # the output (None: the design's element size); operands each design
+    ec: Any = None      # dequantises (0/1, or 0)
+    deq_a: Any = 0
+    deq_w: Any = 0
 
 
-def gemm_features(a: DesignArrays, ops: list[Op], shapes: list[dict[int, tuple]]) -> GemmFeatures:
+def gemm_features(a: DesignArrays, ops: list[Op], shapes: list[dict[int, tuple]],
+                  err: "_Errors | None" = None, rows_idx=None) -> GemmFeatures:
     """:class:`GemmFeatures` of ops from ``NPU._gemm_shape`` per element size (``shapes``),
-    exactly as the scalar code computes them."""
+    exactly as the scalar code computes them (number formats' elements where an op has
+    them, their errors recorded in ``err`` at ``rows_idx``)."""
     xp, nb = a.xp, len(a.b_values)
     first = [s[a.b_values[0]] for s in shapes]
     a_tab = np.empty((len(ops), nb))
@@ -297,20 +346,31 @@ def gemm_features(a: DesignArrays, ops: list[Op], shapes: list[dict[int, tuple]]
     for j, (op, s) in enumerate(zip(ops, shapes)):
         g, mm, nn, kk = first[j][:4]
         macs[j] = g * mm * nn * kk
+        f = op_formats(op) is not None
         for bi, b in enumerate(a.b_values):
             a_tab[j, bi] = s[b][4]
-            tbs_tab[j, bi] = op.total_bytes * element_scale(op, b)
-            macs_reg_tab[j, bi] = g * mm * nn * kk * (3 * b + 2 * ACC_BYTES)
+            tbs_tab[j, bi] = op.total_bytes * (1.0 if f else element_scale(op, b))
+            if f:
+                x, y, _ = a.designs[0].operand_bytes(op)
+                macs_reg_tab[j, bi] = g * mm * nn * kk * (2 * x + y + 2 * ACC_BYTES)
+            else:
+                macs_reg_tab[j, bi] = g * mm * nn * kk * (3 * b + 2 * ACC_BYTES)
     gemms, m, n, k = (_col(xp, [f[i] for f in first], np.int64) for i in range(4))
-    return GemmFeatures(gemms, m, n, k, a.per_b(a_tab), a.per_b(tbs_tab),
-                        a.per_b(macs_reg_tab), _col(xp, macs, np.float64))
+    out = GemmFeatures(gemms, m, n, k, a.per_b(a_tab), a.per_b(tbs_tab),
+                       a.per_b(macs_reg_tab), _col(xp, macs, np.float64))
+    if err is not None:
+        out.ea, out.eb, out.ec, out.deq_a, out.deq_w = _op_elements(a, ops, err, rows_idx)
+    return out
 
 
 def gemm_kernel(a: DesignArrays, f: GemmFeatures):
     """NPU._gemm_cost for GEMM-shaped ops (no zero dimension) on all designs: latency,
     energy and where no tile fits (``(ops, N)`` each)."""
     xp = a.xp
-    gemms, m, n, k, a_bytes, b = f.gemms, f.m, f.n, f.k, f.a_bytes, a.b
+    gemms, m, n, k, a_bytes = f.gemms, f.m, f.n, f.k, f.a_bytes
+    b = a.b if f.eb is None else f.eb
+    ea = a.b if f.ea is None else f.ea
+    bc = a.b if f.ec is None else f.ec
     cycles = _compute_cycles(a, m, n, k, gemms)
     # psum_chunk_stall_cycles
     sr, sc, t = _spatial(a, m, n, k)
@@ -371,19 +431,21 @@ def gemm_kernel(a: DesignArrays, f: GemmFeatures):
     a_passes = xp.take0(xp.stack(cands_a, np.int64), best)
     b_passes = xp.take0(xp.stack(cands_b, np.int64), best)
 
-    b_bytes, c_bytes = k * n * b, m * n * b
+    b_bytes, c_bytes = k * n * b, m * n * bc
     refetch = gemms * ((a_passes - 1) * a_bytes + (b_passes - 1) * b_bytes)
     ifr, flr, ow, orr = _sram_accesses(a, m, n, k)
-    sram_j = gemms * (ifr * b * a.ej_i + flr * b * a.ej_f + (ow + orr) * ACC_BYTES * a.ej_o)
+    sram_j = gemms * (ifr * ea * a.ej_i + flr * b * a.ej_f + (ow + orr) * ACC_BYTES * a.ej_o)
     sram_j = sram_j + gemms * (a_passes * a_bytes * a.ej_i + b_passes * b_bytes * a.ej_f
                                + c_bytes * a.ej_o)
     rk, edge_m, edge_n = xp.minimum(k, a.rows), xp.minimum(m, a.rows), xp.minimum(n, array_n)
     fill = xp.div(a_bytes, m * k) * edge_m * rk + rk * edge_n * b
-    drain = edge_m * edge_n * b
+    drain = edge_m * edge_n * bc
     dims_bytes = gemms * (a_bytes + b_bytes + c_bytes)
     compulsory = xp.where(f.tbs != 0, f.tbs, dims_bytes)
-    latency, en = _finish(a, cycles, compulsory + refetch, fill, drain, f.macs * a.mac_j,
-                          sram_j, f.reg_bytes, a.act_array, stall=stall)
+    dequant = a.mac_j * (gemms * ifr * f.deq_a + gemms * flr * f.deq_w)
+    latency, en = _finish(a, cycles, compulsory + refetch, fill, drain,
+                          f.macs * a.mac_j + dequant, sram_j, f.reg_bytes, a.act_array,
+                          stall=stall)
     return latency, en, no_tile
 
 
@@ -391,7 +453,7 @@ def _gemm_block(a: DesignArrays, ops: list[Op], shapes: list[dict[int, tuple]], 
                 rows_idx: np.ndarray, lat, energy, problem) -> None:
     """NPU._gemm_cost for GEMM-shaped ops (no zero dimension) on all designs."""
     xp = a.xp
-    latency, en, no_tile = gemm_kernel(a, gemm_features(a, ops, shapes))
+    latency, en, no_tile = gemm_kernel(a, gemm_features(a, ops, shapes, err, rows_idx))
     idx = xp.asarray(rows_idx, np.int64)
     lat[idx], energy[idx] = latency, en
     err.set(rows_idx, xp.broadcast_to(problem != 0, tuple(latency.shape)), problem)
@@ -425,11 +487,20 @@ class AttentionFeatures:
     group_rows: Any
     tbs: Any
     q_o_bytes: Any
+    eq: Any = None      # bytes per element of Q, of the KV cache and of the output (None: the
+    ekv: Any = None     # design's element size); operands each design dequantises (0/1, or 0)
+    eo: Any = None
+    deq_a: Any = 0
+    deq_w: Any = 0
 
 
-def attention_features(a: DesignArrays, ops: list[Op], dims: list[tuple]) -> AttentionFeatures:
-    """:class:`AttentionFeatures` of ops from their :func:`attention_dims`."""
+def attention_features(a: DesignArrays, ops: list[Op], dims: list[tuple],
+                       err: "_Errors | None" = None, rows_idx=None) -> AttentionFeatures:
+    """:class:`AttentionFeatures` of ops from their :func:`attention_dims` (number formats'
+    elements where an op has them, their errors recorded in ``err`` at ``rows_idx``)."""
     xp, nb = a.xp, len(a.b_values)
+    elems = [a.designs[0].operand_bytes(op) if op_formats(op) is not None else None
+             for op in ops]
     tbs_tab, qo_tab = np.empty((len(ops), nb)), np.empty((len(ops), nb), dtype=np.int64)
     scores_l, vops_l, macs_l, group_rows_l = [], [], [], []
     for j, (op, x) in enumerate(zip(ops, dims)):
@@ -440,14 +511,19 @@ def attention_features(a: DesignArrays, ops: list[Op], dims: list[tuple]) -> Att
         vops_l.append(scores * VECTOR_OPS_PER_ELEMENT[ir.SOFTMAX])
         macs_l.append(gg * q * kv * (dd + dvv) * fr)
         group_rows_l.append(q * max(1, h // max(1, kvh)))
+        e = elems[j]
         for bi, b in enumerate(a.b_values):
-            tbs_tab[j, bi] = op.total_bytes * element_scale(op, b)
-            qo_tab[j, bi] = gg * q * (dd + dvv) * b
+            tbs_tab[j, bi] = op.total_bytes * (1.0 if e else element_scale(op, b))
+            qo_tab[j, bi] = (gg * q * (dd * e[0] + dvv * e[2]) if e
+                             else gg * q * (dd + dvv) * b)
     ints = [_col(xp, [x[i] for x in dims], np.int64) for i in range(7)]
-    return AttentionFeatures(*ints, _col(xp, [x[7] for x in dims], np.float64),
-                             _col(xp, scores_l, np.float64), _col(xp, vops_l, np.float64),
-                             _col(xp, macs_l, np.float64), _col(xp, group_rows_l, np.int64),
-                             a.per_b(tbs_tab), a.per_b(qo_tab))
+    out = AttentionFeatures(*ints, _col(xp, [x[7] for x in dims], np.float64),
+                            _col(xp, scores_l, np.float64), _col(xp, vops_l, np.float64),
+                            _col(xp, macs_l, np.float64), _col(xp, group_rows_l, np.int64),
+                            a.per_b(tbs_tab), a.per_b(qo_tab))
+    if err is not None:
+        out.eq, out.ekv, out.eo, out.deq_a, out.deq_w = _op_elements(a, ops, err, rows_idx)
+    return out
 
 
 def attention_kernel(a: DesignArrays, f: AttentionFeatures):
@@ -456,14 +532,16 @@ def attention_kernel(a: DesignArrays, f: AttentionFeatures):
     xp = a.xp
     batch, kv_heads, sq, skv, d, dv, frac = f.batch, f.kv_heads, f.sq, f.skv, f.d, f.dv, f.frac
     g = batch * f.heads
-    b = a.b
+    b = a.b if f.eq is None else f.eq
+    bkv = a.b if f.ekv is None else f.ekv
+    bc = a.b if f.eo is None else f.eo
     qk = _compute_cycles(a, sq, skv, d, g)
     pv = _compute_cycles(a, sq, dv, skv, g)
     array_cycles = xp.ceil((qk + pv) * frac)
     vector_cycles = xp.ceil(xp.div(f.vector_ops, a.lanes))
     cycles = xp.maximum(array_cycles, vector_cycles)
 
-    kv_group = skv * (d + dv) * b
+    kv_group = skv * (d + dv) * bkv
     ca = a.cols * a.arrays
     div_i = d * b
     div_o = (xp.minimum(skv, ca) + dv) * ACC_BYTES
@@ -480,17 +558,19 @@ def attention_kernel(a: DesignArrays, f: AttentionFeatures):
 
     i1, f1, w1, r1 = _sram_accesses(a, sq, skv, d)
     i2, f2, w2, r2 = _sram_accesses(a, sq, dv, skv)
-    sram_j = g * frac * ((i1 + i2) * b * a.ej_i + (f1 + f2) * b * a.ej_f
+    sram_j = g * frac * ((i1 + i2) * b * a.ej_i + (f1 + f2) * bkv * a.ej_f
                          + (w1 + r1 + w2 + r2) * ACC_BYTES * a.ej_o)
-    sram_j = sram_j + f.scores * (2 * ACC_BYTES * a.ej_o + 2 * b * a.ej_i)
+    sram_j = sram_j + f.scores * (2 * ACC_BYTES * a.ej_o + 2 * bc * a.ej_i)
     rows = xp.minimum(sq, a.rows)
-    fill = rows * d * b + xp.minimum(skv, ca) * d * b
-    drain = rows * dv * b
+    fill = rows * d * b + xp.minimum(skv, ca) * d * bkv
+    drain = rows * dv * bc
     macs, vector_ops = f.macs, f.vector_ops
+    reg = (macs * (2 * b + bkv + 2 * ACC_BYTES) if bkv is not b
+           else macs * (3 * b + 2 * ACC_BYTES))
+    dequant = a.mac_j * (g * frac * (i1 + i2) * f.deq_a + g * frac * (f1 + f2) * f.deq_w)
     latency, en = _finish(a, cycles, compulsory + refetch, fill, drain,
-                          macs * a.mac_j + vector_ops * a.vec_j, sram_j,
-                          macs * (3 * b + 2 * ACC_BYTES) + vector_ops * 3 * b,
-                          a.act_array + a.act_vector)
+                          macs * a.mac_j + vector_ops * a.vec_j + dequant, sram_j,
+                          reg + vector_ops * 3 * bc, a.act_array + a.act_vector)
     return latency, en, zero
 
 
@@ -498,7 +578,7 @@ def _attention_block(a: DesignArrays, ops: list[Op], dims: list[tuple], err: _Er
                      rows_idx: np.ndarray, lat, energy, problem) -> None:
     """NPU._attention_cost for attention ops on all designs."""
     xp = a.xp
-    latency, en, zero = attention_kernel(a, attention_features(a, ops, dims))
+    latency, en, zero = attention_kernel(a, attention_features(a, ops, dims, err, rows_idx))
     idx = xp.asarray(rows_idx, np.int64)
     lat[idx], energy[idx] = latency, en
     shape = tuple(latency.shape)
@@ -509,23 +589,29 @@ def _attention_block(a: DesignArrays, ops: list[Op], dims: list[tuple], err: _Er
 
 
 # ----------------------------------------------------------------------------- vector unit
-def vector_kernel(a: DesignArrays, parts):
+def vector_kernel(a: DesignArrays, parts, elem=None):
     """NPU._vector_cost; ``parts`` are :func:`accelerators.npu.vector_parts`' six values
-    ``(lane_ops, read, written, dram, read_x, reg_bytes)`` per (op, design)."""
+    ``(lane_ops, read, written, dram, read_x, reg_bytes)`` per (op, design); ``elem`` each
+    op's element bytes where it has number formats (0: the design's; None: none has)."""
     xp = a.xp
     lane_ops, read, written, dram, read_x, reg_bytes = parts
     cycles = xp.ceil(xp.div(lane_ops, a.lanes))
     sram_j = read_x * a.ej_i + written * 2 * a.ej_o
-    chunk = a.lanes * a.b
+    if elem is None or not np.any(elem):
+        chunk = a.lanes * a.b
+    else:
+        e = xp.asarray(np.asarray(elem, dtype=np.int64)[:, None])
+        chunk = a.lanes * xp.where(e > 0, e, a.b)
     return _finish(a, cycles, dram, xp.minimum(read, chunk), xp.minimum(written, chunk),
                    lane_ops * a.vec_j, sram_j, reg_bytes, a.act_vector)
 
 
 def _vector_block(a: DesignArrays, tabs: np.ndarray, rows_idx: np.ndarray, lat,
-                  energy) -> None:
+                  energy, elem: np.ndarray | None = None) -> None:
     """NPU._vector_cost; ``tabs[field, op, b]`` holds :func:`accelerators.npu.vector_parts`
-    per element size."""
-    latency, en = vector_kernel(a, [a.per_b(t) for t in tabs])
+    per element size; ``elem`` each op's element bytes where it has number formats (0: the
+    design's)."""
+    latency, en = vector_kernel(a, [a.per_b(t) for t in tabs], elem)
     idx = a.xp.asarray(rows_idx, np.int64)
     lat[idx], energy[idx] = latency, en
 
@@ -628,15 +714,22 @@ def _cost_exact(a: DesignArrays, ops: Sequence[Op], lat, energy, err: _Errors) -
     problem = xp.asarray(problem_np)
 
     def add_vector_op(j: int, op: Op) -> None:
-        parts = [vector_parts(op, b) for b in a.b_values]
+        own = op.bytes_per_element if op_formats(op) is not None else 0
+        parts = [vector_parts(op, own or b) for b in a.b_values]
         if all(_exact(*p) for p in parts):
-            vec.append((j, parts))
+            vec.append((j, parts, own))
         else:
             scalar.append(j)
 
+    def on_lanes(op: Op) -> bool:   # some design runs it on its vector lanes: scalar code
+        return op_formats(op) is not None and any(
+            isinstance(operand_modes(t, op), str) and mac_formats.vector_fallback(t, op)
+            for t in a.dtype_values)
+
     for j, op in enumerate(ops):
         try:
-            if op.kind in ir.COMPOSITE_KINDS:   # a sum of parts: the scalar cost adds them
+            if op.kind in ir.COMPOSITE_KINDS or (op.kind in _ARRAY_KINDS + (ir.ATTENTION,)
+                                                 and on_lanes(op)):
                 scalar.append(j)
             elif op.kind in _ARRAY_KINDS:
                 shapes = {b: rep[b]._gemm_shape(op) for b in a.b_values}
@@ -669,9 +762,10 @@ def _cost_exact(a: DesignArrays, ops: Sequence[Op], lat, energy, err: _Errors) -
         _attention_block(a, [x[1] for x in attn], [x[2] for x in attn], err,
                          np.array([x[0] for x in attn]), lat, energy, problem)
     if vec:
-        tabs = np.array([[[p[f] for p in parts] for _, parts in vec] for f in range(6)],
+        tabs = np.array([[[p[f] for p in parts] for _, parts, _ in vec] for f in range(6)],
                         dtype=np.float64)
-        _vector_block(a, tabs, np.array([v[0] for v in vec]), lat, energy)
+        _vector_block(a, tabs, np.array([v[0] for v in vec]), lat, energy,
+                      np.array([v[2] for v in vec], dtype=np.int64))
     if scalar:
         s_lat = np.full((len(scalar), a.n), math.nan)
         s_en = np.full((len(scalar), a.n), math.nan)

@@ -32,7 +32,7 @@ from typing import Any
 
 import networkx as nx
 
-from accelerators import dram_timing as dt
+from accelerators import dram_timing as dt, mac_formats
 from accelerators import technology as tech
 from accelerators.base import OpCost, Param, Resources, Template
 from accelerators.composite import cost_composite
@@ -41,7 +41,8 @@ from accelerators.physical import Floorplan, control_mm2
 from accelerators.npu import VECTOR_LANE_AREA_PER_MAC, VECTOR_OPS_PER_ELEMENT
 from dse.errors import BadInput
 from workloads import ir
-from workloads.ir import DTYPE_BYTES, Op, Workload
+from workloads.formats import has_formats, op_formats, role_format
+from workloads.ir import Op, Workload
 from workloads.memo import per_workload
 from workloads.requests import attention_kv_lens
 
@@ -165,7 +166,7 @@ def _attention_parts(op: Op) -> list[Op]:
     sm = Op(name=f"{op.name}.softmax", kind=ir.SOFTMAX, target="softmax", input_shapes=(),
             output_shapes=(), dtype=op.dtype, bytes_per_element=b, flops=5 * scores,
             activation_bytes_read=scores * b, activation_bytes_written=scores * b,
-            attrs={"elements": scores})
+            attrs={"elements": scores, **({"formats": a["formats"]} if "formats" in a else {})})
     sv = Op(name=f"{op.name}.sv", kind=ir.ATTENTION, target=op.target, input_shapes=(),
             output_shapes=op.output_shapes, dtype=op.dtype, bytes_per_element=b,
             flops=int(round(flops * (1 - kd))), activation_bytes_read=scores * b,
@@ -232,8 +233,9 @@ PARAMS = (
     *timing_params(dt.GDDR6),
     Param("memory", str, "", "gddr6", "DRAM kind: bus energy per byte and background power",
           choices=tuple(dt.BACKGROUND_W_PER_CHANNEL)),
-    Param("dtype", str, "", "bf16", "element type stored and multiplied",
-          choices=tuple(DTYPE_BYTES)),
+    Param("dtype", str, "", "bf16", "format of the in-bank MAC units "
+          "(accelerators.mac_formats); without number formats in the workload also the "
+          "element type stored", choices=mac_formats.MAC_FORMATS),
     Param("pim_node_nm", int, "nm", 45, "logic-equivalent node of the in-DRAM MAC units",
           choices=tech.NODES_NM),
     Param("asic_lanes", int, "lanes", 256, "host-ASIC vector lanes (elements per cycle)",
@@ -283,15 +285,16 @@ class PIM(Template):
     def __init__(self, preset: str | None = None, **values: Any):
         super().__init__(preset, **values)
         hw = self.hw
-        self._b = DTYPE_BYTES[hw.dtype]
+        self._b = mac_formats.storage_bytes(hw.dtype)
         self.timing = timing_of(hw, hw.clock_hz)
         self.geom = geometry(hw, self._b)
         self.pin_Bps = hw.channels * self.timing.channel_bandwidth_Bps
         #: what the host ASIC's transfers sustain over the channels (the memory standard's
         #: rule; PIM command streams are timed command by command instead)
         self.bus_Bps = self.pin_Bps * get_standard(hw.memory).sustained_fraction
-        self._mac_j = tech.mac_energy_j(hw.dtype, hw.pim_node_nm)
-        self._vec_j = tech.vector_op_energy_j(hw.dtype, hw.asic_node_nm)
+        self._mac_j = mac_formats.mac_energy_j(hw.dtype, hw.pim_node_nm)
+        self._vec_j = tech.vector_op_energy_j(mac_formats.vector_format(hw.dtype),
+                                              hw.asic_node_nm)
         self._sram_j = tech.sram_energy_j_per_byte(hw.asic_sram_kb * 1024, hw.asic_node_nm)
         self._bus_j = tech.dram_energy_j_per_byte(hw.memory)
         self._act_j = dt.act_energy_j(hw.page_bytes)
@@ -313,6 +316,12 @@ class PIM(Template):
         return capacity_problem(workload, self.geom, self.hw.channel_capacity_gib, self._b,
                                 kv_channels=None)
 
+    def op_geometry(self, op: Op) -> dt.PimGeometry:
+        """The bank geometry ``op``'s operands are laid out in: the design's element, or the
+        op's number formats (matrix: weights or KV cache; input: activations; results: the
+        op's output)."""
+        return op_geometry(self.geom, op)
+
     # ----------------------------------------------------------------------------- plan/cost
     def plan(self, workload: Workload) -> Workload:
         return split_attention(workload)
@@ -326,12 +335,16 @@ class PIM(Template):
             return cost_composite(op, self.cost)
         if (op.kind in (ir.MATMUL, ir.CONV) and op.attrs.get("weight_operand", op.kind == ir.CONV)):
             gemv, repeats = weight_gemv(op)
-            s = dt.repeat_stream(dt.gemv_stream(self.geom, self.timing, gemv), repeats)
-            return self.pim_cost(s, host_adds=_partials(s, gemv, repeats, self._b))
+            g = self.op_geometry(op)
+            s = dt.repeat_stream(dt.gemv_stream(g, self.timing, gemv), repeats)
+            return self.pim_cost(s, host_adds=_partials(s, gemv, repeats,
+                                                        g.output_bytes or self._b),
+                                 dequant=dequant_macs(self.hw.dtype, op, s))
         if op.kind == ir.ATTENTION:
             part = op.attrs.get(PART)
             if part in ("logits", "attend"):
-                return self.pim_cost(self.attention_stream(op, part))
+                s = self.attention_stream(op, part)
+                return self.pim_cost(s, dequant=dequant_macs(self.hw.dtype, op, s))
             return self._unsplit_attention(op)
         if op.kind == ir.MATMUL:   # both operands activations: the ASIC multiplies
             return self.asic_cost(op, lane_ops=op.flops / 2)
@@ -342,11 +355,12 @@ class PIM(Template):
         another, each over all channels."""
         _, kv_heads, _, _, _ = attention_dims(op)
         total = None
+        g = self.op_geometry(op)
         for kv_len, count in sorted(Counter(attention_kv_lens(op)).items()):
             if part == "logits":
-                s = dt.gemv_stream(self.geom, self.timing, logits_gemv(op, kv_len))
+                s = dt.gemv_stream(g, self.timing, logits_gemv(op, kv_len))
             else:
-                s = dt.block_stream(self.geom, self.timing, attend_gemv(op, kv_len), kv_heads)
+                s = dt.block_stream(g, self.timing, attend_gemv(op, kv_len), kv_heads)
             s = dt.repeat_stream(s, count)
             total = s if total is None else dt.add_streams(total, s)
         if total is None:
@@ -369,9 +383,10 @@ class PIM(Template):
                                       for k in a.bytes_by_level},
                       energy_j=energy, bound="memory", also_holds=("asic",))
 
-    def pim_cost(self, s: dt.Stream, host_adds: float = 0.0) -> OpCost:
+    def pim_cost(self, s: dt.Stream, host_adds: float = 0.0, dequant: float = 0.0) -> OpCost:
         """OpCost of a PIM command stream: unit ``pim``; the tiles are compute, GWRITE and
-        RDRESULT bytes cross the shared bus."""
+        RDRESULT bytes cross the shared bus; ``dequant`` matrix elements are scaled into the
+        MAC units' format on the way (one MAC's energy each [E])."""
         tck = self.timing.tck_s
         latency = s.cycles * tck
         bus = s.gwrite_bytes + s.readout_bytes
@@ -380,7 +395,8 @@ class PIM(Template):
         return OpCost(unit="pim", latency_s=latency, compute_s=s.tile_cycles * tck,
                       clock_hz=self.hw.clock_hz, traffic={"bus": bus},
                       bytes_by_level={"dram": s.column_bytes, "bus": bus},
-                      energy_j={"compute": s.macs * self._mac_j + host_adds * self._vec_j,
+                      energy_j={"compute": (s.macs + dequant) * self._mac_j
+                                + host_adds * self._vec_j,
                                 "onchip_memory": (bus + host_adds * self._b) * self._sram_j,
                                 "offchip_memory": dram_j},
                       bound="compute" if s.tile_cycles >= s.cycles / 2 else "memory")
@@ -389,7 +405,8 @@ class PIM(Template):
         """An op on the host ASIC: lane operations over ``asic_lanes``; vectors live in its
         buffer; weights (norm parameters, embedding rows), KV appends and activations that do
         not fit the buffer cross the bus."""
-        hw, b = self.hw, self._b
+        hw = self.hw
+        b = op.bytes_per_element if "formats" in op.attrs else self._b
         scale = b / op.bytes_per_element if op.bytes_per_element else 1.0
         act = (op.activation_bytes_read + op.activation_bytes_written) * scale
         dram = (op.weight_bytes + op.kv_bytes_read + op.kv_bytes_written) * scale
@@ -424,8 +441,8 @@ class PIM(Template):
         reported off-die as ``pim_logic`` and its power at full rate (:func:`pim_peak_w`) in the
         TDP; infeasible when the logic does not fit a DRAM die (:meth:`PimLogic.problem`)."""
         hw = self.hw
-        lanes = hw.asic_lanes * VECTOR_LANE_AREA_PER_MAC * tech.mac_area_mm2(hw.dtype,
-                                                                            hw.asic_node_nm)
+        lanes = hw.asic_lanes * VECTOR_LANE_AREA_PER_MAC * tech.mac_area_mm2(
+            mac_formats.vector_format(hw.dtype), hw.asic_node_nm)
         sram_bytes = hw.asic_sram_kb * 1024
         sram = tech.sram_area_mm2(sram_bytes, hw.asic_node_nm)
         logic = self.pim_logic()
@@ -441,6 +458,27 @@ class PIM(Template):
                                               self._act_j),
                          problems=tuple(p for p in (logic.problem(),) if p),
                          clock_hz=hw.asic_clock_hz)
+
+
+def op_geometry(geom: dt.PimGeometry, op: Op) -> dt.PimGeometry:
+    """``geom`` with the element sizes of ``op``'s number formats (itself for an op without):
+    the matrix in the banks is the op's weights (a weight GEMV) or its KV cache (attention),
+    the input vector its activations, the results its output dtype."""
+    f = op_formats(op)
+    if f is None:
+        return geom
+    x, y = f.operands(op.kind)
+    base = float(op.bytes_per_element)
+    x_bytes = base if op.attrs.get(PART) == "attend" else x.bits_per_element / 8  # P: base
+    return replace(geom, element_bytes=y.bits_per_element / 8, input_bytes=x_bytes,
+                   output_bytes=base)
+
+
+def dequant_macs(unit: str, op: Op, s: dt.Stream) -> float:
+    """Matrix elements of stream ``s`` that MAC units of format ``unit`` scale into their own
+    format (a block- or group-scaled operand they do not take natively), or 0."""
+    modes = mac_formats.operand_modes(unit, op)
+    return s.macs if not isinstance(modes, str) and modes[1] == "dequant" else 0.0
 
 
 def _lane_ops(op: Op, b: int) -> float:
@@ -528,7 +566,7 @@ def pim_logic(kind: str, channels: int, banks_per_channel: int, macs_per_bank: i
     of ``dtype`` in ``kind`` DRAM holding ``channel_capacity_gib`` per channel."""
     ref = tech.mac_area_mm2(*PIM_LANE_REFERENCE)
     lanes = channels * banks_per_channel * macs_per_bank
-    bits = lanes * PIM_LANE_CELL_BITS * tech.mac_area_mm2(dtype, pim_node_nm) / ref
+    bits = lanes * PIM_LANE_CELL_BITS * mac_formats.mac_area_mm2(dtype, pim_node_nm) / ref
     return PimLogic(kind, lanes, math.ceil(channels / CHANNELS_PER_DEVICE[kind]), bits,
                     channels * channel_capacity_gib * GIB * 8)
 
@@ -557,7 +595,7 @@ def pim_memory(kind: str, channels: int, channel_capacity_gib: float,
     std = replace(std, price_usd_per_gb=std.price_usd_per_gb * logic.growth,
                   static_w=per * dt.BACKGROUND_W_PER_CHANNEL[kind])
     devices = math.ceil(channels / per)
-    return MemorySystem(std, devices, channels * channel_capacity_gib * GIB / devices / 1e9,
+    return MemorySystem(std, devices, channels * channel_capacity_gib / devices,   # GiB each
                         bandwidth_Bps)
 
 
@@ -576,14 +614,20 @@ def capacity_problem(workload: Workload, g: dt.PimGeometry, channel_capacity_gib
     """
     capacity = g.channels * channel_capacity_gib * GIB
     bank_cap = channel_capacity_gib * GIB / g.banks
-    weights = workload.params * element_bytes * weight_fraction
+    fmts = has_formats(workload)
+    weights = (workload.weight_footprint_bytes if fmts else workload.params * element_bytes) \
+        * weight_fraction
     summary = _capacity_summary(workload)
     kv = 0.0
     bank = 0.0
+    gw = replace(g, element_bytes=role_format(workload, "weights").bits_per_element / 8) \
+        if fmts else g
     for (rows, cols, repeats), n in summary.weights.items():
-        bank += n * repeats * dt.bank_footprint_bytes(g, dt.Gemv(rows, cols))
+        bank += n * repeats * dt.bank_footprint_bytes(gw, dt.Gemv(rows, cols))
     for (kv_read, op_bytes), n in summary.kv_reads.items():
-        kv += n * kv_read * (element_bytes / op_bytes if op_bytes else 1.0)
+        kv += n * kv_read * (1.0 if fmts else element_bytes / op_bytes if op_bytes else 1.0)
+    if fmts:
+        g = replace(g, element_bytes=role_format(workload, "kv").bits_per_element / 8)
     for (part, kv_heads, d, dv, lens), n in summary.attention.items():
         for kv_len, count in lens:
             fp = 0

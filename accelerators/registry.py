@@ -12,7 +12,7 @@ import importlib.util
 from functools import lru_cache
 
 from accelerators.base import Template
-from dse.errors import BadInput, first_line
+from dse.errors import BadInput, DSEError, first_line
 
 #: Entry-point group through which other installed packages add templates.
 ENTRY_POINT_GROUP = "accel_dse.templates"
@@ -77,6 +77,21 @@ def get_template(name: str) -> type[Template]:
 
 
 def make_accelerator(spec: str, hw: dict | None = None) -> Template:
-    """Build a design from ``"template[:preset]"`` and parameter overrides."""
+    """Build a design from ``"template[:preset]"`` and parameter overrides. A plugin
+    template's own failure (anything but this project's errors) is one :class:`BadInput`
+    naming the plugin."""
+    if not isinstance(spec, str) or not spec.strip() or spec.endswith(":"):
+        raise BadInput("accelerator", spec, "expected TEMPLATE or TEMPLATE:PRESET, e.g. npu or "
+                       "gpu:h200 (" + ", ".join(template_names()) + ")")
     name, _, preset = spec.partition(":")
-    return get_template(name)(preset or None, **(hw or {}))
+    cls = get_template(name)
+    if name in _TEMPLATES:
+        return cls(preset or None, **(hw or {}))
+    try:
+        return cls(preset or None, **(hw or {}))
+    except DSEError:
+        raise
+    except Exception as exc:   # the plugin's own code
+        raise BadInput("accelerator", spec, f"a plugin template that builds "
+                       f"({cls.__module__}.{cls.__qualname__}: {type(exc).__name__}: "
+                       f"{first_line(exc)})") from None

@@ -211,11 +211,12 @@ class System:
         return self.designs[i]
 
     def collective(self, kind: str, nbytes: float, group: Sequence[int] | None = None,
-                   algorithm: str | None = None) -> CollectiveCost:
+                   algorithm: str | None = None, call: str = "device") -> CollectiveCost:
         """The cost of one collective on this system's topology (algorithm: the system's
-        ``algorithms`` parameter unless given)."""
+        ``algorithms`` parameter unless given; ``call``: how it is issued,
+        :data:`accelerators.collective_calibration.MODES`)."""
         return collective_cost(self.topology, kind, nbytes, group,
-                               algorithm or self.hw.algorithms)
+                               algorithm or self.hw.algorithms, call=call)
 
     # ------------------------------------------------------------------ silicon, cost, power
     def _device_physical(self, design: Template) -> tuple[Physical | None, str | None]:

@@ -42,13 +42,14 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
-from accelerators import mesh_algorithms as mesh
+from accelerators import mac_formats, mesh_algorithms as mesh
 from accelerators import physical, technology as tech
 from accelerators.base import OpCost, Param, Resources, Template
 from accelerators.composite import cost_composite
 from accelerators.physical import Floorplan
 from dse.errors import InfeasibleDesign
 from workloads import ir
+from workloads.formats import GEMM_KINDS, has_formats, role_format
 from workloads.ir import DTYPE_BYTES, Op
 from workloads.memo import per_workload
 
@@ -183,8 +184,9 @@ class Wafer(Template):
               choices=mesh.ALLREDUCE_ALGORITHMS),
         Param("ktree_k", int, "levels", 2, "levels of the K-tree all-reduce (WaferLLM: 2 [P])",
               1, 8, step=1),
-        Param("dtype", str, "", "fp16", "data type stored and computed on the wafer",
-              choices=tuple(DTYPE_BYTES)),
+        Param("dtype", str, "", "fp16", "MAC format of the cores (accelerators.mac_formats); "
+              "without number formats in the workload also the type stored on the wafer",
+              choices=mac_formats.MAC_FORMATS),
         Param("node_nm", int, "nm", 7, "process node (WSE-2: TSMC 7 nm [D])",
               choices=tech.NODES_NM),
         Param("core_logic_area_mm2", float, "mm^2", WSE2_CORE_LOGIC_AREA_MM2,
@@ -225,7 +227,7 @@ class Wafer(Template):
 
     @cached_property
     def bytes_per_elem(self) -> int:
-        return DTYPE_BYTES[self.hw.dtype]
+        return mac_formats.storage_bytes(self.hw.dtype)
 
     @property
     def cores(self) -> int:
@@ -283,8 +285,9 @@ class Wafer(Template):
             if op.kind == ir.EMBEDDING:
                 nbytes += op.activation_bytes_read  # the token ids
             if sink:
-                nbytes += op.activation_bytes_written / max(op.bytes_per_element, 1) \
-                    * self.bytes_per_elem
+                nbytes += op.activation_bytes_written * (
+                    1.0 if "formats" in op.attrs
+                    else self.bytes_per_elem / max(op.bytes_per_element, 1))
         return self.op_cost(op, phase, nbytes)
 
     def op_cost(self, op: Op, phase: str, io_bytes: float = 0.0) -> OpCost:
@@ -298,7 +301,15 @@ class Wafer(Template):
                                      + io_bytes * IO_PJ_PER_BYTE * 1e-12})
         plan = self.plan_op(op, phase)
         w, h = self.region(phase)
-        return self._finish(plan, io_bytes, w * h)
+        return self._finish(plan, io_bytes, w * h, self._dequantises(op))
+
+    def _dequantises(self, op: Op) -> bool:
+        """True when the cores scale ``op``'s weights (or KV cache) into their MAC format on
+        every use (block- or group-scaled operands they do not take natively)."""
+        if "formats" not in op.attrs or op.kind not in GEMM_KINDS:
+            return False
+        modes = mac_formats.operand_modes(self.hw.dtype, op)
+        return not isinstance(modes, str) and modes[1] == "dequant"
 
     def plan_op(self, op: Op, phase: str) -> _Plan:
         """The op mapped onto its phase's region (decode ops: the slower orientation);
@@ -457,12 +468,15 @@ class Wafer(Template):
     def _energy_per_unit(self) -> tuple[float, float, float, float]:
         """J per MAC, per element op, per SRAM byte and per NoC byte-hop of this design."""
         hw = self.hw
-        return (tech.mac_energy_j(hw.dtype, hw.node_nm),
-                tech.vector_op_energy_j(hw.dtype, hw.node_nm),
+        return (mac_formats.mac_energy_j(hw.dtype, hw.node_nm),
+                tech.vector_op_energy_j(mac_formats.vector_format(hw.dtype), hw.node_nm),
                 tech.sram_energy_j_per_byte(self._sram_bytes, hw.node_nm),
                 tech.noc_energy_j_per_byte(self.core_pitch_mm, hw.node_nm))
 
-    def _finish(self, plan: _Plan, io_bytes: float, region_cores: int) -> OpCost:
+    def _finish(self, plan: _Plan, io_bytes: float, region_cores: int,
+                dequant: bool = False) -> OpCost:
+        """The op's cost from its plan on ``region_cores`` cores; ``dequant``: every MAC's
+        weight operand is first scaled into the MAC format (one more MAC's energy each [E])."""
         hw, b, c = self.hw, self.bytes_per_elem, plan.cost
         wafer_s = c.cycles / hw.clock_hz
         io_s = io_bytes / hw.io_bandwidth_Bps
@@ -471,7 +485,8 @@ class Wafer(Template):
         mac_j, vector_j, sram_j, noc_j = self._energy_per_unit
         active_j = region_cores * self._active_w_per_core * (wafer_s + io_s)
         energy = {
-            "compute": c.macs * mac_j + plan.vector_elems * vector_j + active_j,
+            "compute": c.macs * mac_j * (2 if dequant else 1) + plan.vector_elems * vector_j
+            + active_j,
             "onchip_memory": sram_bytes * sram_j,
             "network": noc_bytes * noc_j + io_bytes * IO_PJ_PER_BYTE * 1e-12,
         }
@@ -566,6 +581,11 @@ class Wafer(Template):
         multiplied by their count (integer element counts, so the sums are exact)."""
         width, height = self.region(workload.phase)
         cores, b = width * height, self.bytes_per_elem
+        bw = bkv = ba = b
+        if has_formats(workload):   # each role in its own format, the rest in the base dtype
+            bw = role_format(workload, "weights").bits_per_element / 8
+            bkv = role_format(workload, "kv").bits_per_element / 8
+            ba = workload.bytes_per_element
         weight_elems, tiled = 0.0, 0.0
         kv_elems, act_elems = 0.0, 0.0
         for op, count in _op_counts(workload):
@@ -587,9 +607,10 @@ class Wafer(Template):
             act_elems = max(act_elems, plan.act_elems_per_core)
         params = workload.params or sum(op.weight_bytes for op in workload.ops) / max(
             DTYPE_BYTES.get(workload.dtype, 2), 1)
-        weight_elems += max(params - tiled, 0.0) / cores  # embeddings, norms: spread evenly
-        return {"weights": weight_elems * b, "kv_cache": kv_elems * b,
-                "activations": act_elems * b,
+        rest = max(params - tiled, 0.0) / cores  # embeddings, norms: spread evenly
+        return {"weights": weight_elems * bw + rest * ba if bw != b else
+                (weight_elems + rest) * b, "kv_cache": kv_elems * bkv,
+                "activations": act_elems * ba,
                 "reserved": self.hw.reserved_sram_per_core_kb * 1024.0}
 
     def check(self, workload: ir.Workload) -> str | None:

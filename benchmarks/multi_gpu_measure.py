@@ -484,8 +484,10 @@ def compare(path: str, system: str) -> dict:
         kw = dict(phase=m["phase"], batch=m["batch"],       # the stack's cache holds ctx + 1
                   arch={"n_layer": m["layers"], "max_seq": max(4096, length + 1), **arch_shape})
         kw.update({"seq": m["seq"]} if m["phase"] == "prefill" else {"context": m["context"]})
+        # the script runs the whole batch through each stage: one microbatch
         r = api.simulate("llama2-70b", system=system, devices=tp * pp,
-                         parallel={"tp": tp, "pp": pp}, **kw)
+                         parallel={"tp": tp, "pp": pp, **({"microbatches": 1} if pp > 1 else {})},
+                         **kw)
         key = (m["phase"], m["batch"], length)
         # The system engine predicts device time (runtime ``kernels``): a decode step's is its
         # CUDA-graph replay; an eager decode step of a few ms is bound by the host's dispatch

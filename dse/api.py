@@ -16,7 +16,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -43,7 +43,8 @@ def workload(model: str | torch.nn.Module | None = None, phase: str | None = Non
              dtype: str = "bf16", arch: dict[str, Any] | None = None,
              hf_config: str | dict | None = None, module: torch.nn.Module | None = None,
              inputs: Any = None, kv_input: str = "kv_cache", strict: bool = False,
-             kv_update: str | None = None) -> Workload:
+             kv_update: str | None = None, formats: "str | dict[str, str] | None" = None
+             ) -> Workload:
     """Capture (or fetch from the cache) the workload of zoo ``model``, of a Hugging Face
     config (a config.json path or its dict; ``arch`` overrides its fields), or of your own
     ``module`` on ``inputs`` (a tuple of arguments, a dict of keyword arguments or a tensor;
@@ -55,24 +56,35 @@ def workload(model: str | torch.nn.Module | None = None, phase: str | None = Non
 
     Ops the capture cannot classify are listed in ``w.unknown_ops`` and warned about (their
     FLOPs are missing; they are costed by their bytes); ``strict=True`` raises instead.
+
+    ``formats`` puts the workload's tensors in a number format per role
+    (``"weights=int4_g128,activations=fp8_e4m3,kv=fp8_e4m3"`` or a dict; roles not given
+    stay in ``dtype``; :mod:`workloads.formats`).
     """
+    if formats is not None:
+        from workloads.formats import formatted
+        return formatted(workload(model, phase, batch, seq, context, dtype, arch, hf_config,
+                                  module, inputs, kv_input, strict, kv_update), formats)
     if isinstance(model, torch.nn.Module):
         model, module = None, model
     if module is not None:
         from workloads.user_module import capture_module
         w = capture_module(module, inputs, phase=phase or "forward", dtype=dtype,
                            kv_input=kv_input, batch=batch or 1, seq=seq or 0,
-                           context=context or 0, kv_update=kv_update or "in_place")
+                           context=context or 0,
+                           kv_update="in_place" if kv_update is None else kv_update)
     elif hf_config:
         from workloads.hf import workload_from_hf_config
         w = workload_from_hf_config(hf_config, phase=phase, batch=batch, seq=seq,
                                     context=context, dtype=dtype, arch=arch,
-                                    kv_update=kv_update or "concat")
+                                    kv_update="concat" if kv_update is None
+                                    else kv_update)
     elif model is None:
         raise BadInput("model", None, "a zoo model name, hf_config or module")
     else:
         w = build_workload(model, phase=phase, batch=batch, seq=seq, context=context,
-                           dtype=dtype, arch=arch, kv_update=kv_update or "in_place")
+                           dtype=dtype, arch=arch,
+                           kv_update="in_place" if kv_update is None else kv_update)
     return check_unknown_ops(w, strict)
 
 
@@ -100,7 +112,8 @@ def simulate(model: str | Workload | torch.nn.Module | None = None,
              kv_input: str = "kv_cache", kv_update: str | None = None,
              system: "str | System | None" = None,
              devices: int | None = None, parallel: "dict[str, Any] | Layout | None" = None,
-             sys: dict[str, Any] | None = None) -> Result:
+             sys: dict[str, Any] | None = None,
+             formats: "str | dict[str, str] | None" = None) -> Result:
     """Simulate a model (zoo name, captured :class:`Workload`, Hugging Face config or your own
     ``nn.Module`` with its ``inputs``) on a design (default ``npu``), or on a system of
     devices: ``system`` a preset name (``hgx-h200``, see :func:`systems`) or a
@@ -108,13 +121,17 @@ def simulate(model: str | Workload | torch.nn.Module | None = None,
     uses), ``parallel`` the layout (``{"tp": 2, "pp": 1, "ep": 1, "dp": 1, "sp": False,
     "microbatches": 0, "ep_imbalance": 1.0}``), ``sys`` system parameter overrides;
     ``accelerator`` / ``hw`` then replace the preset's device. A system result is a
-    :class:`~simulators.system_engine.SystemResult`.
+    :class:`~simulators.system_engine.SystemResult`. ``formats``: a number format per tensor
+    role (see :func:`workload`).
 
     Zoo and config captures are cached, so many designs in one process pay them once.
     """
     w = model if isinstance(model, Workload) else workload(
         model, phase=phase, batch=batch, seq=seq, context=context, dtype=dtype, arch=arch,
         hf_config=hf_config, inputs=inputs, kv_input=kv_input, kv_update=kv_update)
+    if formats is not None:
+        from workloads.formats import formatted
+        w = formatted(w, formats)
     design, sysm, lay = _design_or_system(accelerator, hw, system, devices, parallel, sys)
     if design is not None:
         return _simulate(w, design)
@@ -128,15 +145,24 @@ def _design_or_system(accelerator: str | Template | None, hw: dict[str, Any] | N
                       ) -> tuple:
     """``(design, None, None)`` when no system is asked for (as :func:`simulate` takes
     them), else ``(None, system, layout)``."""
+    _check_devices(devices)
     if system is None and parallel is None and devices is None and not sys:
         return (accelerator if isinstance(accelerator, Template) else make_accelerator(
-            accelerator or "npu", hw)), None, None
+            "npu" if accelerator is None else accelerator, hw)), None, None
     from accelerators.system import System as _System
     from workloads.parallel import layout_from
     lay = layout_from(parallel)
     sysm = system if isinstance(system, _System) else make_system_for(
         system, devices or lay.devices, accelerator, hw, sys)
     return None, sysm, lay
+
+
+def _check_devices(devices: Any) -> None:
+    """``devices``, where given, a count of devices (never silently the default)."""
+    if devices is not None and (isinstance(devices, bool) or not isinstance(devices, int)
+                                or not 1 <= devices <= 65536):
+        from dse.errors import BadInput
+        raise BadInput("devices", devices, "expected an int in [1, 65536]")
 
 
 def make_system_for(system: str | None, devices: int, accelerator: str | Template | None = None,
@@ -170,6 +196,7 @@ def system(name: str | None = None, devices: int | None = None,
     the preset's), its device replaced by ``accelerator`` / ``hw``, ``sys`` parameter
     overrides."""
     from accelerators.system import SYSTEM_PRESETS
+    _check_devices(devices)
     n = devices or (SYSTEM_PRESETS[name]["devices"] if name in SYSTEM_PRESETS else 1)
     return make_system_for(name, n, accelerator, hw, sys)
 
@@ -179,12 +206,23 @@ _preset_system = system
 
 def collective(kind: str, nbytes: float, system: str | "System" = "hgx-h200",
                devices: int | None = None, algorithm: str | None = None,
-               group: list[int] | None = None) -> "CollectiveCost":
+               group: list[int] | None = None, call: str = "device") -> "CollectiveCost":
     """The time, algorithm, protocol and bus bandwidth (nccl-tests' definition) of one
-    collective of ``nbytes`` on ``devices`` devices of ``system``."""
+    collective of ``nbytes`` on ``devices`` devices of ``system``; ``call``: device time
+    alone, or issued from PyTorch (``eager_b2b``, ``eager_call``, ``graph_b2b``,
+    ``graph_call``) with the link's measured per-call latency."""
     from accelerators.system import System as _System
+    from dse.errors import BadInput
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or not nbytes > 0:
+        raise BadInput("bytes", nbytes, "expected a message of more than 0 bytes")
     sysm = system if isinstance(system, _System) else _preset_system(system, devices)
-    return sysm.collective(kind, nbytes, group, algorithm)
+    members = len(group) if group is not None else sysm.devices
+    if members < 2:
+        raise BadInput("group" if group is not None else "devices",
+                       group if group is not None else members,
+                       "expected at least 2 devices (a collective among one device moves "
+                       "nothing)")
+    return sysm.collective(kind, nbytes, group, algorithm, call=call)
 
 
 def systems() -> list[dict[str, Any]]:
@@ -220,10 +258,12 @@ class StepCost:
 @lru_cache(maxsize=4096)
 def _step(model: str, system_name: str | None, devices: int | None, accelerator: str | None,
           hw: tuple, sys: tuple, parallel: tuple, phase: str, batch: int, seq: int | None,
-          context: int | None, dtype: str, arch: tuple) -> StepCost:
+          context: int | None, dtype: str, arch: tuple, formats: str | None = None
+          ) -> StepCost:
     r = simulate(model, accelerator=accelerator, hw=dict(hw) or None, arch=dict(arch) or None,
                  phase=phase, batch=batch, seq=seq, context=context, dtype=dtype,
-                 system=system_name, devices=devices, parallel=dict(parallel), sys=dict(sys))
+                 system=system_name, devices=devices, parallel=dict(parallel), sys=dict(sys),
+                 formats=formats)
     tokens = batch if phase == "decode" else batch * (seq or 1)
     return StepCost(r.latency_s, r.energy_j, getattr(r, "communication_s", 0.0),
                     getattr(r, "fill_latency_s", r.latency_s), r.throughput, tokens)
@@ -233,13 +273,18 @@ def step(model: str, system: str | None = "hgx-h200", parallel: dict[str, Any] |
          phase: str = "decode", batch: int = 1, seq: int | None = None,
          context: int | None = None, dtype: str = "bf16", devices: int | None = None,
          accelerator: str | None = None, hw: dict[str, Any] | None = None,
-         sys: dict[str, Any] | None = None, arch: dict[str, Any] | None = None) -> StepCost:
+         sys: dict[str, Any] | None = None, arch: dict[str, Any] | None = None,
+         formats: "str | dict[str, str] | None" = None) -> StepCost:
     """The cost of one prefill or decode iteration of zoo ``model`` on a system (cached per
     distinct argument set): what a request-level serving loop asks for each step."""
     def key(d):
         return tuple(sorted((d or {}).items()))
+    fkey = None
+    if formats is not None:
+        from workloads.formats import parse_formats
+        fkey = parse_formats(formats, dtype).key()
     return _step(model, system, devices, accelerator, key(hw), key(sys), key(parallel), phase,
-                 batch, seq, context, dtype, key(arch))
+                 batch, seq, context, dtype, key(arch), fkey)
 
 
 def _target(accelerator: str | Template | None, hw: dict[str, Any] | None,
@@ -254,11 +299,38 @@ def _target(accelerator: str | Template | None, hw: dict[str, Any] | None,
     return Target(system=sysm, layout=lay, fidelity="event")
 
 
-def _iteration_base(model: str | Workload, dtype: str, arch: dict[str, Any] | None) -> Workload:
-    """The decode step of batch 1 every serving iteration is built from."""
+def _iteration_base(model: str | Workload, dtype: str, arch: dict[str, Any] | None,
+                    formats: "str | dict[str, str] | None" = None) -> Workload:
+    """The decode step of batch 1 every serving iteration is built from (its tensors in
+    ``formats`` when given)."""
     if isinstance(model, Workload):
-        return model
-    return workload(model, phase="decode", batch=1, context=1, dtype=dtype, arch=arch)
+        if formats is None:
+            return model
+        from workloads.formats import formatted
+        return formatted(model, formats)
+    return workload(model, phase="decode", batch=1, context=1, dtype=dtype, arch=arch,
+                    formats=formats)
+
+
+#: Architecture keys that bound the tokens a sequence may hold (zoo, Hugging Face names).
+POSITION_KEYS = ("max_seq", "max_position_embeddings", "n_positions")
+
+
+def positions_of(base: Workload) -> int | None:
+    """The tokens a sequence of ``base``'s model may hold, where its architecture says."""
+    return next((v for k in POSITION_KEYS if isinstance(v := (base.arch or {}).get(k), int)
+                 and not isinstance(v, bool) and v > 0), None)
+
+
+def check_positions(base: Workload, tokens: int, field: str, what: str) -> None:
+    """``tokens`` (a prompt and its output) within the positions ``base``'s model holds, where
+    it declares them; one :class:`BadInput` naming ``field`` otherwise (checked before any
+    cost model is fitted, so a too-long request costs nothing)."""
+    from dse.errors import BadInput
+    most = positions_of(base)
+    if most is not None and tokens > most:
+        raise BadInput(field, tokens, f"expected {what} of at most {most} tokens: "
+                       f"{base.model} holds {most} positions")
 
 
 def generate(model: str | Workload, input_len: int = 128, output_len: int = 128,
@@ -267,7 +339,8 @@ def generate(model: str | Workload, input_len: int = 128, output_len: int = 128,
              dtype: str = "bf16", system: "str | System | None" = None,
              devices: int | None = None, parallel: "dict[str, Any] | Layout | None" = None,
              sys: dict[str, Any] | None = None, fidelity: str = "fast",
-             exact: bool = False) -> "Generation":
+             exact: bool = False, formats: "str | dict[str, str] | None" = None
+             ) -> "Generation":
     """Generate ``output_len`` tokens for ``batch`` prompts of ``input_len`` tokens of zoo
     ``model`` on a design (``accelerator``, ``hw``) or a system (as :func:`simulate`): TTFT,
     TPOT (mean and per step), end-to-end latency, tokens/s and energy per token
@@ -280,9 +353,11 @@ def generate(model: str | Workload, input_len: int = 128, output_len: int = 128,
     """
     from simulators.generation import check_lengths, generate as _generate
     check_lengths(input_len, output_len, batch)
+    base = _iteration_base(model, dtype, arch, formats)
+    check_positions(base, input_len + output_len, "input_len + output_len",
+                    "a prompt and its output")
     target = _target(accelerator, hw, system, devices, parallel, sys, fidelity)
-    return _generate(_iteration_base(model, dtype, arch), target, input_len, output_len,
-                     batch, exact=exact)
+    return _generate(base, target, input_len, output_len, batch, exact=exact)
 
 
 def serve(model: str | Workload, trace: str = "sharegpt", rate: float | None = None,
@@ -296,14 +371,22 @@ def serve(model: str | Workload, trace: str = "sharegpt", rate: float | None = N
           memory_utilization: float | None = None, arrival: str = "poisson",
           burstiness: float = 1.0, seed: int = 0, slo_ttft_s: float | None = None,
           slo_tpot_s: float | None = None, fidelity: str = "fast",
-          log_iterations: bool = False) -> "ServingResult":
+          log_iterations: bool = False, formats: "str | dict[str, str] | None" = None,
+          preemption: str = "recompute", router: str = "round_robin",
+          swap_space_bytes: float | None = None,
+          progress: "Callable[[int, int], None] | None" = None
+          ) -> "ServingResult":
     """Serve a request trace with zoo ``model`` on a design or a system (as :func:`generate`):
     ``trace`` ``sharegpt`` / ``alpaca`` (lengths like those datasets, arrivals ``poisson`` or
     ``gamma`` with coefficient of variation ``burstiness`` at ``rate`` requests/s) or a CSV file
     (``arrival_s,input_len,output_len``); ``requests`` or ``duration_s`` bound it.
     ``scheduler``: ``continuous`` (vLLM, prefill first), ``chunked`` (Sarathi) or ``static``,
     with ``max_batch`` requests and ``token_budget`` tokens per iteration; a paged KV cache of
-    ``block_size``-token blocks in what the design's memory holds beside the weights.
+    ``block_size``-token blocks in what the design's memory holds beside the weights and
+    activations at ``memory_utilization`` (vLLM's ``gpu_memory_utilization``, default 0.9);
+    ``preemption`` ``recompute`` or ``swap`` (into ``swap_space_bytes`` of host memory per
+    device, default vLLM's 4 GiB). On a system, ``parallel`` may set ``pp`` (pipelined
+    batches) and ``dp`` (replicas behind a ``router``: ``round_robin`` or ``least_loaded``).
     Returns a :class:`~simulators.serving.ServingResult` (TTFT / TPOT / E2E percentiles,
     throughput, goodput under the SLOs, energy and cost per million tokens, KV occupancy,
     preemptions).
@@ -314,20 +397,28 @@ def serve(model: str | Workload, trace: str = "sharegpt", rate: float | None = N
     """
     from simulators.iteration_cost import MEMORY_UTILIZATION
     from simulators.schedulers import make_scheduler
-    from simulators.serving import simulate_serving
+    from simulators.serving import SWAP_SPACE_BYTES, check_serving_options, simulate_serving
     from workloads.traces import trace_from
+    swap = SWAP_SPACE_BYTES if swap_space_bytes is None else swap_space_bytes
+    check_serving_options(preemption, router, swap)
     if requests is None and duration_s is None and not (
             isinstance(trace, str) and trace.endswith(".csv")):
         requests = 1000
-    tr = trace_from(trace, rate, requests, duration_s, arrival, burstiness, seed)
+    base = _iteration_base(model, dtype, arch, formats)
+    tr = trace_from(trace, rate, requests, duration_s, arrival, burstiness, seed,
+                    max_tokens=positions_of(base))
     sched = make_scheduler(scheduler, max_batch, token_budget)
     longest = int((tr.input_len + tr.output_len).max())
+    check_positions(base, longest, "trace", "requests (prompt and output)")
     target = _target(accelerator, hw, system, devices, parallel, sys, fidelity)
-    cost = _cost_model(_iteration_base(model, dtype, arch), target,
-                       max(sched.token_budget, sched.max_batch, longest))
-    return simulate_serving(cost, tr, sched, block_size,
-                            memory_utilization or MEMORY_UTILIZATION, slo_ttft_s, slo_tpot_s,
-                            log_iterations=log_iterations)
+    cost = _cost_model(base, target, max(sched.token_budget, sched.max_batch, longest))
+    r = simulate_serving(cost, tr, sched, block_size,
+                         MEMORY_UTILIZATION if memory_utilization is None else memory_utilization,
+                         slo_ttft_s, slo_tpot_s, log_iterations=log_iterations,
+                         preemption=preemption, router=router, swap_space_bytes=swap,
+                         progress=progress)
+    _keep_cost_model(cost)      # with the activations it sized
+    return r
 
 
 #: Arrival rates a sweep may hold, at most [E: a readable plot; each rate is one serving run].
@@ -372,21 +463,37 @@ def serve_sweep(model: str | Workload, rates: Any, **kwargs: Any) -> "RateSweep"
 
 def _cost_model(base: Workload, target: "Target", max_tokens: int):
     """The iteration cost model of ``base`` on ``target``, its grid rounded up to whole
-    tiles so nearby token limits share one (kept for the process: a study or a rate sweep
-    fits each design once)."""
-    from simulators.iteration_cost import GRID_STEP, IterationCostModel
+    tiles so nearby token limits share one, kept for the process (a study or a rate sweep
+    fits each design once) and on disk (:mod:`simulators.cost_cache`: a fresh process reads
+    the fit instead of redoing it)."""
+    from simulators import cost_cache
+    from simulators.iteration_cost import GRID_STEP, IterationCostModel, token_grid
     import json
-    limit = -(-max_tokens // 1024) * 1024
+    limit = max(-(-max_tokens // 1024) * 1024, GRID_STEP)
     key = (id(base), json.dumps(target.describe(), sort_keys=True, default=str),
            target.fidelity, limit)
     hit = _COST_MODELS.get(key)
     if hit is not None and hit[0] is base:
         return hit[1]
-    model = IterationCostModel(base, target, max(limit, GRID_STEP))
+    disk_key = cost_cache.key(base, target, limit)
+    fitted = cost_cache.load(disk_key, [float(x) for x in token_grid(limit)], target.stages)
+    model = IterationCostModel(base, target, limit, fitted=fitted)
+    model.cache_key = disk_key
+    if fitted is None:
+        _keep_cost_model(model)
     if len(_COST_MODELS) > 64:
         _COST_MODELS.clear()
     _COST_MODELS[key] = (base, model)
     return model
+
+
+def _keep_cost_model(model) -> None:
+    """Write ``model``'s fit to the disk cache when it holds something the file lacks."""
+    from simulators import cost_cache
+    fitted = model.fitted()
+    if model.cache_key and model.stored != set(fitted["activation_bytes"]):
+        cost_cache.store(model.cache_key, fitted)
+        model.stored = set(fitted["activation_bytes"])
 
 
 _COST_MODELS: dict[tuple, tuple] = {}

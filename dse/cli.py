@@ -85,15 +85,30 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) ->
 
 
 def _workload_from_flags(model, phase, batch, seq, context, dtype, arch, hf_config,
-                         kv_update=None, module=None, strict=False):
+                         kv_update=None, module=None, strict=False, formats=None):
     from dse import api
+    given = [f for f, v in (("MODEL", model), ("--hf-config", hf_config), ("--module", module))
+             if v]
+    if len(given) > 1:
+        raise BadInput(given[1], {"MODEL": model, "--hf-config": hf_config,
+                                  "--module": module}[given[1]],
+                       f"expected one source of the model, not both {given[0]} and {given[1]}")
+    if module and arch:
+        raise BadInput("--arch", arch[0], "expected no --arch with --module (your factory "
+                       "builds the module: change it there)")
+    if formats is not None:
+        from workloads.formats import formatted, parse_formats
+        spec = parse_formats(formats, dtype, "--formats")   # a bad value fails before capture
+        return formatted(_workload_from_flags(model, phase, batch, seq, context, dtype, arch,
+                                              hf_config, kv_update, module, strict), spec)
     if module:   # package.module:factory -> (nn.Module, inputs)
         from workloads.user_module import capture_module, load_factory
         mod, args, kwargs = load_factory(module)
         with _busy(f"capturing {module} with torch.export"):
             w = capture_module(mod, args, kwargs, phase=phase or "forward", dtype=dtype,
                                model=module, batch=batch or 1, seq=seq or 0,
-                               context=context or 0, kv_update=kv_update or "in_place")
+                               context=context or 0,
+                               kv_update="in_place" if kv_update is None else kv_update)
         return api.check_unknown_ops(w, strict)
     if model and not hf_config:
         from workloads.build import check_sizes_apply
@@ -121,6 +136,9 @@ KvUpdateOpt = typer.Option(None, "--kv-update", help="in_place | concat: how dec
                            "KV cache (default: as the model does; zoo in_place, HF concat).")
 ModuleOpt = typer.Option(None, "--module", help="Your own model: package.module:factory, a "
                          "function returning (nn.Module, inputs).")
+FormatsOpt = typer.Option(None, "--formats", help="Number format per tensor role, e.g. "
+                          "weights=int4_g128,activations=fp8_e4m3,kv=fp8_e4m3 (roles: weights, "
+                          "activations, kv, head, attention; unlisted roles stay in --dtype).")
 
 
 @app.command()
@@ -130,7 +148,7 @@ def workload(model: Optional[str] = typer.Argument(
              seq: Optional[int] = SeqOpt, context: Optional[int] = ContextOpt,
              dtype: str = DtypeOpt, arch: Optional[list[str]] = ArchOpt,
              hf_config: Optional[Path] = HfOpt, kv_update: Optional[str] = KvUpdateOpt,
-             module: Optional[str] = ModuleOpt,
+             module: Optional[str] = ModuleOpt, formats: Optional[str] = FormatsOpt,
              strict: bool = typer.Option(False, "--strict", help="Unknown ops are an error."),
              as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Capture a model with torch.export and summarise its op graph."""
@@ -139,13 +157,15 @@ def workload(model: Optional[str] = typer.Argument(
         warnings.simplefilter("ignore")
         w = _workload_from_flags(model, phase, batch, seq, context, dtype, arch,
                                  str(hf_config) if hf_config else None, kv_update, module,
-                                 strict)
+                                 strict, formats)
     s = w.summary()
     if as_json:
         _print_json(s)
         return
     out.print(f"[bold]{s['model']}[/] {s['phase']} batch={s['batch']} seq={s['seq']} "
               f"context={s['context']} dtype={s['dtype']}")
+    if s.get("formats"):
+        out.print("formats " + " ".join(f"{k}={v}" for k, v in s["formats"].items()))
     out.print(f"params {s['params']:,}   ops {s['ops']}   FLOPs {_si(s['flops'], 'FLOP')}   "
               f"weights {_si(s['bytes']['weights'], 'B')}   activations "
               f"{_si(s['bytes']['activations'], 'B')}   KV cache {_si(s['bytes']['kv_cache'], 'B')}")
@@ -186,7 +206,7 @@ def simulate(model: Optional[str] = typer.Argument(None, help="Zoo model name.")
              seq: Optional[int] = SeqOpt, context: Optional[int] = ContextOpt,
              dtype: str = DtypeOpt, arch: Optional[list[str]] = ArchOpt,
              hf_config: Optional[Path] = HfOpt, kv_update: Optional[str] = KvUpdateOpt,
-             module: Optional[str] = ModuleOpt,
+             module: Optional[str] = ModuleOpt, formats: Optional[str] = FormatsOpt,
              as_json: bool = typer.Option(False, "--json", help="Print the Result as JSON."),
              trace: Optional[Path] = typer.Option(None, "--trace", help="Write a Chrome trace (Perfetto)."),
              report: Optional[Path] = typer.Option(None, "--report", help="Write a one-design HTML report."),
@@ -205,17 +225,20 @@ def simulate(model: Optional[str] = typer.Argument(None, help="Zoo model name.")
     from dse import api
     from dse.files import atomic_write_text, output_errors
     w = _workload_from_flags(model, phase, batch, seq, context, dtype, arch,
-                             str(hf_config) if hf_config else None, kv_update, module)
+                             str(hf_config) if hf_config else None, kv_update, module,
+                             formats=formats)
     parallel = {"tp": tp, "pp": pp, "ep": ep, "dp": dp, "sequence_parallel": sp,
                 "microbatches": microbatches, "ep_imbalance": ep_imbalance}
     design = None
-    if system or sys_pairs or devices or tp * pp * ep * dp > 1 or sp:
+    if system is not None or sys_pairs or devices is not None or (tp, pp, ep, dp) != (1, 1, 1, 1) \
+            or sp:
         with _busy(f"simulating {len(w)} ops on {system or 'a system'}"):
             r = api.simulate(w, accelerator=accelerator, hw=parse_pairs(hw, "--hw") or None,
                              system=system, devices=devices, parallel=parallel,
                              sys=parse_pairs(sys_pairs, "--sys"))
     else:
-        design = api.accelerator(accelerator or "npu", parse_pairs(hw, "--hw"))
+        design = api.accelerator("npu" if accelerator is None else accelerator,
+                                 parse_pairs(hw, "--hw"))
         with _busy(f"simulating {len(w)} ops on {accelerator or 'npu'}"):
             r = api.simulate(w, design)
     if trace:
@@ -309,12 +332,21 @@ SysOpt = typer.Option(None, "--sys", help="System parameter KEY=VALUE (repeatabl
 TpOpt = typer.Option(1, "--tp", help="Tensor-parallel ranks.")
 
 
-def _target_args(accelerator, hw, system, devices, sys_pairs, tp, pp=1) -> dict[str, Any]:
+def _formats_flag(formats: str | None, dtype: str):
+    """``--formats`` checked (one line naming ``--formats`` when bad), or None."""
+    if formats is None:
+        return None
+    from workloads.formats import parse_formats
+    return parse_formats(formats, dtype, "--formats")
+
+
+def _target_args(accelerator, hw, system, devices, sys_pairs, tp, pp=1, dp=1) -> dict[str, Any]:
     sysp = parse_pairs(sys_pairs, "--sys")
-    many = bool(system or sysp or devices or tp * pp > 1)
+    many = bool(system is not None or sysp or devices is not None or (tp, pp, dp) != (1, 1, 1))
     return {"accelerator": accelerator, "hw": parse_pairs(hw, "--hw") or None,
             "system": system, "devices": devices, "sys": sysp or None,
-            "parallel": {"tp": tp, "pp": pp} if many else None}
+            "parallel": ({"tp": tp, "pp": pp, **({"dp": dp} if dp != 1 else {})}
+                         if many else None)}
 
 
 @app.command()
@@ -327,6 +359,7 @@ def generate(model: str = typer.Argument(..., help="Zoo model name (an LLM)."),
              sys_pairs: Optional[list[str]] = SysOpt, tp: int = TpOpt,
              pp: int = typer.Option(1, "--pp", help="Pipeline stages."),
              dtype: str = DtypeOpt, arch: Optional[list[str]] = ArchOpt,
+             formats: Optional[str] = FormatsOpt,
              exact: bool = typer.Option(False, "--exact", help="Simulate every decode step "
                                         "(default: a few, interpolated within 1 %)."),
              as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
@@ -336,6 +369,7 @@ def generate(model: str = typer.Argument(..., help="Zoo model name (an LLM)."),
     with _busy(f"generating {output_len} tokens of {model}"):
         g = api.generate(model, input_len, output_len, batch, dtype=dtype,
                          arch=parse_pairs(arch, "--arch") or None, exact=exact,
+                         formats=_formats_flag(formats, dtype),
                          **_target_args(accelerator, hw, system, devices, sys_pairs, tp, pp))
     if as_json:
         _print_json(g.to_dict())
@@ -376,7 +410,20 @@ def serve(model: str = typer.Argument(..., help="Zoo model name (an LLM)."),
           accelerator: Optional[str] = AccelOpt, hw: Optional[list[str]] = HwOpt,
           system: Optional[str] = SystemOpt, devices: Optional[int] = DevicesOpt,
           sys_pairs: Optional[list[str]] = SysOpt, tp: int = TpOpt,
+          pp: int = typer.Option(1, "--pp", help="Pipeline stages of a replica (batches in "
+                                 "flight, one per stage)."),
+          dp: int = typer.Option(1, "--dp", help="Replicas behind a router."),
+          router: str = typer.Option("round_robin", "--router", help="round_robin | "
+                                     "least_loaded (fewest outstanding requests)."),
+          preemption: str = typer.Option("recompute", "--preemption", help="recompute | swap "
+                                         "(KV to host memory over the host link)."),
+          swap_space: Optional[str] = typer.Option(None, "--swap-space", help="Host swap "
+                                                   "space per device, e.g. 4GiB (vLLM's default)."),
+          memory_utilization: Optional[float] = typer.Option(
+              None, "--memory-utilization", help="Share of device memory for weights, "
+              "activations and KV cache (vLLM's gpu_memory_utilization; default 0.9)."),
           dtype: str = DtypeOpt, arch: Optional[list[str]] = ArchOpt,
+          formats: Optional[str] = FormatsOpt,
           chrome_trace: Optional[Path] = typer.Option(None, "--chrome-trace", help="Write the "
                                                       "iterations as a Chrome trace (Perfetto)."),
           rates: Optional[str] = typer.Option(None, "--rates", help="Also serve the trace at "
@@ -400,10 +447,17 @@ def serve(model: str = typer.Argument(..., help="Zoo model name (an LLM)."),
               max_batch=max_batch, token_budget=token_budget, block_size=block_size,
               arrival=arrival, burstiness=burstiness, seed=seed, slo_ttft_s=slo_ttft,
               slo_tpot_s=slo_tpot, dtype=dtype, arch=parse_pairs(arch, "--arch") or None,
-              log_iterations=chrome_trace is not None,
-              **_target_args(accelerator, hw, system, devices, sys_pairs, tp))
+              formats=_formats_flag(formats, dtype),
+              log_iterations=chrome_trace is not None, preemption=preemption, router=router,
+              swap_space_bytes=(parse_bytes(swap_space, "--swap-space")
+                                if swap_space is not None else None),
+              memory_utilization=memory_utilization,
+              **_target_args(accelerator, hw, system, devices, sys_pairs, tp, pp, dp))
     sweep = None
-    with _busy(f"serving {trace} on {system or accelerator or 'npu'}"):
+    what = f"serving {trace} on {system or accelerator or 'npu'}"
+    with _busy(what) as status:
+        kw["progress"] = lambda done, total: status.update(
+            f"{what}: {done:,} of {total:,} requests done...")
         if sweep_rates:
             sweep = api.serve_sweep(model, sweep_rates, **kw)
         r = (sweep.results[sweep.rates.index(rate)] if sweep and rate in sweep.rates
@@ -429,16 +483,22 @@ def serve(model: str = typer.Argument(..., help="Zoo model name (an LLM)."),
         t.add_row(name, *(_si(d[k], "s") for k in ("p50", "p90", "p99", "mean")))
     out.print(t)
     good = (f"   goodput {r.goodput_req_s:.3g} req/s" if r.goodput_req_s is not None else "")
-    out.print(f"throughput {r.throughput_tok_s:,.4g} tokens/s, {r.throughput_req_s:.3g} req/s"
-              f"{good}   completed {r.completed}, rejected {r.rejected}")
+    good_run = (f", goodput {r.goodput_run_req_s:.3g} req/s" if r.goodput_run_req_s
+                is not None else "")
+    out.print(f"over the arrival window ({_si(r.window_s, 's')}): throughput "
+              f"{r.throughput_tok_s:,.4g} tokens/s, {r.throughput_req_s:.3g} req/s{good}")
+    out.print(f"over the whole run ({_si(r.span_s, 's')}): throughput "
+              f"{r.throughput_run_tok_s:,.4g} tokens/s, {r.throughput_run_req_s:.3g} req/s"
+              f"{good_run}   completed {r.completed}, rejected {r.rejected}")
     out.print(f"energy {_si(r.energy_per_token_j, 'J')} per token   cost "
               f"${r.cost_per_mtok_usd:.3g} per million tokens (${r.cost_usd:,.0f} over "
               f"{r.lifetime_years:g} years + ${r.usd_per_kwh:g}/kWh)")
     kv = r.kv_cache
     out.print(f"KV cache {kv['capacity_tokens']:,} tokens ({kv['blocks']:,} blocks of "
               f"{kv['block_size']}), peak {100 * kv['peak_occupancy']:.1f}% full   "
-              f"preemptions {r.preemptions}   iterations {r.iterations:,}   most running "
-              f"{r.max_running}")
+              f"preemptions {r.preemptions}"
+              + (f" (swapped {r.swaps}, {_si(r.swapped_bytes, 'B')})" if r.swaps else "")
+              + f"   iterations {r.iterations:,}   most running {r.max_running}")
     if sweep:
         t = Table(box=None, padding=(0, 1), title="against the arrival rate")
         for col in ("rate req/s", "tokens/s", "served req/s", "p99 TTFT", "p99 TPOT",
@@ -514,11 +574,12 @@ def collective(kind: str = typer.Argument(..., help="all_reduce | all_gather | r
                devices: Optional[int] = typer.Option(None, "--devices", help="Devices taking part (default: the preset's)."),
                algorithm: Optional[str] = typer.Option(None, "--algorithm", help="auto | nccl | ring | tree | direct | two_shot | switch_reduce | torus | hierarchical (default: the system's)."),
                sys_pairs: Optional[list[str]] = typer.Option(None, "--sys", help="System parameter KEY=VALUE (repeatable)."),
+               call: str = typer.Option("device", "--call", help="device (time on the GPUs) | eager_b2b | eager_call | graph_b2b | graph_call (issued from PyTorch, with the link's measured per-call latency)."),
                as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Time, algorithm and bus bandwidth of one collective on a system."""
     from dse import api
     sysm = api.system(system, devices, sys=parse_pairs(sys_pairs, "--sys"))
-    c = sysm.collective(kind, parse_bytes(nbytes), None, algorithm)
+    c = api.collective(kind, parse_bytes(nbytes), sysm, algorithm=algorithm, call=call)
     d = {**c.to_dict(), "system": system, "devices": sysm.devices}
     if as_json:
         _print_json(d)
@@ -530,7 +591,7 @@ def collective(kind: str = typer.Argument(..., help="all_reduce | all_gather | r
 
 # ----------------------------------------------------------------------------- reproduce
 @app.command()
-def reproduce(name: str = typer.Argument(..., help="pim-gpt | neupims | ngpc | waferllm | gna | nasaic"),
+def reproduce(name: str = typer.Argument(..., help="pim-gpt | neupims | ngpc | waferllm | gna | nasaic | formats"),
               as_json: bool = typer.Option(False, "--json", help='Print {"rows": [...]}.'),
               gpu_hw: Optional[list[str]] = typer.Option(
                   None, "--gpu-hw", help="GPU baseline KEY=VALUE (pim-gpt), e.g. runtime=eager "
@@ -573,8 +634,9 @@ def main(argv: list[str] | None = None) -> None:
         _fail(str(exc))
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except typer.Abort:
-        _fail("aborted")
+    except (typer.Abort, KeyboardInterrupt):
+        sys.stderr.write("error: interrupted\n")
+        sys.exit(130)
     except click_exc.NoArgsIsHelpError as exc:
         sys.stdout.write(exc.format_message() + "\n")
         sys.exit(0)
@@ -582,6 +644,24 @@ def main(argv: list[str] | None = None) -> None:
         _fail(exc.format_message().replace("\n", " "))
     except OSError as exc:  # the machine refused (a full disk, no permission, a missing path)
         _fail(f"{exc.filename}: {exc.strerror}" if exc.filename else first_line(exc))
+    except SystemExit as exc:  # dse's own commands never exit: user code or a plugin did
+        module = _exiting_module(exc)
+        if module.split(".")[0] in _OWN_EXITS:
+            raise
+        _fail(f"module {module} called sys.exit({exc.code!r}) while dse ran it; a factory, "
+              "quality function or plugin must return or raise, not exit")
+
+
+#: Packages whose ``sys.exit`` is the CLI's own (rich on a closed pipe, click, typer, dse).
+_OWN_EXITS = {"dse", "accelerators", "workloads", "simulators", "rich", "click", "typer"}
+
+
+def _exiting_module(exc: BaseException) -> str:
+    """The module whose code raised ``exc`` (the innermost frame's), for the message."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_globals.get("__name__", "?") if tb is not None else "?"
 
 
 def _fail(message: str) -> None:

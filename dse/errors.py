@@ -29,9 +29,18 @@ def first_line(exc: BaseException, limit: int = 160) -> str:
 
 def redact_url(url: str) -> str:
     """``url`` with its password masked (``postgresql://u:***@host/db``, ``?password=***``),
-    fit to print or store."""
-    text = re.sub(r"(://[^:/@]*):[^/]*@", r"\1:***@", str(url))
-    return re.sub(r"(?i)([?&]password=)[^&]*", r"\1***", text)
+    fit to print or store. The user information runs from ``://`` to the *last* ``@`` and the
+    password from its first ``:``, so a password holding ``/``, ``:``, ``@``, ``?`` or ``#``
+    is masked whole (where a query holds an ``@`` too, more than the password is masked:
+    never less)."""
+    text = str(url)
+    scheme, sep, rest = text.partition("://")
+    at = rest.rfind("@")
+    if sep and at >= 0:
+        user, colon, _ = rest[:at].partition(":")
+        if colon:
+            text = f"{scheme}://{user}:***{rest[at:]}"
+    return re.sub(r"(?i)([?&;]password=)[^&;#]*", r"\1***", text)
 
 
 class DSEError(ValueError):

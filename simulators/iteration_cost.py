@@ -26,11 +26,19 @@ against direct simulation of whole random iterations of the shapes serving makes
 tp=2 system). Energy is split the same way;
 static power is not included per iteration (the serving loop charges it over wall time).
 
-Serving on a system supports tensor parallelism (``pp = dp = 1``).
+Systems: the model is fitted on one replica (``dp`` = 1, one microbatch): with ``pp > 1`` an
+iteration's latency is its trip through every stage (send/recv between them included) and
+``stages`` tells the serving loop to pipeline it; ``dp`` replicas share the system's static
+power and cost. Memory is sized per device (:meth:`IterationCostModel.kv_capacity_tokens`:
+vLLM's ``gpu_memory_utilization`` the one reserve; the activations derived from the largest
+iteration's graph; the stage with the least room binds). A preempted request's KV copied to
+host memory and back (``preemption="swap"``) crosses each device's host link
+(:meth:`IterationCostModel.swap_cost`).
 """
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -40,9 +48,10 @@ from accelerators.base import Template
 from dse.errors import BadInput, InfeasibleDesign
 from workloads import ir
 from workloads.footprint import memory_footprint
+from workloads.formats import kv_element_bytes
 from workloads.iteration import (attention_ops, decode_attention, logit_ops, prefill_attention,
                                  scale_op, scale_tokens, token_wise)
-from workloads.parallel import Layout, replace
+from workloads.parallel import Layout, parallelize, replace
 from workloads.requests import KV_LENS
 
 #: ``g`` is simulated at 1, 2, 3, 4, 6, ... 48 tokens, then at every multiple of ``GRID_STEP``
@@ -78,6 +87,38 @@ class Target:
     def devices(self) -> int:
         return 1 if self.system is None else self.system.devices
 
+    @property
+    def replicas(self) -> int:
+        """Data-parallel replicas serving independently."""
+        return 1 if self.system is None else self.layout.dp
+
+    @property
+    def stages(self) -> int:
+        """Pipeline stages of a replica."""
+        return 1 if self.system is None else self.layout.pp
+
+    def replica(self) -> "Target":
+        """One replica: the first ``tp x pp x ep`` devices of the system with the layout's
+        ``dp`` 1 and one microbatch (a serving iteration is never split); ``self`` on a
+        design or where that is already so."""
+        lay = self.layout
+        if self.system is None or (lay.dp == 1 and lay.microbatches == 1):
+            return self
+        from dataclasses import replace as _replace
+        one = _replace(lay, dp=1, microbatches=1)
+        sysm = self.system
+        if lay.dp > 1:
+            from accelerators.system import System
+            values = dict(sysm.hw)
+            values.update(devices=one.devices, shape="",
+                          group_size=min(int(values["group_size"]), one.devices))
+            try:
+                sysm = System(sysm.designs[:one.devices], None, **values)
+            except BadInput as exc:
+                raise BadInput("parallel.dp", lay.dp, f"expected replicas the system's "
+                               f"{sysm.hw.topology} can be cut into ({exc})") from None
+        return Target(system=sysm, layout=one, fidelity=self.fidelity)
+
     def static_power_w(self) -> float:
         return (self.design or self.system).static_power_w()
 
@@ -89,8 +130,23 @@ class Target:
         """One device's part of ``w`` (``w`` itself on a single design)."""
         if self.system is None:
             return w
-        from workloads.parallel import parallelize
         return parallelize(w, self.layout).graphs[0]
+
+    def stage_shares(self, w: ir.Workload) -> list[ir.Workload]:
+        """The part of ``w`` a device of each pipeline stage holds (``[w]`` on a design)."""
+        if self.system is None:
+            return [w]
+        lay = self.layout
+        graphs = parallelize(w, lay).graphs
+        return [graphs[lay.rank(pp=k)] for k in range(lay.pp)]
+
+    def layer_share(self, w: ir.Workload) -> ir.Workload:
+        """A tensor (and expert) parallel rank's part of every layer of ``w``: the stages of a
+        pipeline together."""
+        if self.system is None:
+            return w
+        from dataclasses import replace as _replace
+        return parallelize(w, _replace(self.layout, pp=1, dp=1, microbatches=1)).graphs[0]
 
     def describe(self) -> dict[str, Any]:
         """The design (or the system and its layout), as results describe them."""
@@ -133,24 +189,27 @@ class IterationCostModel:
     :func:`workloads.iteration.scale_tokens`) on ``target``, up to ``max_tokens`` tokens per
     iteration."""
 
-    def __init__(self, base: ir.Workload, target: Target, max_tokens: int):
-        if target.system is not None and (target.layout.pp > 1 or target.layout.dp > 1):
-            raise BadInput("parallel", target.layout.to_dict(), "expected pp = 1 and dp = 1 "
-                           "for serving (tensor or expert parallelism within one replica)")
+    def __init__(self, base: ir.Workload, target: Target, max_tokens: int,
+                 fitted: dict | None = None):
         self.base, self.target, self.max_tokens = base, target, int(max_tokens)
+        rep = target.replica()
+        self.replica_target = rep
+        self.stages, self.replicas = target.stages, target.replicas
         self.static_w = target.static_power_w()
+        # each layer's attention runs on the ranks of one stage
+        self._per_layer_devices = rep.devices // rep.stages
         self.grid = np.array(token_grid(self.max_tokens), dtype=float)
-        lat, dyn = [], []
-        body = token_wise(base)
-        for t in self.grid:
-            w = scale_tokens(body, int(t))
-            latency, energy = target.run(w)
-            lat.append(latency)
-            dyn.append(energy - self.static_w * latency)
-        self.g_latency = np.array(lat)
-        self.g_energy = np.array(dyn)
-        # the attention ops of one device, grouped by what they compute
-        share = target.share(base)
+        loaded = fitted is not None
+        if fitted is None:
+            fitted = self._fit(base, rep)
+        self.g_latency = np.array(fitted["g_latency_s"], dtype=float)
+        self.g_energy = np.array(fitted["g_energy_j"], dtype=float)
+        self._grid_list = [float(x) for x in self.grid]
+        self._lat_list = [float(x) for x in self.g_latency]
+        self._en_list = [float(x) for x in self.g_energy]
+        self._decode_cost: dict[tuple[int, int], tuple[float, float]] = {}
+        # the attention ops of a rank's share of every layer, grouped by what they compute
+        share = rep.layer_share(base)
         groups: dict[str, list] = {}
         for op in attention_ops(share):
             key = repr(sorted((k, v) for k, v in op.attrs.items()))
@@ -162,32 +221,105 @@ class IterationCostModel:
         self.lm_head = [op for op in share.ops if op.name in heads]
         self._lm_cost: dict[int, tuple[float, float]] = {}
         self.device = target.device
-        # dense memory of one device: weights, one token's KV (every layer), activations
-        self.weights_bytes = float(memory_footprint(share).weights_bytes)
-        self.kv_bytes_per_token = float(sum(
-            int(op.attrs.get("kv_heads", op.attrs["heads"]))
-            * (int(op.attrs["head_dim"]) + int(op.attrs.get("value_dim", op.attrs["head_dim"])))
-            * op.bytes_per_element for op in attention_ops(share)))
-        self.activation_bytes = float(memory_footprint(
-            target.share(scale_tokens(base, self.max_tokens))).activation_bytes)
+        # memory of a device of each stage: weights and one token's KV (its layers)
+        self.stage_weights_bytes = [float(x) for x in fitted["stage_weights_bytes"]]
+        self.stage_kv_bytes_per_token = [float(x) for x in fitted["stage_kv_bytes_per_token"]]
+        self.weights_bytes = max(self.stage_weights_bytes)
+        self.kv_bytes_per_token = max(self.stage_kv_bytes_per_token)
+        self._activations: dict[tuple[int, int], list[float]] = {
+            tuple(int(x) for x in k.split(",")): v
+            for k, v in fitted.get("activation_bytes", {}).items()}
+        self.activation_bytes = max(self.stage_activation_bytes(self.max_tokens))
+        #: where :mod:`simulators.cost_cache` keeps this fit, and what the file holds
+        self.cache_key: str | None = None
+        self.stored: set | None = set(fitted.get("activation_bytes", {})) if loaded else None
+
+    def _fit(self, base: ir.Workload, rep: Target) -> dict:
+        """Simulate the token-wise body of an iteration at every grid point, and size one
+        device's memory per stage: what :meth:`fitted` keeps."""
+        lat, dyn = [], []
+        body = token_wise(base)
+        static = rep.static_power_w()
+        for t in self.grid:
+            w = scale_tokens(body, int(t))
+            latency, energy = rep.run(w, fill=rep.stages > 1)
+            lat.append(latency)
+            dyn.append(energy - static * latency)
+        stages = rep.stage_shares(base)
+        return {"g_latency_s": lat, "g_energy_j": dyn,
+                "stage_weights_bytes": [float(memory_footprint(g).weights_bytes)
+                                        for g in stages],
+                "stage_kv_bytes_per_token": [_kv_bytes_per_token(g) for g in stages]}
+
+    def fitted(self) -> dict:
+        """What the fit measured (JSON-able; :mod:`simulators.cost_cache` keeps it on disk):
+        the body's latency and dynamic energy on the grid, each stage's weights and KV bytes
+        per token, and the activations sized so far."""
+        return {"grid": self.grid.tolist(), "g_latency_s": self.g_latency.tolist(),
+                "g_energy_j": self.g_energy.tolist(),
+                "stage_weights_bytes": self.stage_weights_bytes,
+                "stage_kv_bytes_per_token": self.stage_kv_bytes_per_token,
+                "activation_bytes": {f"{t},{q}": v for (t, q), v in self._activations.items()}}
 
     # -------------------------------------------------------------------------- memory
-    def kv_capacity_tokens(self, memory_utilization: float = MEMORY_UTILIZATION) -> int:
-        """Tokens of KV cache one replica holds: a device's memory x ``memory_utilization``
-        less its weights and the largest iteration's activations, over one token's KV bytes
-        on that device; :class:`InfeasibleDesign` when nothing is left."""
+    def stage_activation_bytes(self, tokens: int, sequences: int | None = None) -> list[float]:
+        """The largest set of live activations of an iteration of ``tokens`` tokens and
+        ``sequences`` sequences sampling (the LM head's rows; default ``tokens``) on a device
+        of each stage, B: derived from the iteration's graph
+        (:func:`workloads.footprint.peak_live_activation_bytes`), as vLLM measures it with a
+        profile run of its largest batch."""
+        tokens = max(1, int(tokens))
+        seqs = tokens if sequences is None else max(1, min(int(sequences), tokens))
+        key = (tokens, seqs)
+        hit = self._activations.get(key)
+        if hit is None:
+            w = scale_tokens(self.base, tokens, seqs)
+            hit = self._activations[key] = [
+                float(memory_footprint(g).activation_bytes)
+                for g in self.replica_target.stage_shares(w)]
+        return hit
+
+    def kv_capacity_tokens(self, memory_utilization: float = MEMORY_UTILIZATION,
+                           iteration_tokens: int | None = None,
+                           sequences: int | None = None) -> int:
+        """Tokens of KV cache one replica holds: on a device of each stage, its memory x
+        ``memory_utilization`` (vLLM's ``gpu_memory_utilization``, the one reserve) less its
+        weights and the activations of the largest iteration (``iteration_tokens`` tokens,
+        ``sequences`` sampling; default the model's ``max_tokens``), over one token's KV
+        bytes there; the fewest over the stages. :class:`InfeasibleDesign` when nothing is
+        left."""
         cap = self.device.memory_capacity_bytes()
         if cap is None:
             raise InfeasibleDesign(f"{self.device.name} models no memory capacity: its KV "
                                    "cache cannot be sized")
-        free = cap * memory_utilization - self.weights_bytes - self.activation_bytes
-        tokens = int(free // self.kv_bytes_per_token) if self.kv_bytes_per_token else 0
-        if tokens < 1:
-            raise InfeasibleDesign(
-                f"{self.base.model} does not fit for serving: weights {self.weights_bytes / 1e9:.3g}"
-                f" GB + activations {self.activation_bytes / 1e9:.3g} GB leave no KV cache in "
-                f"{memory_utilization:g} x {cap / 1e9:.3g} GB")
-        return tokens
+        acts = self.stage_activation_bytes(iteration_tokens or self.max_tokens, sequences)
+        tokens = None
+        for weights, kv, act in zip(self.stage_weights_bytes, self.stage_kv_bytes_per_token,
+                                    acts):
+            free = cap * memory_utilization - weights - act
+            n = int(free // kv) if kv else 0
+            if n < 1:
+                raise InfeasibleDesign(
+                    f"{self.base.model} does not fit for serving: weights {weights / 1e9:.3g}"
+                    f" GB + activations {act / 1e9:.3g} GB leave no KV cache in "
+                    f"{memory_utilization:g} x {cap / 2**30:.4g} GiB")
+            tokens = n if tokens is None else min(tokens, n)
+        return int(tokens)
+
+    def swap_cost(self, tokens: int) -> tuple[float, float]:
+        """(time s, energy J) of copying ``tokens`` tokens of KV between every device of a
+        replica and host memory, each over its own host link at the link's sustained rate
+        (:mod:`accelerators.interconnect`) [E: a pinned-memory copy reaches about what NCCL
+        does over PCIe]; :class:`BadInput` when the device has no host link."""
+        from accelerators.interconnect import LINK_NAMES, get_link
+        name = self.device.hw.get("host_interface") if hasattr(self.device, "hw") else None
+        if name not in LINK_NAMES:
+            raise BadInput("preemption", "swap", f"expected recompute: {self.device.name} has "
+                           "no host link to swap KV over")
+        link = get_link(name)
+        nbytes = tokens * self.kv_bytes_per_token
+        return (nbytes / link.effective_Bps,
+                nbytes * link.energy_j_per_byte * self.replica_target.devices)
 
     # ---------------------------------------------------------------------------- cost
     def _g(self, tokens: int) -> tuple[float, float]:
@@ -195,8 +327,33 @@ class IterationCostModel:
             raise BadInput("iteration tokens", tokens, f"expected at most {self.max_tokens}")
         if tokens < 1:
             return 0.0, 0.0
-        return (float(np.interp(tokens, self.grid, self.g_latency)),
-                float(np.interp(tokens, self.grid, self.g_energy)))
+        grid = self._grid_list
+        i = bisect.bisect_left(grid, tokens)
+        if grid[i] == tokens:
+            return self._lat_list[i], self._en_list[i]
+        x0, x1 = grid[i - 1], grid[i]
+        f = (tokens - x0) / (x1 - x0)
+        lat, en = self._lat_list, self._en_list
+        return lat[i - 1] + f * (lat[i] - lat[i - 1]), en[i - 1] + f * (en[i] - en[i - 1])
+
+    def _decode_attention(self, decodes: int, mean: int) -> tuple[float, float]:
+        """(latency s, dynamic energy J) of every attention layer's decode attention for
+        ``decodes`` requests of ``mean`` KV tokens each, kept per pair: the templates cost a
+        decode batch by its count and mean length (their latency is exact for any lengths of
+        that mean; the KV bytes, and so the energy, are those of ``decodes x mean`` tokens,
+        within half a token per request of the batch's)."""
+        key = (decodes, mean)
+        hit = self._decode_cost.get(key)
+        if hit is None:
+            if len(self._decode_cost) > 500_000:
+                self._decode_cost.clear()
+            lat = energy = 0.0
+            for (op, n), one in zip(self.attention, self._decode_one):
+                c = self.device.cost(_decode_op(one, decodes, decodes * mean, mean))
+                lat += n * c.latency_s
+                energy += n * c.total_energy_j * self._per_layer_devices
+            hit = self._decode_cost[key] = (lat, energy)
+        return hit
 
     def cost(self, decodes: int, decode_kv_tokens: int,
              chunks: Sequence[tuple[int, int]] = ()) -> tuple[float, float]:
@@ -212,20 +369,29 @@ class IterationCostModel:
             costs = [dev.cost(scale_op(op, seqs)) for op in self.lm_head]
             hit = self._lm_cost[seqs] = (
                 sum(c.latency_s for c in costs),
-                sum(c.total_energy_j for c in costs) * self.target.devices)
+                sum(c.total_energy_j for c in costs) * self._per_layer_devices)
         lat += hit[0]
         energy += hit[1]
-        mean = max(1, round(decode_kv_tokens / decodes)) if decodes else 0
-        for (op, n), one in zip(self.attention, self._decode_one):
-            if decodes:
-                c = dev.cost(_decode_op(one, decodes, decode_kv_tokens, mean))
-                lat += n * c.latency_s
-                energy += n * c.total_energy_j * self.target.devices
-            if chunks:
+        if decodes:
+            a_lat, a_energy = self._decode_attention(
+                decodes, max(1, round(decode_kv_tokens / decodes)))
+            lat += a_lat
+            energy += a_energy
+        if chunks:
+            for op, n in self.attention:
                 c = dev.cost(prefill_attention(op, chunks))
                 lat += n * c.latency_s
-                energy += n * c.total_energy_j * self.target.devices
+                energy += n * c.total_energy_j * self._per_layer_devices
         return lat, energy
+
+
+def _kv_bytes_per_token(w: ir.Workload) -> float:
+    """KV-cache bytes one token takes in ``w``'s attention layers (keys and values of every
+    KV head, in the KV cache's number format)."""
+    return float(sum(int(op.attrs.get("kv_heads", op.attrs["heads"]))
+                     * (int(op.attrs["head_dim"]) + int(op.attrs.get("value_dim",
+                                                                     op.attrs["head_dim"])))
+                     * kv_element_bytes(op) for op in attention_ops(w)))
 
 
 def _decode_op(one: ir.Op, decodes: int, kv_tokens: int, mean: int) -> ir.Op:

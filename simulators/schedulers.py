@@ -11,7 +11,11 @@ KV blocks) and preempt running ones when blocks run out. Three are built in:
   [P Yu et al., Orca, OSDI 2022; P Kwon et al., vLLM, SOSP 2023].
 * :class:`ChunkedPrefill` — Sarathi-Serve: every iteration runs all running decodes and fills
   the rest of a token budget with prompt chunks (unfinished prompts first, then new ones), so
-  prefills piggyback on decodes and never stall them [P Agrawal et al., OSDI 2024].
+  prefills piggyback on decodes and never stall them [P Agrawal et al., OSDI 2024]. A new
+  request is admitted only when the blocks of its whole prompt are free, and they are
+  reserved at admission, as Sarathi-Serve and vLLM's chunked prefill do [R
+  microsoft/vidur ``SarathiReplicaScheduler._can_allocate_request``; R vLLM v0
+  ``BlockSpaceManager.can_allocate``]: a partly prefilled prompt never waits for blocks.
 * :class:`StaticBatching` — the baseline: a batch of up to ``max_batch`` waiting requests is
   formed when the previous one is done, its prompts prefilled (whole prompts, iterations of at
   most the token budget), then decoded until its longest request finishes; finished requests
@@ -21,9 +25,19 @@ KV cache: :class:`KVCache`, blocks of ``block_size`` tokens [P vLLM: PagedAttent
 blocks by default]. A request holds ``ceil(kv_tokens / block_size)`` blocks. Admission needs
 the blocks of the prompt (plus vLLM's watermark: 1 % of the blocks kept free); a decode that
 crosses a block boundary takes one more; when none is free the most recently admitted running
-request is preempted by recompute: its blocks are freed, it goes back to the front of the queue
-and later re-prefills its prompt and the tokens generated so far (vLLM's default for single
-sequences).
+request is preempted, as vLLM (v0) does [R vLLM ``Scheduler._preempt``, ``PreemptionMode``]:
+
+* ``recompute`` (vLLM's default for single sequences): its blocks are freed, it goes back to
+  the front of the queue and later re-prefills its prompt and the tokens generated so far;
+* ``swap``: its blocks are copied to host memory over the device's host link (``swap_out``
+  tokens of the batch; the serving loop charges the copy) and freed; swapped requests come
+  back (``swap_in``, first come first served) before any new request is admitted, as soon as
+  their blocks are free. Host swap space holds ``swap_blocks`` blocks (vLLM's ``swap_space``,
+  4 GiB per device by default); a victim that does not fit there is recomputed (vLLM aborts
+  the run instead).
+
+Pipelines: with ``pp`` stages a replica keeps up to ``pp`` batches in flight; a request in
+flight is in no other batch (:meth:`State.fly`, :meth:`State.land`) and cannot be preempted.
 """
 
 from __future__ import annotations
@@ -39,18 +53,24 @@ from dse.errors import BadInput
 #: Share of the KV blocks admission keeps free [D vLLM ``watermark`` = 0.01].
 WATERMARK = 0.01
 SCHEDULERS = ("continuous", "chunked", "static")
+#: Preemption modes [R vLLM ``PreemptionMode``].
+PREEMPTION = ("recompute", "swap")
 
 
 @dataclass
 class Batch:
     """One iteration: ``chunks`` of prefill ``(request, cached tokens, new tokens)``,
     ``decodes`` (request ids, one token each), and ``padding`` slots of a static batch that
-    still compute (their KV tokens in ``padding_kv``)."""
+    still compute (their KV tokens in ``padding_kv``); ``swap_out`` / ``swap_in``: KV tokens
+    copied to / from host memory before it runs (filled in by the serving loop from
+    :meth:`State.take_swaps`)."""
 
     chunks: list[tuple[int, int, int]] = field(default_factory=list)
     decodes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     padding: int = 0
     padding_kv: int = 0
+    swap_out: int = 0
+    swap_in: int = 0
 
 
 class KVCache:
@@ -66,10 +86,13 @@ class KVCache:
 
 class State:
     """What the schedulers see and change: per-request arrays (tokens, KV, blocks), the
-    waiting queue (a deque of ids), the requests prefilling (ids, admission order) and
-    decoding (an id array, admission order)."""
+    waiting queue (a deque of ids), the requests prefilling (ids, admission order), decoding
+    (an id array, admission order) and swapped out (a deque), and how many are in flight in
+    a pipeline. ``preemption``: ``recompute`` or ``swap`` (:data:`PREEMPTION`) with
+    ``swap_blocks`` blocks of host swap space."""
 
-    def __init__(self, input_len: np.ndarray, output_len: np.ndarray, kv: KVCache):
+    def __init__(self, input_len: np.ndarray, output_len: np.ndarray, kv: KVCache,
+                 preemption: str = "recompute", swap_blocks: int = 0):
         n = len(input_len)
         self.input_len, self.output_len, self.kv = input_len, output_len, kv
         self.generated = np.zeros(n, dtype=np.int64)
@@ -77,13 +100,19 @@ class State:
         self.blocks = np.zeros(n, dtype=np.int64)
         self.prefill_left = np.zeros(n, dtype=np.int64)
         self.preemptions = np.zeros(n, dtype=np.int64)
+        self.swaps = np.zeros(n, dtype=np.int64)
         self.waiting: deque[int] = deque()
         self.prefilling: list[int] = []
         self.decoding = np.zeros(0, dtype=np.int64)
+        self.swapped: deque[int] = deque()
+        self.flying = 0
+        self.preemption, self.swap_blocks, self.swap_used = preemption, int(swap_blocks), 0
+        self._swap_out = self._swap_in = 0
 
     @property
     def running(self) -> int:
-        return len(self.prefilling) + len(self.decoding)
+        """Requests holding KV blocks on the device: prefilling, decoding, in flight."""
+        return len(self.prefilling) + len(self.decoding) + self.flying
 
     def prompt(self, r: int) -> int:
         """Tokens request ``r`` prefills when admitted: its prompt and what it has generated
@@ -96,6 +125,12 @@ class State:
         self.prefill_left[r] = self.prompt(r)
         self.prefilling.append(r)
 
+    def can_admit(self, r: int) -> bool:
+        """Whether the blocks of ``r``'s whole prompt are free beside the watermark, and no
+        swapped request waits to come back first."""
+        return not self.swapped and (self.kv.blocks_for(self.prompt(r))
+                                     <= self.kv.free - self.kv.watermark)
+
     def grow(self, r: int, tokens: int) -> bool:
         """Allocate the blocks ``r`` needs to hold ``tokens`` more KV tokens; False (nothing
         allocated) when too few are free."""
@@ -107,18 +142,22 @@ class State:
         return True
 
     def preempt_last(self) -> bool:
-        """Preempt the most recently admitted decoding request (recompute): free its blocks,
-        queue it first. False when none decodes."""
+        """Preempt the most recently admitted decoding request (:data:`PREEMPTION`): swap
+        it out where host space holds its blocks, else recompute. False when none decodes."""
         if not len(self.decoding):
             return False
         r = int(self.decoding[-1])
         self.decoding = self.decoding[:-1]
+        b = int(self.blocks[r])
+        if self.preemption == "swap" and self.swap_used + b <= self.swap_blocks:
+            self.kv.free += b
+            self.swap_used += b
+            self._swap_out += int(self.kv_tokens[r])
+            self.swaps[r] += 1
+            self.swapped.append(r)
+            return True
         self._requeue(r)
         return True
-
-    def preempt_prefilling(self) -> None:
-        """Preempt the most recently admitted request still prefilling (recompute)."""
-        self._requeue(self.prefilling.pop())
 
     def _requeue(self, r: int) -> None:
         """Free the blocks of ``r`` (no longer running), drop its KV, count the preemption
@@ -128,6 +167,29 @@ class State:
         self.kv_tokens[r] = 0
         self.preemptions[r] += 1
         self.waiting.appendleft(r)
+
+    def swap_in(self, max_running: int) -> None:
+        """Bring swapped requests back (first come first served) while their blocks and the
+        next token's fit beside the watermark; they decode in this iteration."""
+        back = []
+        while self.swapped and self.running + len(back) < max_running:
+            r = self.swapped[0]
+            need = self.kv.blocks_for(self.kv_tokens[r] + 1)
+            if need > self.kv.free - self.kv.watermark:
+                break
+            self.swapped.popleft()
+            self.swap_used -= int(self.blocks[r])
+            self.blocks[r] = need
+            self.kv.free -= need
+            self._swap_in += int(self.kv_tokens[r])
+            back.append(r)
+        if back:
+            self.decoding = np.concatenate([self.decoding, np.array(back, dtype=np.int64)])
+
+    def take_swaps(self) -> tuple[int, int]:
+        """KV tokens swapped out and in since the last call (the next batch copies them)."""
+        out, self._swap_out, self._swap_in = (self._swap_out, self._swap_in), 0, 0
+        return out
 
     def make_room_for_decodes(self) -> None:
         """Preempt (last admitted first) until the blocks the next decode step takes (one for
@@ -140,6 +202,25 @@ class State:
                 self.kv.free -= len(grow)
                 return
             self.preempt_last()
+
+    def fly(self, batch: Batch) -> None:
+        """Take ``batch``'s requests out of prefilling and decoding while it is in flight in
+        a pipeline (no other batch may hold them)."""
+        ids = {r for r, _, _ in batch.chunks}
+        if ids:
+            self.prefilling = [r for r in self.prefilling if r not in ids]
+        self.flying += len(ids) + len(batch.decodes)
+        if len(batch.decodes):
+            self.decoding = self.decoding[~np.isin(self.decoding, batch.decodes)]
+
+    def land(self, prefilling: list[int], decoding: np.ndarray, flown: int) -> None:
+        """Put the unfinished requests of a batch that left the pipeline back (in admission,
+        i.e. arrival, order, as Vidur keeps them)."""
+        self.flying -= flown
+        if prefilling:
+            self.prefilling = sorted(self.prefilling + prefilling)
+        if len(decoding):
+            self.decoding = np.sort(np.concatenate([self.decoding, decoding]))
 
 
 class Scheduler:
@@ -174,8 +255,7 @@ class ContinuousBatching(Scheduler):
             p = s.prompt(r)
             if chunks and tokens + p > self.token_budget:
                 break
-            need = s.kv.blocks_for(p)
-            if need > s.kv.free - s.kv.watermark:
+            if not s.can_admit(r):
                 break
             s.admit(r)
             s.grow(r, p)
@@ -184,6 +264,7 @@ class ContinuousBatching(Scheduler):
         if chunks:
             return Batch(chunks)
         s.make_room_for_decodes()
+        s.swap_in(self.max_batch)
         return Batch(decodes=s.decoding) if len(s.decoding) else None
 
 
@@ -200,40 +281,27 @@ class ChunkedPrefill(Scheduler):
 
     def step(self, s: State) -> Batch | None:
         s.make_room_for_decodes()
+        s.swap_in(self.max_batch)
         budget = self.token_budget - len(s.decoding)
         chunks = []
-        for r in list(s.prefilling):
+        for r in s.prefilling:            # their whole prompts' blocks are reserved
             if budget <= 0:
                 break
-            c = self._chunk(s, r, budget)
-            if c:
-                chunks.append((r, int(s.kv_tokens[r]), c))
-                budget -= c
+            c = int(min(s.prefill_left[r], budget))
+            chunks.append((r, int(s.kv_tokens[r]), c))
+            budget -= c
         while budget > 0 and s.waiting and s.running < self.max_batch:
             r = s.waiting[0]
-            if s.kv.blocks_for(min(s.prompt(r), budget)) > s.kv.free - s.kv.watermark:
+            if not s.can_admit(r):
                 break
             s.admit(r)
-            c = self._chunk(s, r, budget)
+            s.grow(r, s.prompt(r))        # the whole prompt, reserved at admission
+            c = int(min(s.prefill_left[r], budget))
             chunks.append((r, 0, c))
             budget -= c
         if not chunks and not len(s.decoding):
-            if not s.prefilling:
-                return None
-            s.preempt_prefilling()     # partial prompts hold every block: restart the last
-            return self.step(s)
+            return None
         return Batch(chunks, s.decoding)
-
-    @staticmethod
-    def _chunk(s: State, r: int, budget: int) -> int:
-        """Prompt tokens of ``r`` this iteration: what is left, within the budget and the
-        free blocks (its blocks allocated)."""
-        c = int(min(s.prefill_left[r], budget))
-        room = (s.blocks[r] + s.kv.free) * s.kv.block_size - s.kv_tokens[r]
-        c = int(max(0, min(c, room)))
-        if c:
-            s.grow(r, c)
-        return c
 
 
 class StaticBatching(Scheduler):

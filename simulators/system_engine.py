@@ -377,5 +377,7 @@ def _steady_state(pw: ParallelWorkload, records, rep_of) -> float:
                 cur_e = max(cur_e, b)
         occupied += (cur_e - cur_s) if cur_e is not None else 0.0
         busiest = max(busiest, occupied)
-        trip = max(trip, max((x.end_s for x in recs if x.name.endswith("@0")), default=0.0))
+        # microbatch 0's ops end in "@0"; with one microbatch no op is suffixed: all are its
+        first = [x.end_s for x in recs if pw.microbatches <= 1 or x.name.endswith("@0")]
+        trip = max(trip, max(first, default=0.0))
     return max(trip, busiest)

@@ -209,13 +209,13 @@ def test_bad_hugging_face_configs(tmp_path, capsys, config, fragment):
     pytest.importorskip("transformers")
     path = tmp_path / "config.json"
     path.write_text(config if isinstance(config, str) else json.dumps(config))
-    one_line_error(capsys, "workload", "x", "--hf-config", str(path), expect=(fragment,))
+    one_line_error(capsys, "workload", "--hf-config", str(path), expect=(fragment,))
 
 
 def test_transformers_warnings_are_not_printed(capsys):
     pytest.importorskip("transformers")
     # gpt2_tiny's bos/eos token ids lie outside its vocabulary: transformers warns about it
-    code, out, err = run_cli(capsys, "workload", "x", "--hf-config",
+    code, out, err = run_cli(capsys, "workload", "--hf-config",
                              os.path.join(ROOT, "tests", "data", "hf", "gpt2_tiny.json"),
                              "--json")
     assert code == 0 and json.loads(out)["model"] == "hf:gpt2"
@@ -354,3 +354,136 @@ def test_an_unimportable_quality_function_fails_the_run_before_anything_is_writt
                    expect=("quality.python", "cannot import no_such_module_i20"))
     assert not (tmp_path / "o").exists()
 
+
+
+# ----------------------------------------------------------------------------- issue 34: files
+@pytest.mark.parametrize("argv, field", [
+    (("workload", "--hf-config", "{fifo}"), "--hf-config"),
+    (("serve", "gpt2", "--trace", "{fifo}", "--requests", "5"), "trace"),
+    (("study", "validate", "{fifo}"), "study file"),
+])
+def test_a_named_pipe_is_refused_not_read_forever(tmp_path, capsys, argv, field):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    one_line_error(capsys, *[a.format(fifo=fifo) for a in argv],
+                   expect=(field, "not a device, pipe or socket"))
+
+
+def test_a_trace_with_a_column_twice_is_refused(tmp_path, capsys):
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,input_len,output_len,input_len\n0,10,5,99\n")
+    one_line_error(capsys, "serve", "gpt2", "--trace", str(trace), "--requests", "1",
+                   expect=("t.csv header", "each column once", "input_len appears"))
+
+
+# ----------------------------------------------------------------------------- issue 34: nonsense
+@pytest.mark.parametrize("argv, expect", [
+    (("collective", "all_reduce", "--bytes", "0", "--devices", "2"), ("bytes", "more than 0")),
+    (("collective", "all_reduce", "--bytes", "1MiB", "--devices", "1"), ("devices", "at least 2")),
+    (("simulate", "linear", "-a", ""), ("accelerator", "TEMPLATE:PRESET")),
+    (("simulate", "linear", "-a", "npu:"), ("accelerator", "TEMPLATE:PRESET")),
+    (("workload", "gpt2", "--arch", "n_layer=1e2"), ("arch.n_layer", "an int", "'1e2'")),
+    (("serve", "gpt2", "--seed", "-1", "--requests", "3", "--rate", "1"), ("seed",)),
+    (("simulate", "linear", "-a", "gpu:h100", "--hw", "sms=200", "--hw", "sms_on_die=100"),
+     ("hw.sms_on_die", "at least sms=200")),
+    (("simulate", "linear", "-a", "gpu:h100", "--hw", "memory_devices_on_die=1"),
+     ("hw.memory_devices_on_die", "at least the 5")),
+])
+def test_accepted_nonsense_is_refused(capsys, argv, expect):
+    one_line_error(capsys, *argv, expect=expect)
+
+
+@pytest.mark.parametrize("architecture, field", [
+    ({"tile": {"choices": [-2.5e-300]}}, "search.architecture.tile.choices[0]"),
+    ({"window": {"choices": [1.5, 2048]}}, "search.architecture.window.choices[0]"),
+    ({"stride": {"choices": [1e30]}}, "search.architecture.stride.choices[0]"),
+])
+def test_study_architecture_values_are_checked_at_load(tmp_path, capsys, architecture, field):
+    path = study_file(tmp_path, workloads=[{"model": "gna"}],
+                      search={"hardware": {"rows": {"choices": [32, 64]}},
+                              "architecture": architecture})
+    one_line_error(capsys, "study", "validate", str(path), expect=(field, "positive sizes"))
+
+
+def test_yaml_is_read_as_yaml_1_2(tmp_path, capsys):
+    """``5_12`` is 512 in YAML 1.1 but a string in YAML 1.2 (what the docs promise); so are
+    ``yes`` / ``on`` (booleans in 1.1 only)."""
+    from dse.study.loader import parse_yaml
+    assert parse_yaml("a: 5_12\nb: yes\nc: on\nd: 1e3\ne: true\nf: 1_000.5") == {
+        "a": "5_12", "b": "yes", "c": "on", "d": 1000.0, "e": True, "f": "1_000.5"}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(TINY_STUDY).replace("trials: 2", "trials: 5_12"))
+    one_line_error(capsys, "study", "validate", str(path), expect=("trials", "5_12"))
+
+
+def test_a_strict_constraint_stays_strict():
+    from dse.study.objectives import parse_constraint
+    lt = parse_constraint("latency_s < 0.02", "constraints[0]", ["latency_s"])
+    le = parse_constraint("latency_s <= 0.02", "constraints[0]", ["latency_s"])
+    assert (lt.op, lt.label) == ("<", "latency_s<0.02")
+    assert lt.violation(0.02) > 0 >= le.violation(0.02)
+    assert lt.violation(0.01) < 0 and lt.violation(0.03) > 0
+    gt = parse_constraint({"metric": "latency_s", "op": ">", "value": 1}, "c", ["latency_s"])
+    assert gt.violation(1.0) > 0 > gt.violation(2.0)
+
+
+@pytest.mark.parametrize("trace, content, expect", [
+    ("missing.csv", None, ("serving.trace", "no such file")),
+    ("bin.csv", b"\x00\x01binary\xff\n", ("serving.trace", "UTF-8")),
+    ("neg.csv", b"arrival_s,input_len,output_len\n0,-5,3\n", ("neg.csv:2.input_len",)),
+    ("passwd", b"root:x:0:0:root:/root:/bin/bash\nbin:x:1:1::/:\n",
+     ("passwd header", "not column names")),
+])
+def test_a_serving_study_checks_its_trace_at_load(tmp_path, capsys, trace, content, expect):
+    if content is not None:
+        (tmp_path / trace).write_bytes(content)
+    path = study_file(tmp_path, workloads=None,
+                      serving={"model": "gpt2", "trace": str(tmp_path / trace), "requests": 5},
+                      search={"hardware": {"rows": {"choices": [8, 16]}}},
+                      objectives=["ttft_p99_s"])
+    data = yaml.safe_load(path.read_text())
+    data.pop("workloads")
+    path.write_text(yaml.safe_dump(data))
+    line = one_line_error(capsys, "study", "run", str(path), "--out", str(tmp_path / "o"),
+                          expect=expect)
+    assert "root:" not in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_default_proxy_never_builds_a_huge_model(tmp_path, capsys):
+    """NASWOT builds real weights: a 12 B vision model is refused at load (counted on the meta
+    device), never built (issue 34: it was killed at 6.1 GiB and the run exited 0)."""
+    path = study_file(tmp_path, workloads=[{"model": "flux-dit", "batch": 1}],
+                      search={"hardware": {"rows": {"choices": [8, 16]}}},
+                      objectives=["latency_s", "quality"])
+    one_line_error(capsys, "study", "validate", str(path),
+                   expect=("quality", "NASWOT", "11.9 B parameters"))
+
+
+@pytest.mark.parametrize("config, fragment", [
+    ({**GPT2_TINY, "architectures": [1]}, "hf_config.architectures: expected a list of class"),
+    ({**GPT2_TINY, "type_vocab_size": 0}, "hf_config.type_vocab_size: expected an int >= 1"),
+    ({"model_type": "mamba", "num_hidden_layers": 1, "hidden_size": 64, "state_size": 0,
+      "vocab_size": 100}, "hf_config.state_size"),
+    ({"model_type": "mixtral", "num_hidden_layers": 1, "num_local_experts": 4,
+      "num_experts_per_tok": 0}, "hf_config.num_experts_per_tok: expected an int in [1, 4]"),
+    ({"model_type": "mistral", "num_hidden_layers": 1, "sliding_window": -5},
+     "hf_config.sliding_window"),
+    ({"model_type": "llama", "num_hidden_layers": 1, "rope_scaling": {"type": "linear",
+                                                                       "factor": -2}},
+     "hf_config.rope_scaling.factor: expected a number > 0"),
+])
+def test_hugging_face_nonsense_is_refused(tmp_path, capsys, config, fragment):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    one_line_error(capsys, "workload", "--hf-config", str(path), expect=(fragment,))
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (("workload", "gpt2", "--module", "x.y:make"), "not both MODEL and --module"),
+    (("workload", "--hf-config", "c.json", "--module", "x.y:make"),
+     "not both --hf-config and --module"),
+    (("workload", "--module", "x.y:make", "--arch", "n=1"), "no --arch with --module"),
+])
+def test_one_source_of_the_model(capsys, argv, fragment):
+    one_line_error(capsys, *argv, expect=(fragment,))

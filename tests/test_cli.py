@@ -45,7 +45,8 @@ def test_workload_summary_table(capsys):
     (["workload", "resnet50", "--phase", "decode"], "phase"),
     (["workload", "gpt2", "--dtype", "fp64"], "dtype"),
     (["workload", "gpt2", "--arch", "novalue"], "--arch"),
-    (["workload", "gpt2", "--hf-config", "/nonexistent/config.json"], "--hf-config"),
+    (["workload", "--hf-config", "/nonexistent/config.json"], "--hf-config"),
+    (["workload", "gpt2", "--hf-config", "/nonexistent/config.json"], "not both MODEL and --hf-config"),
     (["workload", "gpt2", "--no-such-flag"], "no-such-flag"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, fragment):
@@ -59,7 +60,7 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, fragment):
 def test_unreadable_hf_config(tmp_path, capsys):
     bad = tmp_path / "config.json"
     bad.write_text("{not json")
-    code, _, err = run_cli(capsys, "workload", "x", "--hf-config", str(bad))
+    code, _, err = run_cli(capsys, "workload", "--hf-config", str(bad))
     assert code == 2 and "--hf-config" in err and len(err.strip().splitlines()) == 1
 
 

@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from accelerators.collective_calibration import calibration
 from accelerators.collectives import bus_factor, collective_cost
 from accelerators.interconnect import PROTOCOLS, get_link, get_switch
 from accelerators.topology import Topology, balanced_shape
@@ -43,12 +44,41 @@ def test_ring_all_reduce_is_the_alpha_beta_closed_form():
     p, size = 8, 2**30
     c = collective_cost(switch(p), "all_reduce", size, algorithm="ring", protocol="simple")
     start, step = NVLINK4.protocols["simple"]
-    bw = 18 * 20.6e9
+    # NCCL's per-port rate x the share the ring reached on the lent H100s (1 - loss / p)
+    loss = calibration("nvlink4")["loss"]["all_reduce/ring"]
+    bw = 18 * 20.6e9 * (1 - loss / p)
     expected = start + 2 * (p - 1) * step + 2 * (p - 1) / p * size / bw
     assert c.time_s == pytest.approx(expected, rel=1e-12)
     # nccl-tests' bus bandwidth of a bandwidth-bound ring is the port's sustained bandwidth
     assert c.bus_bandwidth_Bps == pytest.approx(bw, rel=0.02)
     assert c.bus_bandwidth_Bps == pytest.approx(c.algbw_Bps * 2 * (p - 1) / p)
+
+
+def test_collective_calibration_issue_modes_and_refuses_bad_files(tmp_path, monkeypatch):
+    """Eager calls back to back take the longer of the host's issue interval and the device
+    time; a single call adds its launch; the device mode is the model alone. A calibration
+    file out of range is one BadInput line."""
+    from accelerators import collective_calibration as cc
+    lat = calibration("nvlink4")["call_latency_s"]
+    small = collective_cost(switch(2), "all_reduce", 4096, algorithm="ring")
+    big = collective_cost(switch(2), "all_reduce", 2**30, algorithm="ring")
+    b2b = collective_cost(switch(2), "all_reduce", 4096, algorithm="ring", call="eager_b2b")
+    one = collective_cost(switch(2), "all_reduce", 4096, algorithm="ring", call="eager_call")
+    assert b2b.time_s == pytest.approx(max(lat["eager_b2b"], small.time_s))
+    assert one.time_s == pytest.approx(lat["eager_call"] + small.time_s)
+    assert collective_cost(switch(2), "all_reduce", 2**30, algorithm="ring",
+                           call="eager_b2b").time_s == pytest.approx(big.time_s)
+    with pytest.raises(BadInput, match="call"):
+        collective_cost(switch(2), "all_reduce", 4096, call="python")
+    (tmp_path / "collectives_nvlink4.json").write_text(
+        '{"loss": {"all_reduce/ring": 7}, "call_latency_s": {}}')
+    monkeypatch.setattr(cc, "CALIBRATION_DIR", tmp_path)
+    cc.calibration.cache_clear()
+    try:
+        with pytest.raises(BadInput, match="loss.all_reduce/ring"):
+            cc.calibration("nvlink4")
+    finally:
+        cc.calibration.cache_clear()
 
 
 def test_protocols_trade_latency_for_bandwidth():

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import random
-import time
 
 import networkx as nx
 import pytest
@@ -246,10 +245,10 @@ def _workload(params, kv_bytes, model="fake"):
 def test_capacity_check():
     w = _workload(params=7_000_000_000, kv_bytes=8e9)  # 14 GB of weights + 8 GB of KV cache
     reason = make_accelerator("gpu:t4").check(w)
-    assert reason and "holds 16 GB" in reason and "KV cache 8 GB" in reason
+    assert reason and "holds 16.1 GB" in reason and "KV cache 8 GB" in reason   # 15,360 MiB
     assert make_accelerator("gpu:h200").check(w) is None
-    huge = _workload(params=70_000_000_000, kv_bytes=4e9)  # 140 GB of weights
-    assert "holds 141 GB" in make_accelerator("gpu:h200").check(huge)
+    huge = _workload(params=74_000_000_000, kv_bytes=4e9)  # 148 GB of weights
+    assert "holds 151 GB" in make_accelerator("gpu:h200").check(huge)     # 143,771 MiB
     from dse.errors import InfeasibleDesign
     with pytest.raises(InfeasibleDesign):
         simulate(huge, make_accelerator("gpu:h200"))
@@ -312,16 +311,9 @@ def test_datasheet_h100_is_consistent_with_the_calibrated_h200(presets):
     assert 1.2 < r_memory < 1.9                       # 4.8 / 3.35 = 1.43 more bandwidth
 
 
-def test_cost_is_fast():
-    g = make_accelerator("gpu:h200")
+def test_cost_is_deterministic_across_designs():
+    """A second design of the same preset costs every op the same (speed: see
+    ``benchmarks/cost_speed.py``; no timing in tests)."""
     ops = sample_ops(seed=1, count=1000)
-    t = time.perf_counter()
-    for op in ops:
-        g.cost(op)
-    first = time.perf_counter() - t
-    t = time.perf_counter()
-    for _ in range(5):
-        for op in ops:
-            g.cost(op)
-    again = (time.perf_counter() - t) / 5
-    assert first < 1.0 and again < 0.05, (first, again)
+    first = [make_accelerator("gpu:h200").cost(op) for op in ops]
+    assert first == [make_accelerator("gpu:h200").cost(op) for op in ops]

@@ -240,7 +240,10 @@ def test_presets_hold_dense_datasheet_peaks():
     assert PRESETS["a100-40gb"]["memory_bandwidth_Bps"] == 1.555e12
     assert PRESETS["a100"]["memory_bandwidth_Bps"] == 2.039e12
     assert PRESETS["l40s"]["peak_bf16_flops"] == 362.05e12
-    assert PRESETS["mi300x"]["memory_capacity_bytes"] == 192e9
+    assert PRESETS["mi300x"]["memory_capacity_bytes"] == 205822885888    # rocm-smi, 192 GiB
+    # capacity as the driver shows it (nvidia-smi MiB), not the datasheet's GB as 1e9 B
+    assert PRESETS["h100"]["memory_capacity_bytes"] == 81559 * 2**20 > 85e9
+    assert PRESETS["a100"]["memory_capacity_bytes"] == 80 * 2**30
     assert PRESETS["b200"]["peak_bf16_flops"] == 2.25e15             # dense (4.5 P is sparse)
     for name in PRESETS:
         g = GPU(name)

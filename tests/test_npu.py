@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from pathlib import Path
 
 import pytest
@@ -251,13 +250,12 @@ def test_resources_and_presets():
     assert (neupims.rows, neupims.cols, neupims.arrays, neupims.vector_lanes) == (128, 128, 8, 1024)
 
 
-def test_cost_is_deterministic_and_fast():
+def test_cost_is_deterministic():
+    """Same op, same design: the same cost (its speed is measured in
+    ``benchmarks/cost_speed.py``, never timed in a test)."""
     design = NPU()
     ops = [matmul(64 + i, 256 + 3 * i, 128 + 7 * i, name=f"mm{i}") for i in range(1000)]
-    t0 = time.perf_counter()
     first = [design.cost(op) for op in ops]
-    elapsed = time.perf_counter() - t0
-    assert elapsed < 0.25, f"1000 distinct GEMMs took {elapsed * 1e3:.0f} ms"
     assert first == [NPU().cost(op) for op in ops]
 
 

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from accelerators import npu_vector
+from accelerators.mac_formats import storage_bytes
 from accelerators.npu import NPU, PARAMS
 from dse.errors import BadInput, InfeasibleDesign
 from simulators import fast
@@ -81,7 +82,7 @@ def tight_designs(draw) -> NPU:
     edge = max(rows, cols) * arrays
     values = dict(rows=rows, cols=cols, arrays=arrays, dtype=dtype,
                   dataflow=draw(_VALUES["dataflow"]), vector_lanes=draw(_VALUES["vector_lanes"]))
-    for pad, elem in (("ifmap", DTYPE_BYTES[dtype]), ("filter", DTYPE_BYTES[dtype]),
+    for pad, elem in (("ifmap", storage_bytes(dtype)), ("filter", storage_bytes(dtype)),
                       ("ofmap", 4)):
         least = -(-2 * edge * elem // 1024)
         values[f"{pad}_sram_kb"] = min(131072, least * draw(st.sampled_from([1, 1, 2, 3]))

@@ -46,7 +46,8 @@ def test_bandwidth_is_realised_by_the_fewest_devices_and_reported():
     assert d.memory.devices == 3 == devices_for_bandwidth(get_standard("hbm3"), 2.0e12)
     assert d.memory.bandwidth_Bps == 2.0e12            # the interface runs at what was asked
     assert d.physical().memory.to_dict() == {"standard": "hbm3", "devices": 3,
-                                             "capacity_bytes": 48e9, "bandwidth_Bps": 2.0e12}
+                                             "capacity_bytes": 48 * 2**30,   # 3 x 16 GiB
+                                             "bandwidth_Bps": 2.0e12}
     explicit = NPU(dram="hbm3", dram_devices=3)
     assert explicit.memory.bandwidth_Bps == pytest.approx(3 * 819.2e9)
 

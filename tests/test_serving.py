@@ -159,3 +159,13 @@ def test_traces_refuse_bad_values():
     bursty = synthetic_trace("sharegpt", 10.0, 4000, arrival="gamma", cv=3.0, seed=1)
     gaps = np.diff(bursty.arrival_s)
     assert gaps.std() / gaps.mean() > 2.0 and 8 < 1 / gaps.mean() < 12
+
+
+def test_a_long_run_reports_its_progress():
+    """Issue 34: a long serving run says how far it is (the CLI shows it on a terminal)."""
+    seen = []
+    r = api.serve("gpt2", arch={"n_layer": 2}, trace="alpaca", rate=50.0, requests=400,
+                  progress=lambda done, total: seen.append((done, total)))
+    assert 50 <= len(seen) <= 101 and all(t == 400 for _, t in seen)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen) and seen[-1][0] <= 400
+    assert r.completed == 400 and seen[-1][0] >= 396

@@ -122,6 +122,18 @@ def test_pipeline_decode_reports_steady_state_and_fill():
     assert r.throughput == pytest.approx(8 / r.latency_s)
 
 
+def test_a_one_microbatch_pipeline_decode_step_takes_the_whole_trip():
+    """A decode token of a lone microbatch crosses every stage in turn: a two-stage pipeline
+    is no faster than one device doing both halves (it was reported as the slower stage
+    alone, half the time, when no op carried a microbatch suffix: found on two H200s)."""
+    w = api.workload("llama2-7b", phase="decode", batch=1, context=16, arch=TINY)
+    one = api.simulate(w, system="hgx-h200", devices=1, parallel={"tp": 1})
+    pp2 = api.simulate(w, system="hgx-h200", parallel={"pp": 2, "microbatches": 1})
+    assert pp2.microbatches == 1
+    assert pp2.latency_s >= one.latency_s
+    assert pp2.latency_s == pytest.approx(pp2.fill_latency_s)
+
+
 def test_chrome_trace_has_a_process_per_device_and_the_links():
     w = api.workload("llama2-7b", phase="decode", batch=8, context=16, arch=TINY)
     r = api.simulate(w, system="hgx-h200", parallel={"tp": 4})

@@ -110,3 +110,22 @@ def test_discovered_by_a_fresh_process(plugin):
                          timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["accelerator"]["template"] == "roofline"
+
+
+def test_a_plugin_whose_init_raises_is_one_line(tmp_path, monkeypatch, capsys):
+    site = tmp_path / "site"
+    code = example_code().replace("class Roofline(Template):", "class Roofline(Template):\n"
+                                  "    def __init__(self, *a, **k):\n"
+                                  "        raise ZeroDivisionError('plugin bug')\n", 1)
+    code = code.replace("name = \"roofline\"", "name = \"initbug\"")
+    install(site, "acme_initbug", "acme_initbug", code, "initbug = acme_initbug:Roofline")
+    monkeypatch.syspath_prepend(str(site))
+    registry.refresh()
+    try:
+        rc, _, err = run_cli(capsys, "simulate", "linear", "-a", "initbug")
+    finally:
+        monkeypatch.undo()
+        registry.refresh()
+        sys.modules.pop("acme_initbug", None)
+    assert rc == 2 and err.count("\n") == 1
+    assert "ZeroDivisionError: plugin bug" in err and "acme_initbug" in err

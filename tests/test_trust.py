@@ -6,6 +6,7 @@ import io
 import json
 import os
 import pickle
+import pathlib
 import re
 
 import optuna
@@ -63,9 +64,10 @@ def test_a_cached_workload_reads_back_exactly(cache):
     assert [(o, o.attrs) for o in again.ops] == [(o, o.attrs) for o in w.ops]
     assert list(again.graph.edges(data=True)) == list(w.graph.edges(data=True))
     assert (again.params, again.arch, again.flops) == (w.params, w.arch, w.flops)
-    files = list(cache.iterdir())
+    files = [f for f in cache.iterdir() if f.name != ".signing-key"]
     assert [f.name.endswith(".json.gz") for f in files] == [True]
     assert oct(cache.stat().st_mode & 0o777) == "0o700"
+    assert oct((cache / ".signing-key").stat().st_mode & 0o777) == "0o600"
 
 
 def test_a_corrupt_or_foreign_cache_file_is_rebuilt(cache):
@@ -74,6 +76,47 @@ def test_a_corrupt_or_foreign_cache_file_is_rebuilt(cache):
     for junk in (b"\x1f\x8b garbage", b"{}", path.read_bytes()[:20]):
         path.write_bytes(junk)
         build.clear_memory_cache()
+        with pytest.warns(RuntimeWarning, match="refused"):
+            assert build.build_workload(**ARGS).flops == w.flops
+
+
+def _unsealed_json(path):
+    import gzip
+    from dse.safe_io import unseal
+    return json.loads(gzip.decompress(unseal(path.read_bytes(), path.parent, path.name)))
+
+
+def test_an_edited_or_planted_cache_entry_does_not_verify(cache):
+    """Issue 34: a well-formed entry with doubled FLOPs, or a well-formed entry planted without
+    the cache's key, is refused with one warning and captured again (never silently used)."""
+    import gzip
+    from dse.safe_io import seal
+    w = build.build_workload(**ARGS)
+    path = cache / f"{_key()}.json.gz"
+    data = _unsealed_json(path)
+    for node in data["nodes"]:
+        node["op"]["flops"] *= 2
+    doubled = gzip.compress(json.dumps(data).encode())
+    head = path.read_bytes().partition(b"\n")[0]
+    for planted in (head + b"\n" + doubled, doubled, json.dumps(data).encode()):
+        path.write_bytes(planted)
+        build.clear_memory_cache()
+        with pytest.warns(RuntimeWarning, match="capture cache entry .* refused"):
+            assert build.build_workload(**ARGS).flops == w.flops
+    # signed with this cache's key but a well-formed entry of another shape: refused, not a crash
+    path.write_bytes(seal(gzip.compress(b'{"format": 2, "key": "x", "nodes": [1]}'), cache,
+                          path.name))
+    build.clear_memory_cache()
+    assert build.build_workload(**ARGS).flops == w.flops
+
+
+def test_a_fifo_in_place_of_a_cache_entry_does_not_hang(cache):
+    w = build.build_workload(**ARGS)
+    path = cache / f"{_key()}.json.gz"
+    path.unlink()
+    os.mkfifo(path)
+    build.clear_memory_cache()
+    with pytest.warns(RuntimeWarning, match="not a device, pipe or socket"):
         assert build.build_workload(**ARGS).flops == w.flops
 
 
@@ -150,9 +193,28 @@ def test_a_kill_mid_write_leaves_the_old_report(tmp_path, monkeypatch):
     ("postgresql://me@db/x?password=s3cret&sslmode=x",
      "postgresql://me@db/x?password=***&sslmode=x"),
     ("sqlite:////tmp/a.db", "sqlite:////tmp/a.db"),
+    ("postgresql://me:pa/ss@db/x", "postgresql://me:***@db/x"),
+    ("postgresql://me:a/b/c@db:5433/x", "postgresql://me:***@db:5433/x"),
+    ("postgresql://me:p@ss@db/x", "postgresql://me:***@db/x"),
+    ("postgresql://me:a:b@db/x", "postgresql://me:***@db/x"),
+    ("postgresql://me:q?u#e@db/x", "postgresql://me:***@db/x"),
+    ("postgresql://me:%2F%40@db/x", "postgresql://me:***@db/x"),
+    ("postgresql://me:@db/x", "postgresql://me:***@db/x"),
+    ("postgresql:///x?host=db&password=se/cr@t;&user=me",
+     "postgresql:///x?host=db&password=***;&user=me"),
+    ("postgresql:///x?PASSWORD=s3cret", "postgresql:///x?PASSWORD=***"),
 ])
 def test_passwords_are_masked(url, shown):
     assert redact_url(url) == shown
+
+
+@pytest.mark.parametrize("password", ["s3cret", "pa/ss", "a/b/c", "p@ss", "a:b", "q?u#e",
+                                      "x y", "sl\\ash", "ü-ñ", "%2F", "a&b=c", "'\"", "@@//::"])
+def test_no_password_shape_survives_masking(password):
+    """Whatever characters a password holds, it does not survive redaction."""
+    for url in (f"postgresql://me:{password}@db:5432/x", f"postgresql://me:{password}@db/x?a=b"):
+        shown = redact_url(url)
+        assert password not in shown and shown.startswith("postgresql://me:***@")
 
 
 def test_a_storage_url_error_masks_the_password():
@@ -315,3 +377,137 @@ def test_tests_find_the_postgres_server_by_themselves(tmp_path, monkeypatch):
     monkeypatch.delenv("DSE_TEST_POSTGRES_URL", raising=False)
     conftest._find_postgres()
     assert os.environ["DSE_TEST_POSTGRES_URL"] == "postgresql://postgres@127.0.0.1:5433/x"
+
+
+def test_no_wall_clock_assertions_in_tests():
+    """Timing belongs in benchmarks/ (shared machines are noisy): no test asserts on a value
+    computed from the wall clock (``time.perf_counter``, ``time.time``, ``time.monotonic``).
+    A ``deadline`` that stops a test from hanging is a guard, not a speed target."""
+    import ast
+
+    clocks = {"perf_counter", "time", "monotonic", "perf_counter_ns", "monotonic_ns"}
+
+    def reads_clock(node) -> bool:
+        return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                   and n.func.attr in clocks and isinstance(n.func.value, ast.Name)
+                   and n.func.value.id == "time" for n in ast.walk(node))
+
+    offenders = []
+    for path in sorted(pathlib.Path(__file__).parent.glob("test_*.py")):
+        tree = ast.parse(path.read_text())
+        timed = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and reads_clock(n.value)
+                 for t in n.targets if isinstance(t, ast.Name) and "deadline" not in t.id}
+        for n in ast.walk(tree):
+            guard = any(isinstance(x, ast.Name) and "deadline" in x.id for x in ast.walk(n))
+            if isinstance(n, ast.Assert) and not guard and (reads_clock(n.test) or any(
+                    isinstance(x, ast.Name) and x.id in timed for x in ast.walk(n.test))):
+                offenders.append(f"{path.name}:{n.lineno}")
+    assert not offenders, offenders
+
+
+# ----------------------------------------------------------------------------- code that exits
+def test_a_factory_that_exits_is_one_line_naming_it(tmp_path, capsys, monkeypatch):
+    (tmp_path / "exiter_t34.py").write_text("import sys\ndef make():\n    sys.exit(0)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, out, err = run_cli(capsys, "workload", "--module", "exiter_t34:make")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "exiter_t34:make: the factory called sys.exit(0)" in err
+
+
+def test_a_quality_function_that_exits_stops_the_study_with_one_line(tmp_path, capsys,
+                                                                       monkeypatch):
+    (tmp_path / "qexit_t34.py").write_text("import sys\ndef quality(arch):\n    sys.exit(3)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    study = {"name": "t_exit", "workloads": [{"model": "linear", "batch": 1}],
+             "accelerator": {"template": "npu", "preset": "edge-32x32"},
+             "search": {"hardware": {"rows": {"choices": [8, 16]}}},
+             "objectives": ["latency_s", "quality"], "quality": {"python": "qexit_t34:quality"},
+             "trials": 2}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(study))
+    code, _, err = run_cli(capsys, "study", "run", str(path), "--out", str(tmp_path / "o"),
+                           "--no-progress")
+    assert code == 2 and "module qexit_t34 called sys.exit(3)" in err
+    assert err.strip().count("\n") == 0
+
+
+def test_the_working_directory_never_shadows_an_installed_package(tmp_path, capsys,
+                                                                    monkeypatch):
+    """``--module`` searches the current directory after the installed packages: a
+    ``json.py`` there is not what ``import json`` finds."""
+    import sys
+    (tmp_path / "json.py").write_text("raise RuntimeError('the planted json.py ran')\n")
+    (tmp_path / "okmod_t34.py").write_text(
+        "import torch\ndef make():\n    return torch.nn.Linear(4, 4), (torch.zeros(2, 4),)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    saved = sys.modules.pop("json")
+    try:
+        code, out, err = run_cli(capsys, "workload", "--module", "okmod_t34:make", "--json")
+        assert code == 0, err
+        import json as again
+        assert again.__file__ != str(tmp_path / "json.py")
+        assert sys.path.index(str(tmp_path)) > 0
+    finally:
+        sys.modules["json"] = saved
+        sys.modules.pop("okmod_t34", None)
+
+
+def test_a_study_never_runs_into_a_folder_holding_another_storages_db(tmp_path, capsys):
+    """Issue 34: outputs from another storage beside a study.db would disagree with it (and
+    `dse report DIR` reads the study.db): refused, nothing overwritten."""
+    study = {"name": "t_mix", "workloads": [{"model": "linear", "batch": 1}],
+             "accelerator": {"template": "npu", "preset": "edge-32x32"},
+             "search": {"hardware": {"rows": {"choices": [8, 16]}}},
+             "objectives": ["latency_s"], "trials": 2}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(study))
+    out = tmp_path / "o"
+    code, _, err = run_cli(capsys, "study", "run", str(path), "--out", str(out), "--no-progress")
+    assert code == 0, err
+    before = (out / "trials.csv").read_bytes()
+    code, _, err = run_cli(capsys, "study", "run", str(path), "--out", str(out), "--no-progress",
+                           "--storage", f"sqlite:///{tmp_path / 'other.db'}")
+    assert code == 2 and err.count("\n") == 1 and "without a study.db of another storage" in err
+    assert (out / "trials.csv").read_bytes() == before and not (tmp_path / "other.db").exists()
+    code, _, err = run_cli(capsys, "study", "run", str(path), "--out", str(out), "--no-progress",
+                           "--storage", f"sqlite:///{out / 'study.db'}", "--trials", "3")
+    assert code == 0, err
+
+
+def test_a_full_disk_while_the_study_database_is_written_is_one_line(tmp_path, capsys,
+                                                                      monkeypatch):
+    """Issue 34: SQLite's "database or disk is full" mid-run (92-151 lines of traceback) is
+    one line that says the stored trials are kept; a second run resumes to the count."""
+    import sqlalchemy.exc
+    from dse.study import driver
+    study = {"name": "t_full", "workloads": [{"model": "linear", "batch": 1}],
+             "accelerator": {"template": "npu", "preset": "edge-32x32"},
+             "search": {"hardware": {"rows": {"choices": [8, 16, 32]}}},
+             "objectives": ["latency_s"], "trials": 3}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(study))
+    real = driver.run_worker
+    calls = {"n": 0}
+
+    def full_disk(job, on_trial=None, resolved=None):
+        def counted(t):
+            calls["n"] += 1
+            if on_trial:
+                on_trial(t)
+            if calls["n"] == 1:
+                raise sqlalchemy.exc.OperationalError("INSERT ...", {},
+                                                      Exception("database or disk is full"))
+        return real(job, on_trial=counted, resolved=resolved)
+
+    monkeypatch.setattr(driver, "run_worker", full_disk)
+    code, _, err = run_cli(capsys, "study", "run", str(path), "--out", str(tmp_path / "o"),
+                           "--no-progress")
+    assert code == 2 and err.count("\n") == 1, err
+    assert "database or disk is full" in err and "run again to resume" in err
+    monkeypatch.setattr(driver, "run_worker", real)
+    code, out, err = run_cli(capsys, "study", "run", str(path), "--out", str(tmp_path / "o"),
+                             "--no-progress", "--json")
+    assert code == 0, err
+    assert json.loads(out)["states"]["COMPLETE"] == 3

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import json
 import os
 import stat
@@ -29,6 +30,7 @@ import torch
 
 import dse
 from dse.errors import BadInput, CaptureError, DSEError, first_line
+from dse.safe_io import read_regular, seal, unseal
 from workloads import ir, ir_json, reshape
 from workloads.capture import capture
 from workloads.kv_update import check_kv_update, with_kv_update
@@ -67,6 +69,9 @@ def check_cache_dir() -> Path:
             st = path.stat()
         except OSError:  # not there yet: created private (0700) when the first file is stored
             continue
+        if not stat.S_ISDIR(st.st_mode):
+            raise BadInput("DSE_CACHE_DIR", str(path), "expected a directory (or a path to "
+                           "make one), not a file, pipe or device")
         if st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
             raise BadInput("DSE_CACHE_DIR", str(path), "expected a cache directory only you can "
                            "write (chmod go-w it, or point DSE_CACHE_DIR elsewhere)")
@@ -114,6 +119,14 @@ def resolve(model: str, phase: str | None = None, batch: int | None = None,
         seq = 1
     if phase != "decode":
         context = 0
+    positions = arch_values.get("max_seq")
+    if isinstance(positions, int) and spec.family == "llm":   # as the model's inputs check it
+        if phase == "prefill" and seq > positions:
+            raise BadInput("seq", seq, f"expected at most {positions}: {model} holds "
+                           f"max_seq={positions} tokens")
+        if phase == "decode" and context + 1 > positions:
+            raise BadInput("context", context, f"expected at most {positions - 1}: {model} "
+                           f"holds max_seq={positions} tokens, the new one included")
     return {"model": model, "phase": phase, "batch": batch, "seq": seq, "context": context,
             "dtype": dtype, "arch": arch_values}
 
@@ -139,7 +152,8 @@ def check_sizes_apply(model: str, phase: str | None, seq: Any, context: Any) -> 
 
 
 def _key(args: dict[str, Any]) -> str:
-    blob = json.dumps({**args, "v": dse.__version__, "torch": torch.__version__}, sort_keys=True,
+    blob = json.dumps({**args, "v": dse.__version__, "torch": torch.__version__,
+                       "entry": "sealed-1"}, sort_keys=True,
                       default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
@@ -213,16 +227,30 @@ def _remember(key: str, w: ir.Workload) -> None:
 
 
 def _load(key: str) -> ir.Workload | None:
-    path = check_cache_dir() / f"{key}.json.gz"
+    """The cached workload of ``key``, or None (then it is captured again): a missing entry
+    silently; one that is not a regular file, does not verify (:func:`dse.safe_io.unseal`:
+    corrupted, edited or planted) or does not read back as a workload with one warning line."""
+    d = check_cache_dir()
+    name = f"{key}.json.gz"
+    if not (d / name).exists():
+        return None
     try:
-        with gzip.open(path, "rb") as f:
+        sealed = read_regular(d / name, "capture cache", MAX_CACHE_FILE_BYTES + 128)
+        packed = unseal(sealed, d, name)
+        if packed is None:
+            raise ValueError("its signature does not verify")
+        with gzip.GzipFile(fileobj=io.BytesIO(packed)) as f:
             blob = f.read(MAX_CACHE_FILE_BYTES + 1)
         if len(blob) > MAX_CACHE_FILE_BYTES:
+            raise ValueError("it is too large")
+        w = ir_json.loads(blob, key)
+        if w is None:   # another format version or another key: rebuilt without a word
             return None
-        return ir_json.loads(blob, key)
-    except FileNotFoundError:
-        return None
-    except (OSError, EOFError, ValueError, RecursionError):  # corrupt: rebuilt
+        return w
+    except (BadInput, OSError, EOFError, ValueError, RecursionError, KeyError, TypeError,
+            AttributeError, IndexError) as exc:
+        warnings.warn(f"capture cache entry {name} refused ({first_line(exc)}): "
+                      "captured again", RuntimeWarning, stacklevel=2)
         return None
 
 
@@ -232,10 +260,11 @@ def _store(key: str, w: ir.Workload) -> None:
     try:
         blob = ir_json.dumps(w, key)
         d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        packed = gzip.compress(blob, compresslevel=6, mtime=0)
+        sealed = seal(packed, d, f"{key}.json.gz")
         fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
-        with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb",
-                                                      compresslevel=6, mtime=0) as f:
-            f.write(blob)
+        with os.fdopen(fd, "wb") as raw:
+            raw.write(sealed)
         os.replace(tmp, d / f"{key}.json.gz")
         tmp = None
     except (OSError, TypeError, ValueError):

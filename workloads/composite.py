@@ -9,11 +9,21 @@ and add them up (``accelerators/composite.py``): the parts run one after another
 
 from __future__ import annotations
 
-from workloads import ir, moe
+from workloads import formats, ir, moe
 
 
 def parts(op: ir.Op) -> list[tuple[float, ir.Op]]:
-    """``(count, op)`` pairs whose costs, times their counts, add up to ``op``'s."""
+    """``(count, op)`` pairs whose costs, times their counts, add up to ``op``'s (in the op's
+    number formats when it has them, :mod:`workloads.formats`)."""
+    f = formats.op_formats(op)
+    out = _parts(op)
+    if f is None:
+        return out
+    fm = f.as_formats()
+    return [(c, formats.format_op(p, fm, False)) for c, p in out]
+
+
+def _parts(op: ir.Op) -> list[tuple[float, ir.Op]]:
     if op.kind == ir.MOE:
         return moe.parts(op)
     if op.kind == ir.RECURRENT:

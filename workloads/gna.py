@@ -51,6 +51,8 @@ from dse.errors import BadInput
 
 LAYOUTS = ("row_major", "tiled")
 MAX_DIMS = 3
+#: Largest size of one grid axis, tokens [E: 16x a 1M-token 1-D sequence; bounds the counts].
+MAX_AXIS = 2**24
 
 #: Default token tile of the tiled layout: 128 tokens, the KV block of the kernels modelled
 #: (``1-D 128``, ``2-D 8x16``, ``3-D 2x8x8``; NATTEN's Hopper kernels use 16x8 and 2x8x8 for
@@ -89,8 +91,8 @@ def parse_shape(value: Any, field: str, ndim: int | None = None) -> tuple[int, .
     if ndim is not None and len(parts) == 1:
         parts = parts * ndim
     if not 1 <= len(parts) <= MAX_DIMS or (ndim is not None and len(parts) != ndim) or min(
-            parts) < 1:
-        raise BadInput(field, value, f"expected {expect}")
+            parts) < 1 or max(parts) > MAX_AXIS:
+        raise BadInput(field, value, f"expected {expect}, each at most {MAX_AXIS:,}")
     return tuple(parts)
 
 

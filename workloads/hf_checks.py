@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from dse.errors import BadInput, one_line
+from dse.safe_io import read_regular
 from workloads.limits import int_limit
 
 #: Deepest nesting of lists and objects a config may have [E: real configs nest 3 deep].
@@ -36,15 +37,7 @@ SIZE_ATTRIBUTES = ("num_hidden_layers", "hidden_size", "intermediate_size",
 def read_config(path: str | Path) -> dict[str, Any]:
     """The config file's object, checked as the module docstring says (before transformers)."""
     field = "--hf-config"
-    try:
-        with open(path, "rb") as f:
-            blob = f.read(MAX_BYTES + 1)
-    except FileNotFoundError:
-        raise BadInput(field, str(path), "expected an existing config.json") from None
-    except OSError as exc:
-        raise BadInput(field, str(path), f"expected a readable file ({exc.strerror})") from None
-    if len(blob) > MAX_BYTES:
-        raise BadInput(field, str(path), f"expected a config of at most {MAX_BYTES:,} bytes")
+    blob = read_regular(path, field, MAX_BYTES, "a config.json file")
     try:
         data = json.loads(blob.decode("utf-8"))
     except RecursionError:
@@ -56,6 +49,7 @@ def read_config(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict) or not isinstance(data.get("model_type"), str):
         raise BadInput(field, str(path), "expected a config object with a model_type string")
     _check_values(data)
+    _check_meanings(data)
     for key in ("torch_dtype", "dtype"):
         if data.get(key) is not None:
             _check_dtype(f"hf_config.{key}", data[key])
@@ -76,6 +70,46 @@ def _check_values(data: dict[str, Any]) -> None:
             stack.extend((f"{where}.{k}", v, depth + 1) for k, v in value.items())
         elif isinstance(value, list):
             stack.extend((f"{where}[{i}]", v, depth + 1) for i, v in enumerate(value))
+
+
+#: Config keys that count something and cannot be 0 or negative where given [the meaning of
+#: each in transformers' config classes: SSM state width, token-type vocabulary, attention
+#: head width].
+POSITIVE_KEYS = ("state_size", "ssm_state_size", "type_vocab_size", "head_dim")
+#: Expert counts (0: a dense model of a family that has MoE variants); the first one given
+#: bounds ``num_experts_per_tok``.
+EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+
+
+def _check_meanings(data: dict[str, Any]) -> None:
+    """Values transformers would take and then fail on deep inside (or, worse, run): a
+    non-string architecture name, a count of 0 or less, experts per token outside
+    [1, experts], a negative sliding window, a rope scaling factor that is not positive."""
+    archs = data.get("architectures")
+    if archs is not None and not (isinstance(archs, list)
+                                  and all(isinstance(a, str) for a in archs)):
+        raise BadInput("hf_config.architectures", archs, "expected a list of class names")
+    for key in POSITIVE_KEYS + EXPERT_KEYS:
+        v, low = data.get(key), 0 if key in EXPERT_KEYS else 1
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < low):
+            raise BadInput(f"hf_config.{key}", v, f"expected an int >= {low}")
+    experts = next((data[k] for k in EXPERT_KEYS if isinstance(data.get(k), int)), 0)
+    k = data.get("num_experts_per_tok")
+    if experts and k is not None and (isinstance(k, bool) or not isinstance(k, int)
+                                      or not 1 <= k <= experts):
+        raise BadInput("hf_config.num_experts_per_tok", k, f"expected an int in [1, {experts}] "
+                       "(the experts)")
+    window = data.get("sliding_window")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int)
+                               or window < 0):
+        raise BadInput("hf_config.sliding_window", window, "expected null or an int >= 0, "
+                       "tokens")
+    for key in ("rope_scaling", "rope_parameters"):
+        rope = data.get(key)
+        if isinstance(rope, dict) and "factor" in rope:
+            f = rope["factor"]
+            if isinstance(f, bool) or not isinstance(f, (int, float)) or not f > 0:
+                raise BadInput(f"hf_config.{key}.factor", f, "expected a number > 0")
 
 
 def _check_dtype(where: str, value: Any) -> None:

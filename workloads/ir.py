@@ -10,6 +10,7 @@ counted in full (the work a causal kernel really does is in ``attrs["causal_flop
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any, Iterator
@@ -228,7 +229,11 @@ class Workload:
 
     @property
     def weight_footprint_bytes(self) -> int:
-        """Bytes of all parameters stored once, B."""
+        """Bytes of all parameters stored once, B (each in its role's format when the
+        workload has formats: :func:`workloads.formats.weights_bytes`)."""
+        from workloads.formats import has_formats, weights_bytes
+        if has_formats(self):
+            return int(math.ceil(weights_bytes(self)))
         return self.params * self.bytes_per_element
 
     @cached_property
@@ -297,7 +302,15 @@ class Workload:
             "unknown_ops": dict(self.unknown_targets),
             "kv_update": self.kv_update,
             "free_ops": dict(self.free_ops),
+            **self._formats_summary(),
         }
+
+    def _formats_summary(self) -> dict[str, Any]:
+        """``{"formats": role -> format}`` when the workload has number formats per role
+        (:mod:`workloads.formats`), else nothing."""
+        from workloads.formats import workload_formats
+        fm = workload_formats(self)
+        return {"formats": fm.to_dict()} if fm is not None else {}
 
 
 def op_signature(op: Op) -> str:

@@ -25,6 +25,7 @@ from typing import Sequence
 
 from dse.errors import BadInput
 from workloads import ir
+from workloads.formats import kv_bytes
 from workloads.parallel import _rebuild, replace
 from workloads.requests import KV_LENS
 
@@ -129,13 +130,12 @@ def decode_attention(op: ir.Op, kv_lens: Sequence[int]) -> ir.Op:
     rounded mean (as :func:`workloads.requests.with_kv_lengths`)."""
     kv_lens = tuple(int(x) for x in kv_lens)
     a = op.attrs
-    b = op.bytes_per_element
     heads, kv_heads, d, dv, per_q, per_out = _dims(op)
     total = sum(kv_lens)
     n = len(kv_lens)
     flops = 2 * heads * (d + dv) * total
     mean = max(1, round(total / n))
-    return replace(op, flops=flops, kv_bytes_read=total * kv_heads * (d + dv) * b,
+    return replace(op, flops=flops, kv_bytes_read=kv_bytes(op, total * kv_heads * (d + dv), d),
                    activation_bytes_read=per_q * n, activation_bytes_written=per_out * n,
                    **_shapes(n, heads, kv_heads, 1, mean, d, dv),
                    attrs={**a, "batch": n, "q_len": 1, KV_LENS: kv_lens, "kv_len": mean,
@@ -166,7 +166,6 @@ def prefill_attention(op: ir.Op, chunks: Sequence[tuple[int, int]]) -> ir.Op:
     computes) and KV bytes are the exact sums."""
     chunks = [(int(p), int(c)) for p, c in chunks]
     a = op.attrs
-    b = op.bytes_per_element
     heads, kv_heads, d, dv, per_q, per_out = _dims(op)
     n = len(chunks)
     q = sum(c for _, c in chunks)
@@ -175,7 +174,7 @@ def prefill_attention(op: ir.Op, chunks: Sequence[tuple[int, int]]) -> ir.Op:
     full = sum(c * (p + c) for p, c in chunks)
     q_len, kv_len = max(1, round(q / n)), max(1, round(keys / n))
     return replace(op, flops=2 * heads * (d + dv) * full,
-                   kv_bytes_read=keys * kv_heads * (d + dv) * b,
+                   kv_bytes_read=kv_bytes(op, keys * kv_heads * (d + dv), d),
                    activation_bytes_read=per_q * q, activation_bytes_written=per_out * q,
                    **_shapes(n, heads, kv_heads, q_len, kv_len, d, dv),
                    attrs={**{k: v for k, v in a.items() if k != KV_LENS}, "batch": n,

@@ -34,7 +34,6 @@ import math
 from typing import Any, Sequence
 
 import numpy as np
-from scipy import stats
 
 from dse.errors import BadInput
 from workloads import ir
@@ -94,6 +93,7 @@ def routing(tokens: int, top_k: int, experts: int, imbalance: float | Sequence[f
     capacity = math.ceil(capacity_factor * tokens * top_k / experts) if capacity_factor else 0
     if capacity:
         below = np.arange(capacity)                        # E[min(N, C)] = sum_{j<C} P(N > j)
+        from scipy import stats    # here: importing scipy.stats costs a second at start-up
         processed = np.array([stats.binom.sf(below, tokens, q).sum() if q > 0 else 0.0
                               for q in pick])
     else:

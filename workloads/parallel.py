@@ -222,6 +222,9 @@ def resident_weights(op: Op) -> int:
         return math.prod(op.input_shapes[0])
     if op.kind == MOE and op.attrs.get("params_per_expert") and op.attrs.get("experts"):
         return int(op.attrs["params_per_expert"]) * int(op.attrs["experts"])
+    if "formats" in op.attrs:   # weight bytes in a number format (workloads.formats)
+        from workloads.formats import weight_elements
+        return weight_elements(op)
     return op.weight_bytes // max(op.bytes_per_element, 1)
 
 
@@ -707,12 +710,35 @@ def _apportion(total: int, weights: list[int]) -> list[int]:
 
 
 # ------------------------------------------------------------------------------ the transform
+#: Architecture keys that count a model's repeated layers (zoo, Hugging Face names).
+LAYER_KEYS = ("n_layer", "num_hidden_layers", "n_layers", "num_layers")
+
+
+def layer_count(workload: Workload) -> int | None:
+    """The layers ``workload``'s architecture declares, or None when it names none."""
+    for key in LAYER_KEYS:
+        v = (workload.arch or {}).get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
+def check_layout_for(workload: Workload, layout: Layout) -> None:
+    """A layout the model can take: no more pipeline stages than it has layers (a stage holds
+    one layer or more); :class:`BadInput` naming ``parallel.pp`` otherwise."""
+    layers = layer_count(workload)
+    if layers is not None and layout.pp > layers:
+        raise BadInput("parallel.pp", layout.pp, f"expected at most {layers} pipeline stages: "
+                       f"{workload.model} has {layers} layers (a stage holds one or more)")
+
+
 def parallelize(workload: Workload, layout: Layout | dict | None) -> ParallelWorkload:
     """Split ``workload`` over the devices of ``layout`` (see the module docstring), once per
     workload and layout (workloads are not changed once built; a search simulates one split
     on many systems). :class:`InfeasibleDesign` when the layout cannot split it (heads,
     experts or the batch do not divide)."""
     layout = layout_from(layout)
+    check_layout_for(workload, layout)
     splits = workload.__dict__.setdefault("_splits", {})   # lives and dies with the workload
     pw = splits.get(layout)
     if pw is None:

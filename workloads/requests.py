@@ -27,7 +27,7 @@ import networkx as nx
 import numpy as np
 
 from dse.errors import BadInput
-from workloads import ir
+from workloads import formats, ir
 
 #: Attention-op attribute: KV length of each batch item, tokens (tuple of ints).
 KV_LENS = "kv_lens"
@@ -174,10 +174,9 @@ def with_kv_lengths(w: ir.Workload, kv_lens: Sequence[int]) -> ir.Workload:
         if op.kind != ir.ATTENTION:
             continue
         a = op.attrs
-        b = op.bytes_per_element
         heads, kv_heads = int(a["heads"]), int(a.get("kv_heads", a["heads"]))
         d, dv, sq = int(a["head_dim"]), int(a.get("value_dim", a["head_dim"])), int(a["q_len"])
-        kv_bytes = total * kv_heads * (d + dv) * b
+        kv_bytes = formats.kv_bytes(op, total * kv_heads * (d + dv), d)
         flops = 2 * sq * heads * (d + dv) * total
         ops[n] = replace(op, kv_bytes_read=kv_bytes, flops=flops,
                          attrs={**a, KV_LENS: kv_lens, "kv_len": round(total / len(kv_lens)),

@@ -16,6 +16,8 @@ arrival. It comes from
 from __future__ import annotations
 
 import csv
+import dataclasses
+import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,11 +25,14 @@ from pathlib import Path
 import numpy as np
 
 from dse.errors import BadInput
+from dse.safe_io import read_regular
 from workloads.requests import DISTRIBUTIONS, distribution
 
 ARRIVALS = ("poisson", "gamma")
 #: Most requests a trace may hold [E: 10 million requests take ~250 MB of arrays].
 MAX_REQUESTS = 10_000_000
+#: Largest CSV trace read, bytes (room for MAX_REQUESTS rows of ~25 characters).
+MAX_TRACE_BYTES = 256 * 2**20
 #: Longest request, tokens (prompt + output).
 MAX_TOKENS = 1 << 20
 
@@ -72,6 +77,8 @@ def synthetic_trace(lengths: str, rate: float, requests: int | None = None,
     if arrival not in ARRIVALS:
         raise BadInput("arrival", arrival, "expected one of " + ", ".join(ARRIVALS))
     _positive("cv", cv, high=100)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise BadInput("seed", seed, "expected an int in [0, 2**63)")
     if (requests is None) == (duration_s is None):
         raise BadInput("requests", requests, "expected requests or duration_s (one of them)")
     if requests is not None:
@@ -101,16 +108,19 @@ def read_csv_trace(path: str | Path) -> Trace:
     """The trace in the CSV file ``path`` (see the module docstring); one :class:`BadInput`
     line naming the row and column for anything malformed."""
     p = Path(path)
-    if not p.is_file():
-        raise BadInput("trace", str(path), "expected sharegpt, alpaca or an existing CSV file")
+    blob = read_regular(p, "trace", MAX_TRACE_BYTES, "sharegpt, alpaca or a CSV file")
     rows_t, rows_i, rows_o = [], [], []
     try:
-        with open(p, newline="", encoding="utf-8") as f:
+        with io.StringIO(blob.decode("utf-8"), newline="") as f:
             reader = csv.DictReader(f)
             cols = [c.strip() for c in reader.fieldnames or []]
+            twice = sorted({c for c in cols if cols.count(c) > 1})
+            if twice:
+                raise BadInput(f"{p.name} header", ",".join(cols), "expected each column once "
+                               f"({', '.join(twice)} appears more than once)")
             time_col = next((c for c in ("arrival_s", "timestamp") if c in cols), None)
             if time_col is None or "input_len" not in cols or "output_len" not in cols:
-                raise BadInput(f"{p.name} header", ",".join(cols) or "(empty)",
+                raise BadInput(f"{p.name} header", _shown_header(cols),
                                "expected columns arrival_s (or timestamp), input_len, output_len")
             reader.fieldnames = cols
             for line, row in enumerate(reader, start=2):
@@ -133,6 +143,14 @@ def read_csv_trace(path: str | Path) -> Trace:
                  np.array(rows_o, dtype=np.int64)[order])
 
 
+def _shown_header(cols: list[str]) -> str:
+    """A header fit to repeat in a message: its column names when they look like names,
+    else only how many there are (the first line of a file that is no trace stays unshown)."""
+    if cols and all(c.replace("_", "").isalnum() and len(c) <= 32 for c in cols):
+        return ",".join(cols)
+    return f"(a first line of {len(cols)} field(s) that are not column names)"
+
+
 def _cell(p: Path, line: int, row: dict, col: str, kind: type):
     raw = (row.get(col) or "").strip()
     try:
@@ -152,17 +170,21 @@ def _cell(p: Path, line: int, row: dict, col: str, kind: type):
 
 def trace_from(trace: str, rate: float | None = None, requests: int | None = None,
                duration_s: float | None = None, arrival: str = "poisson", cv: float = 1.0,
-               seed: int = 0) -> Trace:
+               seed: int = 0, max_tokens: int | None = None) -> Trace:
     """A named synthetic trace (``sharegpt`` / ``alpaca``) or a CSV file's; a CSV trace keeps
     its own timestamps (``rate`` rescales them when given) and ``requests`` / ``duration_s``
-    cut it."""
+    cut it. ``max_tokens`` (the model's positions) clips a synthetic request's prompt and
+    output to fit, as serving benchmarks keep only requests the model can hold."""
     if not isinstance(trace, (str, Path)) or not str(trace):
         raise BadInput("trace", trace, "expected sharegpt, alpaca or a CSV file")
     if str(trace) in DISTRIBUTIONS:
         if rate is None:
             raise BadInput("rate", rate, "expected a number > 0 (requests/s)")
-        return synthetic_trace(str(trace), rate, requests, duration_s, arrival, cv, seed)
-    if not str(trace).endswith(".csv") and not Path(trace).is_file():
+        dist = distribution(str(trace))
+        if max_tokens is not None and max_tokens < dist.max_len:
+            dist = dataclasses.replace(dist, max_len=max(2, int(max_tokens)))
+        return synthetic_trace(dist, rate, requests, duration_s, arrival, cv, seed)
+    if not str(trace).endswith(".csv") and not Path(trace).exists():
         raise BadInput("trace", str(trace), "expected sharegpt, alpaca or a CSV file")
     tr = read_csv_trace(trace)
     t, i, o = tr.arrival_s, tr.input_len, tr.output_len

@@ -58,15 +58,20 @@ def capture_module(module: torch.nn.Module, inputs: Any = None, kwargs: dict | N
 
 
 def load_factory(spec: str) -> tuple[torch.nn.Module, tuple, dict]:
-    """Import ``package.module:function`` (the current directory first on the path, as
-    ``python -m`` does) and call it: ``(module, args, kwargs)``."""
+    """Import ``package.module:function`` and call it: ``(module, args, kwargs)``. The current
+    directory is searched *after* the installed packages (appended to ``sys.path``), so a file
+    there named like a library (``plotly.py``, ``torch.py``) never shadows it (docs/study.md,
+    the trust model)."""
     path, sep, name = str(spec).partition(":")
     if not sep or not path or not name.isidentifier():
         raise BadInput("--module", spec, "expected package.module:function")
     if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+        sys.path.append(os.getcwd())
     try:
         mod = importlib.import_module(path)
+    except SystemExit as exc:
+        raise BadInput("--module", spec, f"a module that imports without exiting (it called "
+                       f"sys.exit({exc.code!r}))") from None
     except Exception as exc:  # the user's import failed: one line, not their traceback
         raise BadInput("--module", spec, f"an importable module ({type(exc).__name__}: "
                        f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
@@ -75,6 +80,9 @@ def load_factory(spec: str) -> tuple[torch.nn.Module, tuple, dict]:
         raise BadInput("--module", spec, f"a function {name} in {path}")
     try:
         made = factory()
+    except SystemExit as exc:
+        raise CaptureError(f"--module {spec}: the factory called sys.exit({exc.code!r}); it "
+                           "must return (nn.Module, inputs) or raise") from None
     except Exception as exc:
         raise CaptureError(f"--module {spec}: the factory raised {type(exc).__name__}: "
                            f"{(str(exc).splitlines() or [''])[0]}") from None

@@ -13,7 +13,9 @@ model (its defaults), so ``quality >= 0.95`` reads "at least 95 % of the referen
 * ``quality: {python: "package.module:function"}``: ``function(arch_dict)`` returns the quality
   itself (any family), used as is.
 * ``quality: published``: measured ImageNet top-1 of trained networks from a table
-  (:mod:`dse.quality.published`), quality = ``top1 / top1_ref``. Raw value: top-1, %.
+  (:mod:`dse.quality.published`), quality = ``top1 / top1_ref``. Raw value: top-1, %. For an
+  LLM, published perplexity per number format and quantisation method
+  (:mod:`dse.quality.format_quality`), quality = ``ppl_16bit / ppl``. Raw value: perplexity.
 
 Encoders (BERT) and micro-benchmarks have no built-in proxy: give a ``python`` function.
 """
@@ -43,6 +45,7 @@ class QualityConfig:
     steps: int = 200
     source: str = "proxy"          # "proxy" (the family's built-in) or "published"
     table: str | None = None       # with "published": a table file (default: the shipped one)
+    method: str | None = None      # LLM formats: the quantisation method (default: the best)
 
 
 @dataclass(frozen=True)
@@ -103,12 +106,30 @@ class QualityModel:
         self._cache: dict[str, QualityValue] = {}
         self._raw_cache: dict[str, float] = {}
 
-    def __call__(self, model: str, arch: dict[str, Any]) -> QualityValue:
-        key = json.dumps([model, arch], sort_keys=True, default=str)
+    def __call__(self, model: str, arch: dict[str, Any],
+                 formats: dict[str, str] | None = None, base: str = "bf16") -> QualityValue:
+        """The quality of ``model`` at ``arch`` (with its tensors in ``formats`` over the
+        ``base`` dtype: only ``published`` rates formats, from the format-quality table)."""
+        key = json.dumps([model, arch, formats, base], sort_keys=True, default=str)
         hit = self._cache.get(key)
         if hit is None:
-            hit = self._cache[key] = self._rate(model, arch)
+            hit = self._cache[key] = self._rate_formats(model, arch, formats, base)
         return hit
+
+    def _rate_formats(self, model: str, arch: dict[str, Any], formats: dict[str, str] | None,
+                      base: str) -> QualityValue:
+        from workloads.zoo import get_model
+        if self.config.source == "published" and get_model(model).family == "llm":
+            from dse.quality.format_quality import format_quality
+            v, raw, detail = format_quality(model, arch, formats, base, self.config.method,
+                                            self.config.table)
+            return QualityValue(v, raw, "published", detail)
+        if formats:
+            from dse.quality.format_quality import quantised_roles
+            if quantised_roles(formats, base):
+                raise BadInput("quality", self.config.source, "expected quality: published for "
+                               "an LLM in number formats (the proxies do not see formats)")
+        return self._rate(model, arch)
 
     def _rate(self, model: str, arch: dict[str, Any]) -> QualityValue:
         from workloads.zoo import get_model
@@ -165,9 +186,30 @@ class QualityModel:
             return loss_nats(n, tokens)
         if method == "naswot":
             from dse.quality.naswot import score_vision
+            check_proxy_size(spec, arch, method)
             return score_vision(spec.build, arch)
         from dse.quality.fieldfit import fit_psnr
         return fit_psnr(arch, self.config.steps)
+
+
+#: Most parameters a proxy that builds real weights (NASWOT: fp32 on the CPU, with its
+#: activations for a batch) may build [E: 250 M parameters = 1 GB of fp32 weights, a few GB
+#: with the proxy's activations; a study's worker runs beside others on a small machine].
+MAX_PROXY_PARAMS = 250_000_000
+
+
+def check_proxy_size(spec, arch: dict[str, Any], method: str) -> None:
+    """Refuse (one :class:`BadInput`) an architecture that ``method`` would build with real
+    weights beyond :data:`MAX_PROXY_PARAMS`, counted on the meta device first."""
+    if method != "naswot":
+        return
+    from dse.quality.naswot import vision_arch_for_proxy
+    n = count_params(spec, vision_arch_for_proxy(arch))
+    if n > MAX_PROXY_PARAMS:
+        raise BadInput("quality", spec.name, f"a model the built-in NASWOT proxy can build: it "
+                       f"builds real weights, and {n / 1e9:.3g} B parameters is more than "
+                       f"{MAX_PROXY_PARAMS / 1e6:.0f} M; give quality: {{python: "
+                       "'package.module:function'} or quality: {source: published}")
 
 
 @contextmanager

@@ -10,11 +10,11 @@ from typing import Optional
 
 import typer
 
-from dse.errors import BadInput
+from dse.errors import BadInput, redact_url
 
 
 def report_command(
-        directory: Optional[Path] = typer.Argument(
+        directory: Optional[str] = typer.Argument(
             None, metavar="DIR", help="A study output directory (holds study.db)."),
         storage: Optional[str] = typer.Option(
             None, "--storage", help="An Optuna storage URL instead of DIR, e.g. sqlite:///study.db."),
@@ -33,8 +33,12 @@ def report_command(
     from dse.study.loader import check_storage_url
     if (directory is None) == (storage is None):
         raise BadInput("DIR", directory, "give a study output directory or --storage URL (one of them)")
-    source = check_storage_url(storage, "--storage") if storage is not None else directory
-    target = out or (directory / "report.html" if directory is not None else Path("report.html"))
+    if directory is not None and "://" in directory:     # a URL typed where DIR goes
+        raise BadInput("DIR", redact_url(directory), "expected a study output directory or a "
+                       ".db file; give a storage URL with --storage")
+    source = check_storage_url(storage, "--storage") if storage is not None else Path(directory)
+    target = out or (Path(directory) / "report.html" if directory is not None
+                     else Path("report.html"))
     with output_errors("--out", target):
         path = write_study_report(source, target, study_name=study, max_details=max_details)
     typer.echo(f"report: {path} ({path.stat().st_size / 1e6:.1f} MB)")

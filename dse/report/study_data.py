@@ -245,7 +245,7 @@ def trial_constraints(trial) -> dict[str, float]:
 
 
 #: A constraint name that states its threshold: ``latency_s<=0.01``, ``area_mm2 >= 1``.
-_BOUND_NAME = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(<=|>=|≤|≥)\s*([-+0-9.eE]+)\s*$")
+_BOUND_NAME = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(<=|>=|≤|≥|<|>)\s*([-+0-9.eE]+)\s*$")
 
 
 def _constraints_from_keys(trials) -> list[Constraint]:
@@ -260,7 +260,8 @@ def _constraints_from_keys(trials) -> list[Constraint]:
             m = _BOUND_NAME.match(name)
             if m:
                 metric, op, value = m.group(1), m.group(2), float(m.group(3))
-                out.append(Constraint(metric, max=value) if op in ("<=", "≤") else Constraint(metric, min=value))
+                out.append(Constraint(metric, max=value) if op in ("<=", "≤", "<")
+                           else Constraint(metric, min=value))
         return out
     return []
 
@@ -304,7 +305,11 @@ def _reason(trial) -> str | None:
 def read_study(study, storage: str = "") -> StudyData:
     """Every trial of ``study`` as a :class:`TrialRow`, with statuses and the Pareto set."""
     objectives, directions = _objectives(study)
-    trials = study.get_trials(deepcopy=False)
+    try:
+        trials = study.get_trials(deepcopy=False)
+    except Exception as exc:  # a storage written by other code: rows Optuna cannot read back
+        raise BadInput("--storage", storage or study.study_name, "expected trials Optuna can read "
+                       f"back ({type(exc).__name__}: {first_line(exc)})") from None
     constraints = _constraints(study.user_attrs.get("constraints")) or _constraints_from_keys(trials)
     rows: list[TrialRow] = []
     units: dict[str, set[str]] = {}  # metric -> units the trials stored as "<metric>_unit"

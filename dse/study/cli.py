@@ -26,7 +26,7 @@ def run(file: Path = typer.Argument(..., help="Study file (YAML)."),
         storage: Optional[str] = typer.Option(None, "--storage",
                                               help="Optuna storage URL (sqlite:/// or "
                                                    "postgresql://)."),
-        out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output directory."),
+        out: Optional[str] = typer.Option(None, "--out", "-o", help="Output directory."),
         no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
         as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.")) -> None:
     """Run (or resume) a study: trials.csv, pareto.csv and the storage in the output dir."""

@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import sqlalchemy.exc
 
-from dse.errors import BadInput, redact_url
+from dse.errors import BadInput, first_line, redact_url
 from dse.files import atomic_write_text
 from dse.study.loader import (ResolvedStudy, check_storage_url, grid_points,
                               load_quality_function)
@@ -87,6 +88,8 @@ def resolve_run_args(study: ResolvedStudy, trials: int | None, workers: int,
     if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int)
                                or trials < 1):
         raise BadInput("--trials", Shown(trials), "expected a positive int")
+    if out is not None and not str(out).strip():
+        raise BadInput("--out", Shown(str(out)), "expected a directory path")
     out_dir = Path(out if out is not None else (study.spec.output or f"runs/{study.name}"))
     if out_dir.exists() and not out_dir.is_dir():
         raise BadInput("--out", str(out_dir), "expected a directory, not a file")
@@ -102,6 +105,13 @@ def resolve_run_args(study: ResolvedStudy, trials: int | None, workers: int,
             raise BadInput(where, url, "expected a SQLite file in an existing directory")
         if db.exists() and not db.is_file():
             raise BadInput(where, url, "expected a SQLite file, not a directory or device")
+    own_db = out_dir / "study.db"
+    if own_db.exists() and not (is_sqlite(url) and sqlite_path(url).resolve()
+                                == own_db.resolve()):
+        raise BadInput("--out", str(out_dir), f"expected a folder without a study.db of another "
+                       f"storage (its trials.csv, pareto.csv and report would then disagree "
+                       f"with the study.db beside them): use another --out, or "
+                       f"--storage sqlite:///{own_db} to resume that study")
     target = trials if trials is not None else study.spec.trials
     if study.spec.sampler.name == "grid":  # the grid sampler visits each point once
         target = min(target, grid_points(study))
@@ -197,6 +207,10 @@ def run_study(study: ResolvedStudy, trials: int | None = None, workers: int = 1,
         except KeyboardInterrupt:  # keep what finished: write the files, then stop
             write_outputs(s.get_trials(deepcopy=False), study, out_dir)
             raise
+        except sqlalchemy.exc.SQLAlchemyError as exc:   # a full disk, a lost server
+            raise BadInput(where, redact_url(url), "expected a storage that can be written "
+                           f"({first_line(exc)}); the trials stored so far are kept: free the "
+                           "space (or reconnect) and run again to resume") from None
         session_s = time.perf_counter() - started
         all_trials = read_trials(rdb, s._study_id)
         trials_csv, pareto_csv, front = write_outputs(all_trials, study, out_dir)

@@ -116,7 +116,8 @@ class Evaluator:
             except DSEError:
                 continue   # evaluate() says why
             for w in self.study.workloads:
-                key = _arch_key(w.label, point.arch[w.label])
+                fm = _formats(w, point)
+                key = _arch_key(w.label, point.arch[w.label], fm)
                 if key + (_design_key(design),) in self._batch_fast:
                     continue   # scored as a (design, architecture) pair
                 wl = self._batch_workloads.get(key)
@@ -124,7 +125,7 @@ class Evaluator:
                     try:
                         self._batch_workloads[key] = api.workload(
                             w.model, phase=w.phase, batch=w.batch, seq=w.seq, context=w.context,
-                            dtype=w.dtype, arch=point.arch[w.label])
+                            dtype=w.dtype, arch=point.arch[w.label], formats=fm)
                     except DSEError:
                         continue
                 groups.setdefault(key, []).append(design)
@@ -160,6 +161,8 @@ class Evaluator:
         for w in self.study.workloads:
             groups: dict[tuple, list] = {}
             for point, design in pts:
+                if _formats(w, point):   # number formats: the per-architecture build
+                    continue
                 try:
                     args = build.resolve(w.model, w.phase, w.batch, w.seq, w.context, w.dtype,
                                          point.arch[w.label])
@@ -265,14 +268,17 @@ class Evaluator:
 
         per_workload: dict[str, dict[str, float]] = {}
         for w in study.workloads:
-            akey = _arch_key(w.label, point.arch[w.label])
+            fm = _formats(w, point)
+            akey = _arch_key(w.label, point.arch[w.label], fm)
             try:
                 wl = self._batch_workloads.get(akey) or api.workload(
                     w.model, phase=w.phase, batch=w.batch, seq=w.seq, context=w.context,
-                    dtype=w.dtype, arch=point.arch[w.label])
+                    dtype=w.dtype, arch=point.arch[w.label], formats=fm)
             except DSEError as exc:
                 return infeasible(f"{w.label}: {exc}")
             described["arch"][w.label] = dict(wl.arch)
+            if fm:
+                described.setdefault("formats", {})[w.label] = dict(fm)
             design = combined
             if isinstance(combined, Heterogeneous):
                 design = combined.with_assignment(self._assignment(w.label, wl,
@@ -288,7 +294,12 @@ class Evaluator:
                 return infeasible(f"{w.label}: {reason}" if len(study.workloads) > 1 else reason)
             quality = None
             if self.quality is not None:
-                q = self.quality(w.model, dict(wl.arch))
+                try:
+                    q = self.quality(w.model, dict(wl.arch), formats=fm, base=w.dtype)
+                except DSEError as exc:
+                    if not fm:
+                        raise
+                    return infeasible(f"quality: {exc}")
                 quality = q.value
                 described.setdefault("quality", {})[w.label] = {
                     "method": q.method, "raw": q.raw, "value": q.value, "detail": q.detail}
@@ -382,8 +393,18 @@ class _Workload:
     seq: int
 
 
-def _arch_key(label: str, arch: dict[str, Any]) -> tuple[str, str]:
+def _arch_key(label: str, arch: dict[str, Any], formats: dict[str, str] | None = None
+              ) -> tuple[str, str]:
+    if formats:
+        return label, json.dumps([arch, formats], sort_keys=True, default=str)
     return label, _json_key(None, arch)
+
+
+def _formats(w, point: Point) -> dict[str, str] | None:
+    """The workload's number formats per role: the study file's, then the point's
+    (``search.formats``); None without any."""
+    fm = {**w.formats, **point.formats}
+    return fm or None
 
 
 #: Canonical JSON of the dicts a batch looks up several times, by id (the dict kept with its

@@ -16,9 +16,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import os
 import re
-import stat
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,12 +26,14 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from dse.errors import BadInput, redact_url
+from dse.safe_io import read_regular
 from dse.quality import BUILTIN, QualityConfig, load_function
 from dse.study import objectives as obj
 from dse.study.networks import NETWORK_KEY, check_published_coverage, network_dimension
 from dse.study.space import (Dimension, Fixed, SearchSpace, Shown, Target, _NOTHING, bad,
                              parse_range)
 from dse.study.spec import StudySpec
+from workloads.formats import parse_formats
 
 #: Samplers and the module each needs beyond Optuna.
 SAMPLER_NEEDS = {"gp": "scipy", "qmc": "scipy", "cmaes": "cmaes"}
@@ -78,18 +78,25 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 # and every user read them as numbers. A copy of the resolver table keeps yaml.SafeLoader as is.
 _UniqueKeyLoader.yaml_implicit_resolvers = {
     k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-_FLOAT_1_2 = re.compile(r"""^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-                            |[0-9][0-9_]*[eE][-+]?[0-9]+
-                            |\.[0-9_]+(?:[eE][-+]?[0-9]+)?)$""", re.X)
-# YAML 1.1 also reads ``1:30`` as 90 (base 60) and ``010`` as 8 (octal); YAML 1.2 has neither,
-# so they stay strings here (and a field that wants a number says so).
+_FLOAT_1_2 = re.compile(r"""^[-+]?(?:[0-9]+\.[0-9]*(?:[eE][-+]?[0-9]+)?
+                            |[0-9]+[eE][-+]?[0-9]+
+                            |\.[0-9]+(?:[eE][-+]?[0-9]+)?)$""", re.X)
+# YAML 1.1 also reads ``1:30`` as 90 (base 60), ``010`` as 8 (octal) and ``5_12`` as 512
+# (underscores between digits); YAML 1.2 has none of them, so they stay strings here (and a
+# field that wants a number says so).
 _NOT_A_NUMBER_1_2 = re.compile(r"^(?:[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?"
-                               r"|[-+]?0[0-9_]+)$")
+                               r"|[-+]?0[0-9_]+"
+                               r"|[-+]?[0-9.]*_[0-9_.]*(?:[eE][-+]?[0-9_]+)?)$")
+# YAML 1.1 reads yes / no / on / off as booleans; YAML 1.2 only true / false.
+_NOT_A_BOOL_1_2 = re.compile(r"^(?:yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF|y|Y|n|N)$")
 for _first in "-+0123456789.":
     _UniqueKeyLoader.yaml_implicit_resolvers.setdefault(_first, []).insert(
         0, ("tag:yaml.org,2002:float", _FLOAT_1_2))
     _UniqueKeyLoader.yaml_implicit_resolvers[_first].insert(
         0, ("tag:yaml.org,2002:str", _NOT_A_NUMBER_1_2))
+for _first in "yYnNoO":
+    _UniqueKeyLoader.yaml_implicit_resolvers.setdefault(_first, []).insert(
+        0, ("tag:yaml.org,2002:str", _NOT_A_BOOL_1_2))
 
 
 class _TooLarge(Exception):
@@ -256,6 +263,8 @@ class ResolvedWorkload:
     dtype: str
     weight: float
     arch_defaults: dict[str, Any]
+    #: tensor role -> number format the study file fixes for this workload
+    formats: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -305,33 +314,11 @@ def load_study(path: str | Path) -> ResolvedStudy:
 def read_study_file(path: str | Path) -> str:
     """The text of a regular file of at most ``MAX_STUDY_BYTES`` (opened without blocking,
     so a named pipe or a device is refused instead of read forever)."""
-    p = str(path)
-    try:
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise BadInput("study file", p, "no such file") from None
-    except IsADirectoryError:
-        raise BadInput("study file", p, "expected a YAML file, not a directory") from None
-    except OSError as exc:
-        raise BadInput("study file", p, exc.strerror or "cannot be read") from None
-    with os.fdopen(fd, "rb") as f:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise BadInput("study file", p, "expected a YAML file, not a directory")
-        if not stat.S_ISREG(mode):
-            raise BadInput("study file", p, "expected a regular YAML file, not a device, pipe "
-                           "or socket")
-        try:
-            blob = f.read(MAX_STUDY_BYTES + 1)
-        except OSError as exc:
-            raise BadInput("study file", p, exc.strerror or "cannot be read") from None
-    if len(blob) > MAX_STUDY_BYTES:
-        raise BadInput("study file", p, f"expected a study file of at most {MAX_STUDY_BYTES:,} "
-                       "bytes")
+    blob = read_regular(path, "study file", MAX_STUDY_BYTES, "a regular YAML file")
     try:
         return blob.decode("utf-8")
     except UnicodeDecodeError:
-        raise BadInput("study file", p, "expected UTF-8 text") from None
+        raise BadInput("study file", str(path), "expected UTF-8 text") from None
 
 
 def load_study_text(text: str, source: str = "study file") -> ResolvedStudy:
@@ -389,7 +376,8 @@ def resolve(data: Any, source: str | None = None) -> ResolvedStudy:
                 constraints.append(obj.Constraint(key, "<=", float(value)))
     q = spec.quality
     quality = QualityConfig(python=q.python, tokens=q.tokens, tokens_per_param=q.tokens_per_param,
-                            steps=q.steps, source=q.source, table=q.table) if q else QualityConfig()
+                            steps=q.steps, source=q.source, table=q.table,
+                            method=q.method) if q else QualityConfig()
     published = quality.source == "published"
     uses = [(f"objectives[{i}]", o.metric) for i, o in enumerate(objectives)] + \
            [(f"constraints[{i}]", c.metric) for i, c in enumerate(constraints)]
@@ -406,6 +394,11 @@ def resolve(data: Any, source: str | None = None) -> ResolvedStudy:
                 raise bad(where, metric, f"expected a quality proxy for {w.model} "
                           f"({w.family} models "
                           "have none built in); give quality: {python: 'package.module:function'}")
+            if not quality.python and not published:   # the reference is always rated
+                from dse.quality import check_proxy_size
+                from workloads.zoo import get_model
+                zoo = get_model(w.model)
+                check_proxy_size(zoo, zoo.resolve_arch(None), BUILTIN[w.family])
     for where, metric in uses:
         if metric == "total_pes":
             from accelerators.registry import get_template
@@ -414,8 +407,11 @@ def resolve(data: Any, source: str | None = None) -> ResolvedStudy:
                 if "rows" not in params or "cols" not in params:
                     raise bad(where, metric, "expected sub-accelerators with a PE count (rows x "
                               f"cols); {d.name} ({d.template}) has none")
-    if published and rated:
-        check_published_coverage(space, workloads, rated, _table(spec))
+    llms = {w.label for w in workloads if w.family == "llm"}
+    if published and rated - llms:
+        check_published_coverage(space, workloads, rated - llms, _table(spec))
+    if published and rated & llms:
+        _check_format_table(spec, [w for w in workloads if w.label in rated & llms])
     _check_sampler(spec, objectives)
     if spec.storage is not None:
         spec.storage = check_storage_url(spec.storage, "storage")
@@ -442,9 +438,10 @@ def _check_forms(spec: StudySpec) -> None:
         if sv.trace in ("sharegpt", "alpaca") and sv.rate is None:
             raise bad("serving.rate", None, "expected a number > 0 (requests/s) for a "
                       f"{sv.trace} trace")
+        _check_trace(sv)
         # the served model's iterations are built from its decode step of batch 1
         spec.workloads = [WorkloadSpec(model=sv.model, phase="decode", batch=1, context=1,
-                                       dtype=sv.dtype)]
+                                       dtype=sv.dtype, formats=sv.formats)]
     given = [k for k in ("accelerator", "accelerators", "sub_accelerators")
              if getattr(spec, k) is not None]
     if len(given) != 1:
@@ -499,10 +496,12 @@ def _resolve_workload(i: int, w) -> ResolvedWorkload:
                                context=w.context, dtype=w.dtype)
     except BadInput as exc:
         raise _remap(where, exc) from None
+    fm = parse_formats(w.formats, args["dtype"], f"{where}.formats") if w.formats else None
     return ResolvedWorkload(label=w.label, model=w.model, family=model.family,
                             phase=args["phase"], batch=args["batch"],
                             seq=w.seq, context=w.context, dtype=args["dtype"],
-                            weight=w.weight, arch_defaults=dict(args["arch"]))
+                            weight=w.weight, arch_defaults=dict(args["arch"]),
+                            formats=dict(fm.roles) if fm else {})
 
 
 def _design_field(spec: StudySpec, i: int) -> str:
@@ -664,6 +663,7 @@ def _build_space(spec: StudySpec, designs: list[ResolvedDesign],
             fixed_arch[wlabel][akey] = got.value
         else:
             dims.append(got)
+    fixed_formats = _format_dimensions(spec, dims)
     segments = 0
     if spec.heterogeneous:
         segments = spec.assignment.segments if spec.assignment else 1
@@ -674,11 +674,71 @@ def _build_space(spec: StudySpec, designs: list[ResolvedDesign],
     if not dims and not (spec.system is not None and (spec.search.system
                                                       or spec.search.parallel)):
         raise bad("search", spec.search.model_dump(), "expected at least one searched "
-                  "parameter in search.hardware, search.architecture, search.system or "
-                  "search.parallel")
+                  "parameter in search.hardware, search.architecture, search.formats, "
+                  "search.system or search.parallel")
     return SearchSpace(dimensions=dims, designs=names, workloads=labels, fixed_hw=fixed_hw,
                        fixed_arch=fixed_arch, segments=segments, alternatives=spec.alternatives,
-                       networks=networks)
+                       networks=networks, fixed_formats=fixed_formats)
+
+
+def _format_dimensions(spec: StudySpec, dims: list[Dimension]) -> dict[str, str]:
+    """``search.formats``: a categorical ``fmt.ROLE`` per role given a list of formats
+    (appended to ``dims``); the roles given one format, returned fixed."""
+    from workloads.formats import ROLES, get_format
+
+    raw = spec.search.formats
+    if isinstance(raw, list):   # whole assignments: one categorical over them
+        schemes = []
+        for i, item in enumerate(raw):
+            fm = parse_formats(item, "bf16", f"search.formats[{i}]") if isinstance(
+                item, dict) else None
+            if fm is None:
+                raise bad(f"search.formats[{i}]", item, "expected a mapping of role -> format")
+            text = ",".join(f"{r}={n}" for r, n in fm.roles) or "base"
+            if text not in schemes:
+                schemes.append(text)
+        if len(schemes) == 1:
+            return dict(p.split("=") for p in schemes[0].split(",")) if schemes[0] != "base" \
+                else {}
+        dims.append(Dimension("fmt.scheme", "search.formats", "categorical",
+                              choices=tuple(schemes)))
+        return {}
+    if not isinstance(raw, dict):
+        raise bad("search.formats", raw, "expected a mapping of tensor role -> format(s), or "
+                  "a list of such mappings")
+    fixed: dict[str, str] = {}
+    for role, value in raw.items():
+        where = f"search.formats.{role}"
+        if role not in ROLES:
+            raise bad(where, role, "expected a tensor role: " + ", ".join(ROLES))
+        if isinstance(value, dict) and set(value) == {"choices"}:
+            value = value["choices"]
+        values = value if isinstance(value, list) else [value]
+        if not values or not all(isinstance(v, str) for v in values):
+            raise bad(where, value, "expected a format name or a list of format names")
+        names = []
+        for v in values:
+            name = get_format(v, where).name
+            if name not in names:
+                names.append(name)
+        if len(names) == 1:
+            fixed[role] = names[0]
+        else:
+            dims.append(Dimension(f"fmt.{role}", where, "categorical", choices=tuple(names)))
+    return fixed
+
+
+def _check_format_table(spec: StudySpec, workloads: list[ResolvedWorkload]) -> None:
+    """With ``quality: published`` on LLM workloads: the format-quality table loads and holds
+    each model's 16-bit baseline (format combinations it lacks become pruned trials)."""
+    from dse.quality.format_quality import load_format_table
+
+    table = load_format_table(spec.quality.table if spec.quality else None)
+    for w in workloads:
+        if not any(e.model == w.model and not e.formats for e in table.entries):
+            raise bad("quality", "published", f"expected {w.model} in the format-quality table "
+                      f"{table.path}, which covers: "
+                      + ", ".join(sorted({e.model for e in table.entries})))
 
 
 def _table(spec: StudySpec):
@@ -796,6 +856,17 @@ def grid_points(study: "ResolvedStudy") -> int:
                       f"{MAX_GRID_POINTS:,} points; this search space makes more (search fewer "
                       "parameters, give int ranges a step, or lower grid_points)")
     return n
+
+
+def _check_trace(sv) -> None:
+    """Read and check the serving study's trace now (a CSV's every row), as each trial will:
+    a missing, unreadable or malformed trace is one line at load, not a study of pruned
+    trials (and nothing of a file that is not a trace reaches the study's outputs)."""
+    from workloads.traces import trace_from
+    try:
+        trace_from(sv.trace, sv.rate, sv.requests, None, sv.arrival, sv.burstiness, sv.seed)
+    except BadInput as exc:
+        raise BadInput(f"serving.trace ({exc.field})", Shown(exc.value), exc.allowed) from None
 
 
 def load_quality_function(study: "ResolvedStudy"):

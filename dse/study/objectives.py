@@ -101,9 +101,15 @@ class Objective:
         return 1.0 if self.direction == "minimize" else -1.0
 
 
+#: Violation reported for a value exactly on a strict (``<``, ``>``) threshold: positive, so
+#: Optuna counts it infeasible, and too small to weigh against real violations.
+STRICT_MARGIN = 1e-12
+
+
 @dataclass(frozen=True)
 class Constraint:
-    """``metric op threshold`` with op ``<=`` or ``>=`` (strict forms are read as these)."""
+    """``metric op threshold`` with op ``<=``, ``<``, ``>=`` or ``>`` (a strict op refuses
+    the threshold itself)."""
 
     metric: str
     op: str
@@ -120,8 +126,10 @@ class Constraint:
         """
         if not math.isfinite(value):
             return 1e9
-        excess = value - self.threshold if self.op == "<=" else self.threshold - value
+        excess = value - self.threshold if self.op in ("<=", "<") else self.threshold - value
         scale = abs(self.threshold) if self.threshold != 0 else 1.0
+        if self.op in ("<", ">") and excess >= 0:    # on the threshold: outside a strict bound
+            return max(excess / scale, STRICT_MARGIN)
         return excess / scale
 
 
@@ -155,7 +163,7 @@ def parse_constraint(raw: Any, field: str, allowed: Sequence[str]) -> Constraint
     elif isinstance(raw, dict) and set(raw) == {"metric", "op", "value"}:
         metric, op, value = raw["metric"], raw["op"], raw["value"]
         if op not in ("<=", ">=", "<", ">"):
-            raise BadInput(f"{field}.op", op, "expected <= or >=")
+            raise BadInput(f"{field}.op", op, "expected <=, <, >= or >")
     else:
         raise BadInput(field, raw, "expected 'metric <= value' or {metric, op, value}")
     metric = _check_metric(field, metric, allowed)
@@ -167,7 +175,7 @@ def parse_constraint(raw: Any, field: str, allowed: Sequence[str]) -> Constraint
             raise ValueError
     except (TypeError, ValueError):
         raise BadInput(field, raw, "expected a finite number after the operator") from None
-    return Constraint(metric, {"<": "<=", ">": ">="}.get(op, op), threshold)
+    return Constraint(metric, op, threshold)
 
 
 # ------------------------------------------------------------------------------ aggregation

@@ -67,7 +67,7 @@ def constraint_values(t: FrozenTrial, resolved: ResolvedStudy) -> dict[str, floa
 
 def violation_text(c: Constraint, value: float | None, violation: float) -> str:
     """``latency_s<=0.003: latency_s = 0.00412, 37% over``."""
-    side = "over" if c.op == "<=" else "under"
+    side = "over" if c.op in ("<=", "<") else "under"
     shown = f"{value:.4g}" if isinstance(value, (int, float)) else "not computed"
     return f"{c.label}: {c.metric} = {shown}, {abs(violation):.0%} {side}"
 

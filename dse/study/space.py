@@ -303,11 +303,14 @@ class Point:
     params: dict[str, Any] = field(default_factory=dict)
     sys: dict[str, Any] = field(default_factory=dict)
     parallel: dict[str, Any] = field(default_factory=dict)
+    #: tensor role -> number format (``search.formats``; every workload's tensors)
+    formats: dict[str, str] = field(default_factory=dict)
 
     def key(self) -> str:
         """A canonical string of everything that decides the evaluation."""
         return json.dumps([self.design, self.hw, self.arch, self.assign, self.sys,
-                           self.parallel], sort_keys=True, default=str)
+                           self.parallel] + ([self.formats] if self.formats else []),
+                          sort_keys=True, default=str)
 
 
 @dataclass
@@ -325,6 +328,8 @@ class SearchSpace:
     fixed_parallel: dict[str, Any] = field(default_factory=dict)
     #: workload label -> published network name -> its full architecture (the ``network`` key)
     networks: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    #: tensor role -> number format that ``search.formats`` fixes
+    fixed_formats: dict[str, str] = field(default_factory=dict)
 
     def names(self) -> list[str]:
         return [d.name for d in self.dimensions]
@@ -347,6 +352,7 @@ class SearchSpace:
         many_designs = len(self.designs) > 1
         many_workloads = len(self.workloads) > 1
         sysv, par = dict(self.fixed_sys), dict(self.fixed_parallel)
+        fmts = dict(self.fixed_formats)
         for name, v in values.items():
             parts = name.split(".")
             if parts[0] == "hw":
@@ -364,9 +370,13 @@ class SearchSpace:
                 sysv[parts[1]] = v
             elif parts[0] == "par":
                 par[parts[1]] = v
+            elif parts[0] == "fmt" and parts[1] == "scheme":   # a whole assignment
+                fmts.update(dict(p.split("=") for p in v.split(",")) if v != "base" else {})
+            elif parts[0] == "fmt":
+                fmts[parts[1]] = v
         if self.alternatives:
             hw = {design: hw[design]}
-        return Point(design, hw, arch, assign, dict(values), sysv, par)
+        return Point(design, hw, arch, assign, dict(values), sysv, par, fmts)
 
     def distributions(self) -> dict[str, BaseDistribution]:
         return {d.name: d.distribution() for d in self.dimensions}

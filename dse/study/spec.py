@@ -83,6 +83,10 @@ class WorkloadSpec(_Strict):
     context: Optional[Annotated[int, Field(ge=1, le=2**31)]] = Field(
         None, description="KV-cache length, tokens (decode)")
     dtype: Literal[DTYPES] = Field("bf16", description="element type of the captured graph")
+    formats: Optional[dict[str, str]] = Field(
+        None, description="number format per tensor role (weights, activations, kv, head, "
+                          "attention; workloads.formats), e.g. {weights: int4_g128}; roles not "
+                          "given stay in dtype")
     weight: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
         1.0, description="runs per multi-task step (scales latency and energy in the totals)")
 
@@ -158,6 +162,10 @@ class ServingSpec(_Strict):
     slo_tpot_s: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
         None, description="TPOT objective for goodput_req_s, s")
     dtype: Literal[DTYPES] = Field("bf16", description="element type of the model")
+    formats: Optional[dict[str, str]] = Field(
+        None, description="number format per tensor role (weights, activations, kv, head, "
+                          "attention; workloads.formats), e.g. {weights: int4_g128}; roles not "
+                          "given stay in dtype")
 
 
 class BudgetsSpec(_Strict):
@@ -217,6 +225,17 @@ class SearchSpec(_Strict):
                        "ep_imbalance) -> range (with `system`)",
         "anyOf": [{"type": "object", "additionalProperties": _RANGE_SCHEMA},
                   {"type": "array", "items": {"type": "string"}}]})] = Field(default_factory=dict)
+    formats: Annotated[Any, WithJsonSchema({
+        "description": "tensor role (weights, activations, kv, head, attention) -> a format or "
+                       "a list of formats to choose from (every workload's tensors of that "
+                       "role; workloads.formats), or a list of whole role -> format mappings "
+                       "to choose from (one categorical, `fmt.scheme`)",
+        "anyOf": [{"type": "object", "additionalProperties": {
+            "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}},
+                      {"type": "object", "properties": {"choices": {"type": "array"}}}]}},
+            {"type": "array", "items": {"type": "object",
+                                        "additionalProperties": {"type": "string"}}}]})] = \
+        Field(default_factory=dict)
 
 
 _OBJECTIVE_SCHEMA = {
@@ -226,11 +245,11 @@ _OBJECTIVE_SCHEMA = {
                "additionalProperties": {"enum": ["minimize", "maximize", "min", "max"]}}],
 }
 _CONSTRAINT_SCHEMA = {
-    "description": "'metric <= value' or 'metric >= value', or {metric, op, value}",
+    "description": "'metric <= value', 'metric < value', 'metric >= value', 'metric > value', or {metric, op, value}",
     "anyOf": [{"type": "string"},
               {"type": "object", "additionalProperties": False,
                "required": ["metric", "op", "value"],
-               "properties": {"metric": {"type": "string"}, "op": {"enum": ["<=", ">="]},
+               "properties": {"metric": {"type": "string"}, "op": {"enum": ["<=", "<", ">=", ">"]},
                               "value": {"type": "number"}}}],
 }
 
@@ -253,7 +272,11 @@ class QualitySpec(_Strict):
                              "trained networks from a table (`quality: published` for short)")
     table: Optional[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
         None, description="with source published: a JSON accuracy table (default: the shipped "
-                          "ImageNet top-1 table)")
+                          "ImageNet top-1 table; for LLMs the format-quality table)")
+    method: Optional[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
+        None, description="with source published on an LLM in number formats: the "
+                          "quantisation method of the published result (RTN, GPTQ, AWQ, ...; "
+                          "default: the best published for the formats)")
 
 
 class SamplerSpec(_Strict):
@@ -283,7 +306,8 @@ class StudySpec(_Strict):
     name: Annotated[str, Field(pattern=IDENTIFIER)] = Field(description="study name")
     description: str = ""
     seed: Annotated[int, Field(ge=0, lt=2**32)] = Field(0, description="sampler seed")
-    output: Optional[str] = Field(None, description="output directory (default runs/NAME)")
+    output: Optional[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
+        None, description="output directory (default runs/NAME)")
     workloads: Optional[Annotated[list[WorkloadSpec], Field(min_length=1, max_length=16)]] = Field(
         None, description="one workload, or several for a multi-task study (or `serving`)")
     serving: Optional[ServingSpec] = Field(None, description="score each design by serving a "

@@ -81,6 +81,10 @@ class ModelSpec:
     arch_min: dict[str, float] = field(default_factory=dict)
     #: How its sizes vary, where other architectures can be built without re-capture.
     sizes: SizeRule | None = None
+    #: Per-key checks of a value's own form (``check(value, field)`` raises
+    #: :class:`BadInput`), run whenever a value is set, so a study refuses it at load as the
+    #: capture would (e.g. GNA's ``window: "80x80"``); combinations are left to the capture.
+    arch_checks: dict[str, Callable[[Any, str], Any]] = field(default_factory=dict)
 
     def resolve_arch(self, overrides: dict[str, Any] | None) -> dict[str, Any]:
         """Defaults updated by ``overrides``, each coerced to its default's type; unknown keys and
@@ -114,7 +118,9 @@ def _coerce(spec: ModelSpec, key: str, value: Any) -> Any:
         elif isinstance(default, int):
             if isinstance(value, bool):
                 raise ValueError
-            if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+            if isinstance(value, str):   # typed text: an integer literal only ("1e2" is not)
+                if not value.strip().lstrip("+-").isdigit():
+                    raise ValueError
                 value = int(value)  # exact, however long
             if not isinstance(value, int):
                 f = float(value)
@@ -146,6 +152,9 @@ def _coerce(spec: ModelSpec, key: str, value: Any) -> Any:
                        ) from None
     if choices is not None and value not in choices:
         raise BadInput(field_name, value, "expected one of " + ", ".join(map(str, choices)))
+    check = spec.arch_checks.get(key)
+    if check is not None:
+        check(value, field_name)
     return value
 
 

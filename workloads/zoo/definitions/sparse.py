@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dse.errors import BadInput
-from workloads.gna import GNAConfig, parse_shape
+from workloads.gna import GNAConfig, parse_causal, parse_shape
 from workloads.sparse_attention import from_layout, gna, to_layout
 from workloads.zoo.definitions.checks import check_count, check_phase, example_floats
 from workloads.zoo.registry import ModelSpec, register
@@ -47,6 +47,24 @@ from workloads.zoo.registry import ModelSpec, register
 #: GNA arch keys and the layouts allowed.
 GNA_KEYS = ("grid", "window", "stride", "dilation", "causal", "layout", "tile", "q_tile")
 _CHOICES = {"layout": ("row_major", "tiled"), "attention": ("dense", "gna")}
+
+def _shape_check(value: Any, field: str) -> None:
+    parse_shape(value, field)
+
+
+def _tile_check(value: Any, field: str) -> None:
+    if str(value).strip():          # empty: the template's default tile
+        parse_shape(value, field)
+
+
+def _causal_check(value: Any, field: str) -> None:
+    parse_causal(value, field, len(str(value).split("x")))
+
+
+#: What each GNA key's value must look like on its own (a study refuses the rest at load).
+GNA_CHECKS = {"grid": _shape_check, "window": _shape_check, "stride": _shape_check,
+              "dilation": _shape_check, "tile": _tile_check, "q_tile": _tile_check,
+              "causal": _causal_check}
 
 #: Frequency features of a timestep / guidance embedding (sinusoids) [R: flux ``timestep_embedding``].
 TIME_FEATURES = 256
@@ -296,7 +314,7 @@ register(ModelSpec(
     arch={"grid": "32768", "window": "2048", "stride": "1", "dilation": "1", "causal": "0",
           "layout": "row_major", "tile": "", "q_tile": "", "heads": 1, "head_dim": 128,
           "batch": 1},
-    arch_choices={"layout": _CHOICES["layout"]},
+    arch_choices={"layout": _CHOICES["layout"]}, arch_checks=GNA_CHECKS,
     build=GNAMicro, inputs=_gna_inputs))
 
 _DIT = {"d_model": 3072, "heads": 24, "mlp_ratio": 4, "in_features": 64, "txt_dim": 4096,
@@ -308,7 +326,8 @@ def _register_dit(name: str, description: str, published: int, **arch: Any) -> N
     register(ModelSpec(
         name=name, family="vision", description=description, arch={**_DIT, **arch},
         arch_choices=dict(_CHOICES, refiner_blocks=tuple(range(0, 9))), build=MMDiT,
-        inputs=_dit_inputs(name), published_params=published))
+        inputs=_dit_inputs(name), published_params=published,
+        arch_checks={k: v for k, v in GNA_CHECKS.items() if k in {**_DIT, **arch}}))
 
 
 _register_dit("flux-dit", "FLUX.1-like 2-D diffusion transformer (12 B), dense or GNA attention",
