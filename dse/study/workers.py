@@ -17,6 +17,7 @@ is FAIL with ``fail_reason``. In every case the search goes on.
 
 from __future__ import annotations
 
+import datetime
 import math
 import os
 import threading
@@ -149,10 +150,18 @@ def finished_trial(resolved: ResolvedStudy, params: dict[str, Any], ev: Evaluati
                    simulator_version: str) -> FrozenTrial:
     """The finished trial :func:`record` would store, for ``study.add_trials``."""
     state, values, attrs, constraints = outcome(resolved, ev, simulator_version)
-    return optuna.trial.create_trial(
-        state=state, values=values, params=params,
-        distributions={k: v for k, v in resolved.space.distributions().items() if k in params},
-        user_attrs=attrs, system_attrs={CONSTRAINTS_KEY: constraints} if constraints else {})
+    # as optuna.trial.create_trial makes it, without converting the space's (current)
+    # distributions again for every trial: a population stores thousands a second
+    dists = resolved.space.distributions()
+    now = datetime.datetime.now()
+    trial = FrozenTrial(number=-1, trial_id=-1, state=state, value=None, values=values,
+                        datetime_start=now, datetime_complete=now if state.is_finished() else None,
+                        params=params, distributions={k: dists[k] for k in params},
+                        user_attrs=attrs,
+                        system_attrs={CONSTRAINTS_KEY: constraints} if constraints else {},
+                        intermediate_values={})
+    trial._validate()
+    return trial
 
 
 def screening_fidelity(resolved: ResolvedStudy) -> str:
