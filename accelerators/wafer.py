@@ -51,7 +51,7 @@ from accelerators.composite import cost_composite
 from accelerators.physical import Floorplan
 from dse.errors import InfeasibleDesign
 from workloads import ir
-from workloads.formats import GEMM_KINDS, has_formats, role_format
+from workloads.formats import GEMM_KINDS, has_formats, role_format, weights_bytes
 from workloads.ir import DTYPE_BYTES, Op
 from workloads.memo import per_workload
 
@@ -716,8 +716,16 @@ class Wafer(Template):
                 kv, per_token = kv_region, kv_token_total / storage
             else:
                 kv, per_token = kv_row, kv_token_row
+        extra = 0.0
+        if has_formats(workload):
+            # a table tied between an embedding and a quantised head is stored twice (the
+            # embedding's copy in the base format; workloads.formats.weights_bytes)
+            bw, _, ba = self._role_bytes(workload)
+            extra = max(0.0, weights_bytes(workload) - tiled * bw
+                        - max(params - tiled, 0.0) * ba) / storage
         return {"phase": phase, "weights": weights, "weights_rest": rest, "kv_cache": kv,
-                "activations": act_elems, "kv_per_token": per_token}
+                "activations": act_elems, "kv_per_token": per_token,
+                "weights_extra_bytes": extra}
 
     def _role_bytes(self, workload: ir.Workload) -> tuple[float, float, float]:
         """Bytes per element of the weight matrices, the KV cache and the activations (and
@@ -738,7 +746,8 @@ class Wafer(Template):
         (``concat``)."""
         lay = self._memory_layout(workload)
         bw, bkv, ba = self._role_bytes(workload)
-        return {"weights": lay["weights"] * bw + lay["weights_rest"] * ba,
+        return {"weights": lay["weights"] * bw + lay["weights_rest"] * ba
+                + lay["weights_extra_bytes"],
                 "kv_cache": lay["kv_cache"] * bkv, "activations": lay["activations"] * ba,
                 "reserved": self.hw.reserved_sram_per_core_kb * 1024.0}
 

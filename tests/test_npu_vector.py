@@ -254,6 +254,35 @@ def test_attention_equals_scalar_cost(ds, ops):
     _assert_equal(ds, ops)
 
 
+def _torch_or_skip():
+    pytest.importorskip("torch")
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(designs(), min_size=1, max_size=5), st.lists(any_op, min_size=1, max_size=5))
+def test_torch_backend_equals_numpy(ds, ops):
+    """The same kernels on torch (its CPU build here; CUDA on a GPU machine, benchmarks/
+    population.py section 6): the same float64 operations, equal results and errors."""
+    _torch_or_skip()
+    a = npu_vector.cost_many(ds, ops)
+    b = npu_vector.cost_many(ds, ops, device="torch")
+    np.testing.assert_array_equal(a.latency_s, b.latency_s)
+    np.testing.assert_array_equal(a.energy_j, b.energy_j)
+    assert [repr(e) for e in a.errors] == [repr(e) for e in b.errors]
+    for j in range(len(ops)):
+        assert [repr(e) for e in a.op_errors(j)] == [repr(e) for e in b.op_errors(j)]
+
+
+def test_design_arrays_take_repeats_designs():
+    ds = [NPU(), NPU("edge-32x32"), NPU(dataflow="os", rows=64)]
+    op = Op("mm", ir.MATMUL, "aten.mm", ((64, 64), (64, 64)), ((64, 64),), "bf16", 2,
+            weight_bytes=8192, activation_bytes_read=8192, activation_bytes_written=8192,
+            attrs={"m": 64, "n": 64, "k": 64})
+    whole = npu_vector.cost_many(ds, [op])
+    tiled = npu_vector.cost_many(npu_vector.DesignArrays(ds).take([2, 0, 2, 1]), [op])
+    np.testing.assert_array_equal(tiled.latency_s[0], whole.latency_s[0, [2, 0, 2, 1]])
+
+
 def test_cost_op_gives_arrays_mask_and_reasons():
     tiny = NPU(rows=1024, cols=1024, arrays=1, ifmap_sram_kb=2)   # no minimal tile fits
     ok = NPU()
@@ -390,3 +419,20 @@ def test_fast_path_raises_what_the_scalar_path_raises(monkeypatch):
     w2 = Workload(graph=g2, model="x", phase="forward", dtype="bf16")
     res = [fast.evaluate_many(w2, [NPU()] * 2, vectorised=v) for v in (True, False)]
     assert res[0].infeasible == res[1].infeasible and "heads" in res[0].infeasible[0]
+
+
+def test_population_path_equals_the_fast_path(small_gpt2):
+    """simulators/population.py: latency and energy of a population as one array program, and
+    evaluate_population's whole FastResults, equal evaluate_many's (infeasible designs too)."""
+    from simulators.population import evaluate_population
+    ds = [NPU(), NPU("edge-32x32"), NPU(dataflow="os", rows=64), NPU(rows=1024, cols=1024,
+                                                                    ifmap_sram_kb=2),
+          NPU("tpu-v1-like"), NPU(vector_lanes=7, clock_hz=3e8)]
+    ref = fast.evaluate_many(small_gpt2, ds)
+    for device in ("cpu", "torch"):
+        if device == "torch":
+            _torch_or_skip()
+        got = evaluate_population(small_gpt2, ds, device)
+        _same(got, ref)
+        for f in ("cost_usd", "tdp_w"):
+            np.testing.assert_array_equal(getattr(got, f), getattr(ref, f))

@@ -133,3 +133,90 @@ def test_a_generation_is_stored_as_optuna_stores_it(tmp_path):
         assert [(t.datetime_start, t.datetime_complete) for t in reread[1:]] == [
             (t.datetime_start, t.datetime_complete) for t in made]
     assert out[0] == out[1] and [x[0] for x in out[0]] == [0, 1, 2, 3]
+
+
+def test_the_array_device_scores_the_same_trials(tmp_path):
+    """``sampler.device`` (issue 33): a generation's npu designs costed as one array program
+    (numpy here; torch where it is installed) store the trials the fast path stores."""
+    ref = stored(run(study(trials=16), tmp_path, "ref", write_report=False))
+    devices = ["cpu"]
+    try:
+        import torch  # noqa: F401
+        devices.append("torch")
+    except ImportError:
+        pass
+    for device in devices:
+        s = study(trials=16, sampler={"name": "nsga2-vectorized", "population_size": 8,
+                                      "device": device})
+        got = stored(run(s, tmp_path, device, write_report=False))
+        assert [t.params for t in got] == [t.params for t in ref]
+        assert [t.values for t in got] == [t.values for t in ref]
+        assert ([t.user_attrs.get("metrics") for t in got]
+                == [t.user_attrs.get("metrics") for t in ref])
+        assert ([t.user_attrs.get("infeasible_reason") for t in got]
+                == [t.user_attrs.get("infeasible_reason") for t in ref])
+
+
+def test_a_device_needs_the_vectorised_sampler_and_a_visible_gpu():
+    with pytest.raises(BadInput, match="sampler.device"):
+        study(sampler={"name": "tpe", "device": "cpu"})
+    try:
+        import torch
+        gpu = torch.cuda.is_available()
+    except ImportError:
+        gpu = False
+    if not gpu:
+        with pytest.raises(BadInput, match="sampler.device.*no CUDA"):
+            study(sampler={"name": "nsga2-vectorized", "device": "cuda"})
+
+
+def test_read_trials_equals_optunas_read(tmp_path):
+    """dse.study.batched_storage.read_trials (the driver's end-of-run read) gives the trials
+    Optuna's own read gives: every field, every state."""
+    from dse.study.batched_storage import read_trials
+    from dse.study.storage import open_storage
+    r = run(study(trials=10), tmp_path, write_report=False)
+    url = f"sqlite:///{r.out_dir}/study.db"
+    s = optuna.load_study(study_name="t_pop", storage=url)
+    s.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL,
+                                          user_attrs={"fail_reason": "x"}))
+    s.enqueue_trial({"hw.rows": 8})
+    rdb = open_storage(url)
+    try:
+        mine = read_trials(rdb, s._study_id)
+    finally:
+        rdb.engine.dispose()
+    theirs = optuna.load_study(study_name="t_pop", storage=url).get_trials(deepcopy=False)
+    assert len(mine) == len(theirs) == 12
+    for a, b in zip(mine, theirs):
+        for f in ("number", "state", "values", "params", "distributions", "user_attrs",
+                  "system_attrs", "datetime_start", "datetime_complete", "_trial_id"):
+            assert getattr(a, f) == getattr(b, f), f
+
+
+def test_evox_operators_run_repeat_and_keep_feasible_designs(tmp_path):
+    """``operators: evox`` (EvoX's SBX, polynomial mutation, tournaments and environmental
+    selection; constraints as constraint domination): same seed, same trials; the survivors
+    put feasible designs first."""
+    pytest.importorskip("evox")
+    from dse.study import evox_operators
+    s = study(trials=24, sampler={"name": "nsga2-vectorized", "population_size": 8,
+                                  "operators": "evox"})
+    a = stored(run(s, tmp_path, "a", write_report=False))
+    b = stored(run(s, tmp_path, "b", write_report=False))
+    assert len(a) == 24 and [t.params for t in a] == [t.params for t in b]
+    assert [t.params for t in a] != [t.params for t in stored(run(study(trials=24), tmp_path,
+                                                                  "numpy", write_report=False))]
+    f = np.array([[1.0, 5.0], [2.0, 1.0], [0.5, 0.5], [3.0, 3.0]])
+    viol = np.array([0.0, 0.0, 2.0, 0.0])
+    assert set(evox_operators.survivors(f, viol, 2).tolist()) == {0, 1}
+    assert set(evox_operators.survivors(f, viol, 3).tolist()) == {0, 1, 3}
+
+
+def test_evox_operators_need_evox(monkeypatch):
+    from dse.study import evox_operators
+    monkeypatch.setattr(evox_operators, "available", lambda: False)
+    with pytest.raises(BadInput, match="sampler.operators.*accel-dse\\[evox\\]"):
+        study(sampler={"name": "nsga2-vectorized", "operators": "evox"})
+    with pytest.raises(BadInput, match="sampler.operators"):
+        study(sampler={"name": "tpe", "operators": "evox"})

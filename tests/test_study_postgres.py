@@ -99,3 +99,68 @@ def test_the_password_is_never_printed_and_report_finds_the_study(tmp_path, caps
                              str(tmp_path / "r.html"))
     assert code == 0, err
     assert (tmp_path / "r.html").stat().st_size > 0
+
+
+POPULATION = {"seed": 5, "workloads": [{"model": "linear", "batch": 1}],
+              "accelerator": {"template": "npu", "preset": "edge-32x32"},
+              "search": {"hardware": {"rows": {"choices": [8, 16, 32]},
+                                      "cols": {"choices": [8, 16, 32]},
+                                      "clock_hz": [2.0e8, 1.0e9],
+                                      "dram_bandwidth_Bps": [2.0e9, 5.0e10]}},
+              "objectives": ["latency_s", "energy_j"], "constraints": ["area_mm2 <= 0.5"],
+              "fidelity": "fast", "sampler": {"name": "nsga2-vectorized", "population_size": 12},
+              "trials": 48}
+
+
+def test_two_population_workers_share_one_database(tmp_path):
+    """Issue 33: two `dse study run` processes, each in its own working directory, sharing
+    only the PostgreSQL database, grow one nsga2-vectorized study to exactly its trial count:
+    every trial finished once (one value per objective, one set of attributes), none lost,
+    each generation whole."""
+    import subprocess
+    import sys
+    name = "t_pg33_" + uuid.uuid4().hex[:8]
+    url = check_storage_url(POSTGRES_URL)
+    spec = dict(POPULATION, name=name)
+    procs = []
+    for side in ("a", "b"):
+        work = tmp_path / side
+        work.mkdir()
+        (work / "s.yaml").write_text(yaml.safe_dump(spec))
+        procs.append(subprocess.Popen(
+            [sys.executable, "-c", "import sys; from dse.cli import main; sys.exit(main())",
+             "study", "run", "s.yaml", "--storage", POSTGRES_URL, "--out", "out",
+             "--no-progress"], cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True))
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=300)
+            assert p.returncode == 0, err[-2000:]
+        trials = optuna.load_study(study_name=name, storage=url).trials
+        assert len(trials) == spec["trials"]
+        assert sorted(t.number for t in trials) == list(range(spec["trials"]))
+        assert {t.state.name for t in trials} <= {"COMPLETE", "PRUNED"}
+        generations = [t.system_attrs["dse_generation"] for t in trials]
+        assert sorted(set(generations)) == list(range(1, spec["trials"] // 12 + 1))
+        assert all(generations.count(g) == 12 for g in set(generations))
+        ids = [t._trial_id for t in trials]
+        engine = create_engine(url)
+        with engine.connect() as conn:   # a trial finished twice would have two of each
+            values = conn.execute(text("SELECT trial_id, count(*) FROM trial_values WHERE "
+                                       "trial_id = ANY(:ids) GROUP BY trial_id"),
+                                  {"ids": ids}).all()
+            designs = conn.execute(text("SELECT trial_id, count(*) FROM trial_user_attributes "
+                                        "WHERE key = 'design' AND trial_id = ANY(:ids) "
+                                        "GROUP BY trial_id"), {"ids": ids}).all()
+        engine.dispose()
+        complete = {t._trial_id for t in trials if t.state.name == "COMPLETE"}
+        assert dict(values) == {i: 2 for i in complete}
+        assert dict(designs) == {i: 1 for i in ids}
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        try:
+            optuna.delete_study(study_name=name, storage=url)
+        except KeyError:
+            pass

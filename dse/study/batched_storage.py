@@ -302,12 +302,14 @@ class BatchedStorage(BaseStorage, BaseHeartbeat):
                          .with_for_update())
             number = conn.execute(select(func.count()).select_from(table)
                                   .where(table.c.study_id == study_id)).scalar_one()
-            for t in trials:
-                trial_id = conn.execute(insert(table).values(
-                    number=number, study_id=study_id, state=t.state,
-                    datetime_start=t.datetime_start,
-                    datetime_complete=t.datetime_complete)).inserted_primary_key[0]
-                number += 1
+            rows = [{"number": number + i, "study_id": study_id, "state": t.state,
+                     "datetime_start": t.datetime_start, "datetime_complete": t.datetime_complete}
+                    for i, t in enumerate(trials)]
+            # one statement for all the trial rows, their ids in the rows' order
+            ids = conn.execute(insert(table).returning(table.c.trial_id,
+                                                       sort_by_parameter_order=True),
+                               rows).scalars().all() if rows else []
+            for trial_id, t in zip(ids, trials):
                 for objective, v in enumerate(t.values or ()):
                     stored, value_type = models.TrialValueModel.value_to_stored_repr(float(v))
                     values.append({"trial_id": trial_id, "objective": objective,
@@ -365,3 +367,147 @@ class BatchedStorage(BaseStorage, BaseHeartbeat):
                         {"trial_id": trial_id, "key": k, "value_json": json.dumps(v)}
                         for k, v in attrs.items()])
         return now
+
+    # ------------------------------------------------------------------ a shared generation
+    def claim_waiting(self, study_id: int, limit: int) -> list[FrozenTrial]:
+        """Up to ``limit`` of the study's WAITING trials (lowest numbers first), set RUNNING
+        in one transaction and returned with their parameters and system attributes. The
+        caller holds the count lock (:class:`~dse.study.storage.CountLock`), so no other
+        worker claims the same trials; the ``state = WAITING`` guard keeps it so regardless."""
+        from optuna.distributions import json_to_distribution
+        from optuna.storages._rdb import models
+        from sqlalchemy import select, update
+
+        table = models.TrialModel.__table__
+        params_t = models.TrialParamModel.__table__
+        sys_t = models.TrialSystemAttributeModel.__table__
+        now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+        with self.rdb.engine.begin() as conn:
+            rows = conn.execute(select(table.c.trial_id, table.c.number)
+                                .where(table.c.study_id == study_id,
+                                       table.c.state == TrialState.WAITING)
+                                .order_by(table.c.number).limit(limit)).all()
+            claimed = []
+            for trial_id, number in rows:
+                done = conn.execute(update(table).where(table.c.trial_id == trial_id,
+                                                        table.c.state == TrialState.WAITING)
+                                    .values(state=TrialState.RUNNING, datetime_start=now))
+                if done.rowcount == 1:
+                    claimed.append((trial_id, number))
+            ids = [t for t, _ in claimed]
+            params: dict[int, dict] = {t: {} for t in ids}
+            dists: dict[int, dict] = {t: {} for t in ids}
+            attrs: dict[int, dict] = {t: {} for t in ids}
+            if ids:
+                for tid, name, value, dist in conn.execute(
+                        select(params_t.c.trial_id, params_t.c.param_name,
+                               params_t.c.param_value, params_t.c.distribution_json)
+                        .where(params_t.c.trial_id.in_(ids))).all():
+                    d = json_to_distribution(dist)
+                    params[tid][name] = d.to_external_repr(value)
+                    dists[tid][name] = d
+                for tid, key, value in conn.execute(
+                        select(sys_t.c.trial_id, sys_t.c.key, sys_t.c.value_json)
+                        .where(sys_t.c.trial_id.in_(ids))).all():
+                    attrs[tid][key] = json.loads(value)
+        with self._lock:
+            self._stale.add(study_id)
+        return [FrozenTrial(number=number, state=TrialState.RUNNING, value=None, values=None,
+                            datetime_start=now, datetime_complete=None, params=params[tid],
+                            distributions=dists[tid], user_attrs={}, system_attrs=attrs[tid],
+                            intermediate_values={}, trial_id=tid)
+                for tid, number in claimed]
+
+    def finish_claimed(self, study_id: int, finished: Sequence[tuple[int, FrozenTrial]]) -> int:
+        """Finish claimed RUNNING trials in one transaction: ``(trial_id, result)`` pairs, each
+        ``result`` a finished trial (:func:`optuna.trial.create_trial`) whose state, values,
+        user attributes and system attributes are written to the trial. A trial another
+        process finished meanwhile (failed as an orphan) is left as it is; returns how many
+        were written."""
+        from optuna.storages._rdb import models
+        from sqlalchemy import insert, update
+
+        table = models.TrialModel.__table__
+        now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+        written = 0
+        values, user, system = [], [], []
+        with self.rdb.engine.begin() as conn:
+            for trial_id, t in finished:
+                done = conn.execute(update(table).where(table.c.trial_id == trial_id,
+                                                        table.c.state == TrialState.RUNNING)
+                                    .values(state=t.state, datetime_complete=now))
+                if done.rowcount != 1:
+                    continue
+                written += 1
+                for objective, v in enumerate(t.values or ()):
+                    stored, value_type = models.TrialValueModel.value_to_stored_repr(float(v))
+                    values.append({"trial_id": trial_id, "objective": objective,
+                                   "value": stored, "value_type": value_type})
+                user.extend({"trial_id": trial_id, "key": k, "value_json": json.dumps(v)}
+                            for k, v in t.user_attrs.items())
+                system.extend({"trial_id": trial_id, "key": k, "value_json": json.dumps(v)}
+                              for k, v in t.system_attrs.items())
+            for model, rows in ((models.TrialValueModel, values),
+                                (models.TrialUserAttributeModel, user),
+                                (models.TrialSystemAttributeModel, system)):
+                if rows:
+                    conn.execute(insert(model.__table__), rows)
+        with self._lock:
+            self._stale.add(study_id)
+        return written
+
+
+def read_trials(rdb: RDBStorage, study_id: int) -> list[FrozenTrial]:
+    """Every trial of the study, by number, read in five plain queries (Optuna's own read
+    builds an ORM object per row: ~5x slower on a 10,000-trial study); intermediate values
+    are not read (no study here reports any). Falls back on Optuna's read when its table
+    models are not the expected ones."""
+    if not batch_supported():
+        return optuna.storages.get_storage(rdb).get_all_trials(study_id, deepcopy=False)
+    from optuna.distributions import json_to_distribution
+    from optuna.storages._rdb import models
+    from sqlalchemy import select
+
+    t = models.TrialModel.__table__
+    p = models.TrialParamModel.__table__
+    v = models.TrialValueModel.__table__
+    u = models.TrialUserAttributeModel.__table__
+    s = models.TrialSystemAttributeModel.__table__
+    dist_cache: dict[str, BaseDistribution] = {}
+    with rdb.engine.connect() as conn:
+        rows = conn.execute(select(t.c.trial_id, t.c.number, t.c.state, t.c.datetime_start,
+                                   t.c.datetime_complete).where(t.c.study_id == study_id)
+                            .order_by(t.c.number)).all()
+        mine = select(t.c.trial_id).where(t.c.study_id == study_id).scalar_subquery()
+        params: dict[int, dict] = {}
+        dists: dict[int, dict] = {}
+        for tid, name, value, dj in conn.execute(select(
+                p.c.trial_id, p.c.param_name, p.c.param_value, p.c.distribution_json)
+                .where(p.c.trial_id.in_(mine))):
+            d = dist_cache.get(dj)
+            if d is None:
+                d = dist_cache[dj] = json_to_distribution(dj)
+            params.setdefault(tid, {})[name] = d.to_external_repr(value)
+            dists.setdefault(tid, {})[name] = d
+        values: dict[int, dict[int, float]] = {}
+        for tid, objective, value, value_type in conn.execute(select(
+                v.c.trial_id, v.c.objective, v.c.value, v.c.value_type)
+                .where(v.c.trial_id.in_(mine))):
+            values.setdefault(tid, {})[objective] = \
+                models.TrialValueModel.stored_repr_to_value(value, value_type)
+        attrs: list[dict[int, dict]] = [{}, {}]
+        for k, table in enumerate((u, s)):
+            for tid, key, value in conn.execute(select(table.c.trial_id, table.c.key,
+                                                       table.c.value_json)
+                                                .where(table.c.trial_id.in_(mine))):
+                attrs[k].setdefault(tid, {})[key] = json.loads(value)
+    out = []
+    for tid, number, state, start, complete in rows:
+        vals = values.get(tid)
+        out.append(FrozenTrial(
+            number=number, state=state, value=None,
+            values=[vals[i] for i in sorted(vals)] if vals else None,
+            datetime_start=start, datetime_complete=complete, params=params.get(tid, {}),
+            distributions=dists.get(tid, {}), user_attrs=attrs[0].get(tid, {}),
+            system_attrs=attrs[1].get(tid, {}), intermediate_values={}, trial_id=tid))
+    return out

@@ -35,6 +35,7 @@ from dse.study.outputs import outcome_counts, state_counts, unmet_constraints, w
 from dse.study.progress import StudyProgress
 from dse.study.screening import Screening, screened_front, screening_summary
 from dse.study.space import Shown
+from dse.study.batched_storage import read_trials
 from dse.study.storage import (CountLock, RunLock, fail_orphans, is_sqlite, open_storage,
                                sqlite_path, sqlite_url)
 from dse.study.workers import WorkerJob, run_worker, worker_main
@@ -214,7 +215,7 @@ def run_study(study: ResolvedStudy, trials: int | None = None, workers: int = 1,
                            f"({first_line(exc)}); the trials stored so far are kept: free the "
                            "space (or reconnect) and run again to resume") from None
         session_s = time.perf_counter() - started
-        all_trials = s.get_trials(deepcopy=False)
+        all_trials = read_trials(rdb, s._study_id)
         trials_csv, pareto_csv, front = write_outputs(all_trials, study, out_dir)
     finally:
         run_lock.release()

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import gc
 import json
+
+import numpy as np
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -22,9 +24,13 @@ from accelerators.heterogeneous import (Heterogeneous, offchip_bandwidth_Bps, pe
                                      segment_ops)
 from dse.study.loader import ResolvedStudy
 from dse.study.space import Point
+from workloads.zoo import get_model
 
 #: Evaluations remembered per process, count [E: a few MB of metrics at most].
 CACHE_SIZE = 4096
+#: Fewest npu points of a batch scored as (design, architecture) arrays [E: below it the
+#: arrays' set-up costs more than building each workload].
+PAIR_MIN = 16
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,7 @@ class Evaluator:
     def _prefetch(self, points: list[Point]) -> None:
         from dse import api
         from simulators.fast import evaluate_many
+        self._prefetch_pairs(points)
         groups: dict[tuple[str, str], list] = {}
         for point in points:
             try:
@@ -112,7 +119,10 @@ class Evaluator:
             for w in self.study.workloads:
                 fm = _formats(w, point)
                 key = _arch_key(w.label, point.arch[w.label], fm)
-                if key not in self._batch_workloads:
+                if key + (_design_key(design),) in self._batch_fast:
+                    continue   # scored as a (design, architecture) pair
+                wl = self._batch_workloads.get(key)
+                if wl is None or isinstance(wl, _Workload):   # the real graph is needed
                     try:
                         self._batch_workloads[key] = api.workload(
                             w.model, phase=w.phase, batch=w.batch, seq=w.seq, context=w.context,
@@ -120,15 +130,96 @@ class Evaluator:
                     except DSEError:
                         continue
                 groups.setdefault(key, []).append(design)
+        device = self.study.spec.sampler.device
         for key, designs in groups.items():
-            res = evaluate_many(self._batch_workloads[key], designs)
+            if device is not None:   # the npu designs as one array program on the device
+                from simulators.population import evaluate_population
+                res = evaluate_population(self._batch_workloads[key], designs, device)
+            else:
+                res = evaluate_many(self._batch_workloads[key], designs)
             for i, d in enumerate(designs):
                 self._batch_fast[key + (_design_key(d),)] = res.infeasible[i] or res.metrics(i)
+
+    def _prefetch_pairs(self, points: list[Point]) -> None:
+        """Score the points' (npu design, re-shaped architecture) pairs as arrays
+        (:func:`simulators.population.evaluate_pairs`): no workload built per architecture.
+        What it cannot score (another template, a family without arrays, an infeasible pair)
+        is left to the per-architecture path, which says why."""
+        from accelerators.npu import NPU
+        from simulators.engine import throughput_of
+        from simulators.population import evaluate_pairs
+        from workloads import build, reshape, reshape_arrays
+        pts = []
+        for point in points:
+            try:
+                design = self._build(point.design, point.hw[point.design])
+            except DSEError:
+                continue
+            if type(design) is NPU:
+                pts.append((point, design))
+        if len(pts) < PAIR_MIN:
+            return
+        for w in self.study.workloads:
+            groups: dict[tuple, list] = {}
+            for point, design in pts:
+                if _formats(w, point):   # number formats: the per-architecture build
+                    continue
+                try:
+                    args = build.resolve(w.model, w.phase, w.batch, w.seq, w.context, w.dtype,
+                                         point.arch[w.label])
+                    fam = reshape._family(args)
+                except DSEError:
+                    continue
+                if fam is None:
+                    continue
+                groups.setdefault(fam[2], []).append((point, design, args, fam))
+            for members in groups.values():
+                self._score_family(w, members, evaluate_pairs, reshape, reshape_arrays,
+                                   throughput_of)
+
+    def _score_family(self, w, members, evaluate_pairs, reshape, reshape_arrays,
+                      throughput_of) -> None:
+        point, design, args, fam = members[0]
+        rule, variables, _ = fam
+        template = reshape._template(args, fam, True)
+        if template is None:
+            return
+        names = list(variables)
+        arrays = reshape_arrays.family_arrays(template, args["dtype"], names,
+                                              [m[3][1] for m in members[:3]])
+        if arrays is None:
+            return
+        vals = np.array([[m[3][1][n] for m in members] for n in names], dtype=np.int64)
+        depth = np.array([m[2]["arch"][rule.depth] if rule.depth else 0 for m in members],
+                         dtype=np.int64)
+        try:
+            res = evaluate_pairs(arrays, vals, depth, [m[1] for m in members], args["phase"],
+                                 args["batch"], args["seq"])
+        except (ValueError, OverflowError):   # sizes past int64: the per-architecture path
+            return
+        spec = get_model(args["model"])
+        seq = args["seq"] if spec.family in ("llm", "encoder") else 0
+        shape = _Workload(args["arch"], 0, 0, args["phase"], args["batch"], seq)
+        for i in np.flatnonzero(res.handled):
+            point, design, a, _ = members[i]
+            key = _arch_key(w.label, point.arch[w.label])
+            lat, energy = float(res.latency_s[i]), float(res.energy_j[i])
+            phys = design.physical()
+            self._batch_fast[key + (_design_key(design),)] = {
+                "latency_s": lat, "energy_j": energy, "area_mm2": float(design.area_mm2()),
+                "avg_power_w": energy / lat if lat > 0 else float("nan"),
+                "edp": energy * lat, "throughput": throughput_of(shape, lat)[0],
+                "cost_usd": phys.cost_usd if phys else float("nan"),
+                "tdp_w": phys.tdp_w if phys else float("nan")}
+            if key not in self._batch_workloads:
+                self._batch_workloads[key] = _Workload(a["arch"], int(res.params[i]),
+                                                       int(res.flops[i]), a["phase"],
+                                                       a["batch"], seq)
 
     # ------------------------------------------------------------------------------
     def _build(self, name: str, hw: dict[str, Any]):
         from accelerators.registry import get_template
-        key = json.dumps([name, hw], sort_keys=True, default=str)
+        key = _json_key(name, hw)
         hit = self._batch_designs.get(key)
         if hit is not None:
             return hit
@@ -364,9 +455,25 @@ def _simulate_system(wl, system, layout) -> dict[str, float]:
     return simulate_system(wl, system, layout).metrics()
 
 
+@dataclass(frozen=True)
+class _Workload:
+    """What a study reads of a workload scored as a (design, architecture) pair without
+    building it: its full architecture, parameters and FLOPs (and its shape, for the
+    throughput)."""
+
+    arch: dict
+    params: int
+    flops: int
+    phase: str
+    batch: int
+    seq: int
+
+
 def _arch_key(label: str, arch: dict[str, Any], formats: dict[str, str] | None = None
               ) -> tuple[str, str]:
-    return label, json.dumps([arch, formats] if formats else arch, sort_keys=True, default=str)
+    if formats:
+        return label, json.dumps([arch, formats], sort_keys=True, default=str)
+    return label, _json_key(None, arch)
 
 
 def _formats(w, point: Point) -> dict[str, str] | None:
@@ -376,5 +483,29 @@ def _formats(w, point: Point) -> dict[str, str] | None:
     return fm or None
 
 
+#: Canonical JSON of the dicts a batch looks up several times, by id (the dict kept with its
+#: key, so an id is never reused while its entry lives); cleared when it grows past a batch.
+#: The dicts are sampled points' (``Point.hw``, ``Point.arch``), never changed once made.
+_KEYS: dict[tuple, tuple[dict, str]] = {}
+
+
+def _json_key(name: str | None, values: dict[str, Any]) -> str:
+    hit = _KEYS.get((name, id(values)))
+    if hit is not None and hit[0] is values:
+        return hit[1]
+    key = json.dumps(values if name is None else [name, values], sort_keys=True, default=str)
+    if len(_KEYS) > 4 * CACHE_SIZE:
+        _KEYS.clear()
+    _KEYS[(name, id(values))] = (values, key)
+    return key
+
+
 def _design_key(design) -> str:
-    return json.dumps([type(design).__name__, design.hw], sort_keys=True, default=str)
+    key = getattr(design, "_study_key", None)   # designs are immutable: computed once each
+    if key is None:
+        key = json.dumps([type(design).__name__, design.hw], sort_keys=True, default=str)
+        try:
+            design._study_key = key
+        except AttributeError:   # a design class with slots
+            pass
+    return key

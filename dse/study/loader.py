@@ -917,6 +917,25 @@ def _check_sampler(spec: StudySpec, objectives: list[obj.Objective]) -> None:
     if name == "nsga2-vectorized" and spec.accelerators is not None:
         raise bad("sampler.name", name, "expected one accelerator (or sub_accelerators) for "
                   "nsga2-vectorized, whose genes cannot be conditional; use tpe or nsga2")
+    if spec.sampler.operators != "numpy" and name != "nsga2-vectorized":
+        raise bad("sampler.operators", spec.sampler.operators, "expected numpy for " + name
+                  + " (operators are nsga2-vectorized's)")
+    if spec.sampler.operators == "evox":
+        from dse.study.evox_operators import available
+        if not available():
+            raise bad("sampler.operators", "evox", "expected numpy, or evox installed: "
+                      "pip install 'accel-dse[evox]'")
+    device = spec.sampler.device
+    if device is not None and name != "nsga2-vectorized":
+        raise bad("sampler.device", device, "expected no device for " + name
+                  + " (only nsga2-vectorized scores generations as arrays)")
+    if device == "cuda":
+        from accelerators.array_ns import namespace
+        try:
+            namespace("cuda")
+        except BadInput:
+            raise bad("sampler.device", device, "expected cpu, torch or auto: no CUDA device "
+                      "is visible") from None
     if name == "cmaes" and len(objectives) != 1:
         raise bad("sampler.name", name, f"expected a multi-objective sampler for {len(objectives)} "
                   "objectives (cmaes optimises one): tpe, nsga2, nsga3, gp, random, grid or qmc")

@@ -385,4 +385,8 @@ class SearchSpace:
         return Point(design, hw, arch, assign, dict(values), sysv, par, fmts, pool)
 
     def distributions(self) -> dict[str, BaseDistribution]:
-        return {d.name: d.distribution() for d in self.dimensions}
+        made = self.__dict__.get("_distributions")   # made again if a dimension was added
+        if made is None or len(made) != len(self.dimensions):
+            made = self.__dict__["_distributions"] = {d.name: d.distribution()
+                                                      for d in self.dimensions}
+        return dict(made)

@@ -402,6 +402,13 @@ class SamplerSpec(_Strict):
         None, description="nsga2, nsga3, nsga2-vectorized: population size")
     grid_points: Annotated[int, Field(ge=2, le=1000)] = Field(
         5, description="grid: points per float range without a step")
+    operators: Literal["numpy", "evox"] = Field(
+        "numpy", description="nsga2-vectorized: NSGA-II's selection, crossover and mutation "
+        "from this package (numpy) or from EvoX (evox; pip install 'accel-dse[evox]')")
+    device: Optional[Literal["cpu", "torch", "cuda", "auto"]] = Field(
+        None, description="nsga2-vectorized at fidelity fast: where a generation's npu designs "
+        "are costed as arrays (cpu: numpy; torch: its CPU build; cuda: the GPU; auto: CUDA "
+        "when present, else numpy); unset: the fast path design by design")
 
 
 class StudySpec(_Strict):

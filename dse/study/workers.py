@@ -17,6 +17,7 @@ is FAIL with ``fail_reason``. In every case the search goes on.
 
 from __future__ import annotations
 
+import datetime
 import math
 import os
 import threading
@@ -93,14 +94,15 @@ class Heartbeat(threading.Thread):
         super().__init__(daemon=True)
         self.storage = storage
         self.trial_id: int | None = None
+        self.trial_ids: list[int] = []   # a population worker's claimed trials
         self._stop_event = threading.Event()
 
     def run(self) -> None:
         while not self._stop_event.wait(HEARTBEAT_INTERVAL_S):
             tid = self.trial_id
-            if tid is not None:
+            for t in ([tid] if tid is not None else []) + list(self.trial_ids):
                 try:
-                    self.storage.record_heartbeat(tid)
+                    self.storage.record_heartbeat(t)
                 except Exception:  # a lost connection must not kill the worker; retried later
                     pass
 
@@ -148,10 +150,18 @@ def finished_trial(resolved: ResolvedStudy, params: dict[str, Any], ev: Evaluati
                    simulator_version: str) -> FrozenTrial:
     """The finished trial :func:`record` would store, for ``study.add_trials``."""
     state, values, attrs, constraints = outcome(resolved, ev, simulator_version)
-    return optuna.trial.create_trial(
-        state=state, values=values, params=params,
-        distributions={k: v for k, v in resolved.space.distributions().items() if k in params},
-        user_attrs=attrs, system_attrs={CONSTRAINTS_KEY: constraints} if constraints else {})
+    # as optuna.trial.create_trial makes it, without converting the space's (current)
+    # distributions again for every trial: a population stores thousands a second
+    dists = resolved.space.distributions()
+    now = datetime.datetime.now()
+    trial = FrozenTrial(number=-1, trial_id=-1, state=state, value=None, values=values,
+                        datetime_start=now, datetime_complete=now if state.is_finished() else None,
+                        params=params, distributions={k: dists[k] for k in params},
+                        user_attrs=attrs,
+                        system_attrs={CONSTRAINTS_KEY: constraints} if constraints else {},
+                        intermediate_values={})
+    trial._validate()
+    return trial
 
 
 def screening_fidelity(resolved: ResolvedStudy) -> str:
@@ -195,7 +205,12 @@ def _run(job: WorkerJob, on_trial: Callable[[FrozenTrial], None] | None,
     trial = None
     try:
         if resolved.spec.sampler.name == population.NAME:
-            if job.index == 0:   # a population is one process's: other workers have nothing to do
+            if shared_population(job, storage):
+                population.run_shared(
+                    resolved, storage, study_id, evaluator, lock, job.seed, job.target,
+                    lambda params, ev: finished_trial(resolved, params, ev, SIMULATOR_VERSION),
+                    lambda t: stats.add(t, on_trial), heartbeat, lambda: _should_stop(job))
+            elif job.index == 0:
                 _run_population(job, on_trial, resolved, study, storage, study_id, evaluator,
                                 lock, stats)
             return stats
@@ -244,6 +259,19 @@ def _run(job: WorkerJob, on_trial: Callable[[FrozenTrial], None] | None,
         run_lock.release()
         rdb.engine.dispose()
     return stats
+
+
+def shared_population(job: WorkerJob, storage: BatchedStorage) -> bool:
+    """True when a population study's generations are shared through the storage
+    (:func:`dse.study.population.run_shared`): on PostgreSQL (other processes and machines may
+    join) or with several workers; one worker on its own SQLite file evolves in memory."""
+    return storage.batch and (not is_sqlite(job.storage_url) or job.parent_pid is not None)
+
+
+def _should_stop(job: WorkerJob) -> bool:
+    """The deadline passed or the process that started this worker is gone."""
+    return ((job.deadline is not None and time.time() >= job.deadline)
+            or (job.parent_pid is not None and os.getppid() != job.parent_pid))
 
 
 def _run_population(job: WorkerJob, on_trial, resolved: ResolvedStudy, study: optuna.Study,
