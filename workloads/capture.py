@@ -28,9 +28,9 @@ import networkx as nx
 import torch
 
 from dse.errors import BadInput, CaptureError
-from workloads import ir, op_attrs
+from workloads import backward_attrs, ir, op_attrs
 from workloads.kv_update import check_kv_update, with_kv_update
-from workloads.op_kinds import FLOPS_PER_ELEMENT, classify
+from workloads.op_kinds import BACKWARD, FLOPS_PER_ELEMENT, classify
 from workloads.patterns import causal_visible, fuse_eager_attention
 
 KV_INPUT_NAME = "kv_cache"
@@ -298,7 +298,11 @@ def _make_op(node, op_name: str, name: str, kind: str, inputs: list[_Tensor], ou
                 kv_r += _bytes(t)
             else:
                 act_r += _bytes(t)
-        if name == "einsum":
+        if name in BACKWARD[ir.ATTENTION]:
+            attrs, flops = backward_attrs.attention_backward_attrs(node, inputs)
+        elif name in BACKWARD[ir.CONV]:
+            attrs, flops = backward_attrs.conv_backward_attrs(node, inputs, conv_shape_attrs)
+        elif name == "einsum":
             attrs, flops = op_attrs.einsum_attrs(node, inputs)
         elif kind == ir.MATMUL:
             attrs = _matmul_attrs(name, node, inputs)
@@ -375,10 +379,15 @@ def _conv_attrs(name: str, node, inputs: list[_Tensor], outputs: list[_Tensor]) 
         stride = node.kwargs.get("stride", args[3] if args[3] is not None else 1)
         padding = node.kwargs.get("padding", args[4] if args[4] is not None else 0)
         groups = node.kwargs.get("groups", args[6] if args[6] is not None else 1)
-    groups = int(groups or 1)
+    return conv_shape_attrs(x, w, outputs[0].shape, stride, padding, int(groups or 1),
+                            transposed)
+
+
+def conv_shape_attrs(x: _Tensor, w: _Tensor, out: tuple, stride, padding, groups: int,
+                     transposed: bool) -> dict[str, Any]:
+    """The attrs of a convolution of input ``x`` and weight ``w`` giving output shape ``out``."""
     if transposed:   # weight [c_in, k_out / groups, ...]: a GEMM per input pixel (col2im after)
         return _transposed_conv_attrs(x, w, groups, stride, padding)
-    out = outputs[0].shape
     spatial_out = out[2:] if len(out) > 2 else (1,)
     spatial_w = w.shape[2:]
     p = spatial_out[0] if spatial_out else 1
@@ -420,7 +429,7 @@ def _as_list(v) -> list:
 
 def _attention_attrs(node, inputs: list[_Tensor]) -> dict[str, Any]:
     q, k, v = inputs[0], inputs[1], inputs[2]
-    causal = bool(node.kwargs.get("is_causal", node.args[5] if len(node.args) > 5 else False))
+    causal = bool(backward_attrs.schema_arg(node, "is_causal", False))
     b = math.prod(q.shape[:-3]) if len(q.shape) > 3 else 1
     heads, sq, d = (q.shape[-3] if len(q.shape) >= 3 else 1), q.shape[-2], q.shape[-1]
     kv_heads, skv, dv = (k.shape[-3] if len(k.shape) >= 3 else 1), k.shape[-2], v.shape[-1]
