@@ -48,12 +48,15 @@ from workloads.ir import Op, Workload
 COLLECTIVE = ir.COLLECTIVE
 MOE = ir.MOE
 #: Kinds through which a tensor-parallel split passes unchanged (per-head or element-wise).
-_PASS_THROUGH = (ir.ELEMENTWISE, ir.DATA_MOVEMENT, ir.SOFTMAX, ir.ATTENTION)
+_PASS_THROUGH = (ir.ELEMENTWISE, ir.DATA_MOVEMENT, ir.SOFTMAX, ir.ATTENTION, COLLECTIVE)
 #: Input states each tensor-parallel mode of an op takes as they are (R replicated, S split,
 #: P partial sums, T split by tokens); others are converted by a collective first.
 _ACCEPTS = {"row": ("S", "R"), "split": ("S", "R"), "heads": ("S", "R"), "column": ("R",),
             "moe": ("R",), "tokens": ("T", "R"), "replicated": ("R",),
-            "pass": ("R", "S", "P", "T")}
+            "pass": ("R", "S", "P", "T"), "partial": ("P",)}
+#: Element-wise ops that are linear in every input: partial sums added stay partial (a
+#: training step's backward adds the input gradients of several row-split matmuls).
+_LINEAR_TARGETS = ("add", "add_", "sub", "sub_")
 
 
 @dataclass(frozen=True)
@@ -470,6 +473,9 @@ class _TensorParallel:
             return "column"
         if op.kind == MOE:
             return "moe"
+        if op.kind == ir.ELEMENTWISE and op.target in _LINEAR_TARGETS and len(states) > 1 \
+                and all(st == "P" for st in states):
+            return "partial"
         if "S" in states:
             return "heads" if op.kind == ir.ATTENTION else "split"
         return "tokens" if self.sp else "replicated"
@@ -491,7 +497,8 @@ class _TensorParallel:
             self.state[op.name] = out_state
             self.out_bytes[op.name] = (float(new.activation_bytes_written) if mode != "pass"
                                        else self.out_bytes[sources[0]] if sources else 0.0)
-            if out_state == "S" and self.graph.out_degree(op.name) == 0:
+            if out_state == "S" and self.graph.out_degree(op.name) == 0 \
+                    and op.attrs.get("pass") != "bwd":   # a weight gradient stays a shard
                 self._convert(op.name, "R")          # the LM head's logits, gathered
         return _rebuild(self.w, self.ops, self.edges, self.w.params - self.split_params_removed)
 
@@ -512,6 +519,9 @@ class _TensorParallel:
         if mode == "replicated":
             self.replicated.add(op.name)
             return op, "R"
+        if mode == "partial":     # partial sums added on every rank: still partial
+            self.replicated.add(op.name)
+            return op, "P"
         if mode == "column":
             a["n"] = int(a["n"]) // tp
             self.split_params_removed += resident_weights(op) * (tp - 1) // tp
