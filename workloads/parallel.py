@@ -384,8 +384,9 @@ def pipeline_stages(workload: Workload, pp: int) -> dict[str, int]:
 class _TensorParallel:
     """The Megatron split of one graph over ``tp`` ranks (see the module docstring)."""
 
-    def __init__(self, workload: Workload, tp: int, sequence_parallel: bool):
-        self.w, self.tp, self.sp = workload, tp, sequence_parallel
+    def __init__(self, workload: Workload, tp: int, sequence_parallel: bool,
+                 uneven: str = "raise"):
+        self.w, self.tp, self.sp, self.uneven = workload, tp, sequence_parallel, uneven
         self.graph = workload.graph
         self.ops: list[Op] = []
         self.edges: list[tuple[str, str, float]] = []
@@ -433,6 +434,8 @@ class _TensorParallel:
                 if n and n % self.tp == 0:
                     out.add(op.name)
             elif reaches[op.name]:
+                if (not n or n % self.tp) and self.uneven == "replicate":
+                    continue                  # run whole on every rank (an unpadded vocab)
                 if not n or n % self.tp:
                     raise InfeasibleDesign(f"tensor parallelism of {self.tp} does not divide "
                                            f"the {n} output features of {op.name}")
@@ -564,17 +567,19 @@ def _first(op: Op) -> tuple:
     return shapes[0] if shapes else ()
 
 
-def tensor_parallel(workload: Workload, tp: int, sequence_parallel: bool = False
-                    ) -> tuple[Workload, set[str]]:
+def tensor_parallel(workload: Workload, tp: int, sequence_parallel: bool = False,
+                    uneven: str = "raise") -> tuple[Workload, set[str]]:
     """The graph one of ``tp`` tensor-parallel ranks runs (all ranks run the same graph) and
-    the ops every rank computes in full."""
+    the ops every rank computes in full. ``uneven``: what a weight matmul whose output
+    features ``tp`` does not divide does: ``raise`` (:class:`InfeasibleDesign`) or
+    ``replicate`` (it runs whole on every rank, as an unpadded vocabulary's head)."""
     if tp == 1:
         return workload, set()
     tokens = workload.batch * max(workload.seq, 1) if workload.phase != "decode" else workload.batch
     if sequence_parallel and tokens % tp:
         raise InfeasibleDesign(f"sequence parallelism splits the {tokens} tokens of a step over "
                                f"tp={tp} ranks: they must divide")
-    t = _TensorParallel(workload, tp, sequence_parallel)
+    t = _TensorParallel(workload, tp, sequence_parallel, uneven)
     out = t.run()
     return out, t.replicated
 

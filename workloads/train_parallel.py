@@ -329,7 +329,7 @@ def plan_training(joint: Workload, layout: TrainLayout) -> TrainPlan:
     if device is None:
         g = with_recompute(joint, layout.recompute)
         g = context_parallel(g, layout.cp)
-        g, replicated = tensor_parallel(g, layout.tp, layout.sp)
+        g, replicated = tensor_parallel(g, layout.tp, layout.sp, uneven="replicate")
         g = _label_collectives(g)
         g.train = dict(joint.train)
         device = splits[key] = (g, replicated)

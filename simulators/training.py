@@ -1,0 +1,559 @@
+"""A training step on one device or a system of devices: step time, tokens/s, MFU and HFU,
+memory per device by category, energy, cost, and the timeline.
+
+The layers, each a function of the layout:
+
+1. **Block costs.** Every block's forward and backward (recompute included) on one device of
+   a layout (:func:`workloads.train_parallel.plan_training`) is simulated by the engine on
+   the device's template; identical blocks are simulated once. Its tensor- and context-
+   parallel collectives are costed on the system's topology for the group they run in and
+   run in series with the compute (Megatron-LM issues them on the compute stream).
+2. **ZeRO-3 / FSDP.** A block's weights are all-gathered before its forward and again before
+   its backward, and its gradients reduce-scattered after it, on a communication stream that
+   runs one block ahead (prefetch): a block starts when its compute stream is free and its
+   weights have arrived.
+3. **The pipeline schedule** (:mod:`simulators.pipeline`) plays the chunks' forward and
+   backward times with point-to-point transfers between stages: the bubbles and the
+   activations each stage holds come out of it.
+4. **Data-parallel gradient reduction** (ZeRO 0-1): the gradients of the last micro-batch
+   are all-reduced (ZeRO 1: and the optimizer's shards) in buckets of ``bucket_mb``, each
+   issued when the backward has produced it, one after another on the communication stream,
+   overlapped with the rest of the backward.
+5. **Optimizer**: its kernels (:func:`workloads.train_step.optimizer_ops`) on the device's
+   share of the parameters (``1 / dp`` with ZeRO >= 1), or on the host (offload: gradients
+   down and weights up the PCIe link, CPU-Adam at the host's memory bandwidth, NVMe reads and
+   writes of the states, pipelined block by block); ZeRO 1-2 then all-gather the updated
+   weights.
+
+Memory per device (:class:`TrainResult.memory`): weights, gradients, master weights and
+optimizer states (sharded by ZeRO, moved by offload), activations (the schedule's peak of
+kept tensors), workspace (the largest transient set of one micro-batch, ZeRO-3's gathered
+blocks, DDP's bucket copies). A design whose memory does not hold it is infeasible, with the
+numbers.
+
+MFU is PaLM's (Chowdhery et al. 2022, app. B): the model's FLOPs per step (forward +
+backward, attention counted in full as torch counts it, no recompute) over the step time and
+the devices' dense peak at the compute precision; HFU counts every FLOP the devices run
+(recompute, tensor-parallel replicated work).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from accelerators.base import Template
+from accelerators.host import Host, host_from
+from dse.errors import BadInput, InfeasibleDesign
+from simulators.engine import simulate as _simulate
+from simulators.pipeline import F, run_schedule, schedule
+from simulators.serving import LIFETIME_YEARS, USD_PER_KWH, _YEAR_S
+from workloads import ir
+from workloads.gna import dense_equivalent
+from workloads.ir import Op, Workload, op_signature
+from workloads.train_parallel import (TrainLayout, TrainPlan, _segment_workload, plan_training,
+                                      train_layout_from, workspace_bytes)
+from workloads.train_step import (Optimizer, Precision, optimizer_from, optimizer_ops,
+                                  precision_from)
+from workloads.training import BWD, FWD
+
+#: Memory categories, in report order.
+CATEGORIES = ("weights", "gradients", "master_weights", "optimizer_states", "activations",
+              "workspace")
+
+
+@dataclass
+class TrainResult:
+    """One training step (see the module docstring). Times in s, bytes in B, energy in J,
+    money in US$. ``memory[stage]`` is one device of each pipeline stage by category;
+    ``spans`` the timeline (device, stream, name, category, start, end)."""
+
+    model: str
+    layout: dict[str, Any]
+    precision: dict[str, Any]
+    optimizer: dict[str, Any]
+    device: dict[str, Any]
+    devices: int
+    step_time_s: float
+    tokens_per_step: int
+    samples_per_step: int
+    tokens_per_s: float
+    model_flops_per_step: float
+    hardware_flops_per_step: float
+    peak_flops_per_device: float
+    mfu: float
+    hfu: float
+    breakdown_s: dict[str, float]
+    memory: list[dict[str, float]]
+    memory_capacity_bytes: float
+    host_memory_bytes: dict[str, float]
+    energy_per_step_j: float
+    avg_power_w: float
+    system_cost_usd: float
+    microbatches: int
+    bubble_fraction: float
+    spans: list[tuple[int, str, str, str, float, float]] = field(default_factory=list)
+    train_tokens: float = 0.0
+    lifetime_years: float = LIFETIME_YEARS
+    usd_per_kwh: float = USD_PER_KWH
+
+    @property
+    def peak_memory_bytes(self) -> float:
+        return max(sum(m.get(c, 0.0) for c in CATEGORIES) for m in self.memory)
+
+    @property
+    def fits(self) -> bool:
+        return not (self.memory_capacity_bytes and self.peak_memory_bytes > self.memory_capacity_bytes)
+
+    def to_train(self, tokens: float | None = None) -> dict[str, float]:
+        """Time, energy and cost to train ``tokens`` (default ``train_tokens``): steps x step,
+        energy per step x steps, the system's price amortised over ``lifetime_years`` of
+        continuous use for that time plus the energy at ``usd_per_kwh``."""
+        tokens = float(tokens if tokens is not None else self.train_tokens)
+        if tokens <= 0 or self.tokens_per_step <= 0:
+            return {}
+        steps = math.ceil(tokens / self.tokens_per_step)
+        time_s = steps * self.step_time_s
+        energy = steps * self.energy_per_step_j
+        cost = self.system_cost_usd * time_s / (self.lifetime_years * _YEAR_S) \
+            + energy / 3.6e6 * self.usd_per_kwh
+        return {"tokens": tokens, "steps": steps, "time_s": time_s, "time_days": time_s / 86400,
+                "energy_j": energy, "energy_mwh": energy / 3.6e9, "cost_usd": cost,
+                "device_hours": time_s * self.devices / 3600}
+
+    def metrics(self) -> dict[str, float]:
+        out = {"step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s,
+               "mfu": self.mfu, "hfu": self.hfu, "peak_memory_bytes": self.peak_memory_bytes,
+               "energy_per_step_j": self.energy_per_step_j, "cost_usd": self.system_cost_usd,
+               "devices": float(self.devices)}
+        train = self.to_train()
+        if train:
+            out.update({"train_time_s": train["time_s"], "train_time_days": train["time_days"],
+                        "train_cost_usd": train["cost_usd"], "train_energy_j": train["energy_j"]})
+        return out
+
+    def to_dict(self, spans: bool = False) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "spans"}
+        d["peak_memory_bytes"] = self.peak_memory_bytes
+        d["fits"] = self.fits
+        d["to_train"] = self.to_train()
+        if spans:
+            d["spans"] = [list(s) for s in self.spans]
+        return d
+
+    def to_chrome_trace(self) -> dict[str, Any]:
+        """One process per pipeline stage (its first device), a thread per stream (compute,
+        communication); bubbles are the compute stream's idle spans (category ``bubble``)."""
+        events: list[dict[str, Any]] = []
+        tids: dict[tuple[int, str], int] = {}
+        for dev, stream, *_ in self.spans:
+            if (dev, stream) not in tids:
+                tids[(dev, stream)] = len([k for k in tids if k[0] == dev])
+                if tids[(dev, stream)] == 0:
+                    events.append({"name": "process_name", "ph": "M", "pid": dev, "tid": 0,
+                                   "args": {"name": f"stage device {dev}"}})
+                events.append({"name": "thread_name", "ph": "M", "pid": dev,
+                               "tid": tids[(dev, stream)], "args": {"name": stream}})
+        for dev, stream, name, cat, start, end in self.spans:
+            events.append({"name": name, "cat": cat, "ph": "X", "pid": dev,
+                           "tid": tids[(dev, stream)], "ts": start * 1e6,
+                           "dur": max(end - start, 0.0) * 1e6})
+        return {"traceEvents": events, "displayTimeUnit": "ms",
+                "otherData": {"model": self.model, "layout": json.dumps(self.layout)}}
+
+
+# ------------------------------------------------------------------------------ helpers
+def peak_flops(design: Template, dtype: str) -> float:
+    """The design's dense peak FLOP/s for ``dtype``: a GPU's datasheet peak, else the rate
+    its own cost model gives an 8192-cubed GEMM (the best any op can run at)."""
+    model = getattr(design, "model", None)
+    if model is not None and hasattr(model, "peak"):
+        return float(model.peak(dtype))
+    n = 8192
+    b = ir.DTYPE_BYTES[dtype]
+    op = Op(name="peak_gemm", kind=ir.MATMUL, target="mm", input_shapes=((n, n), (n, n)),
+            output_shapes=((n, n),), dtype=dtype, bytes_per_element=b, flops=2 * n ** 3,
+            weight_bytes=n * n * b, activation_bytes_read=n * n * b,
+            activation_bytes_written=n * n * b,
+            attrs={"m": n, "n": n, "k": n, "batch": 1, "weight_operand": True})
+    cost = design.cost(op)
+    return op.flops / (cost.compute_s if cost.compute_s > 0 else cost.latency_s)
+
+
+class _Costs:
+    """Compute costs of segment graphs on one design (cached by their op signatures)."""
+
+    def __init__(self, design: Template):
+        self.design = design
+        self._cache: dict[Any, tuple[float, float]] = {}
+
+    def __call__(self, w: Workload) -> tuple[float, float]:
+        """(latency_s, dynamic energy_j) of ``w`` on the design."""
+        if not len(w):
+            return 0.0, 0.0
+        key = (tuple(op_signature(op) for op in w.ops),
+               tuple(sorted((w.graph.nodes[u]["index"], w.graph.nodes[v]["index"])
+                            for u, v in w.graph.edges)))
+        hit = self._cache.get(key)
+        if hit is None:
+            planned = self.design.plan(w if self.design.SPARSE_ATTENTION else dense_equivalent(w))
+            r = _simulate(planned, self.design, self.design.costs(planned))
+            dynamic = r.energy_j - r.energy_breakdown_j.get("static", 0.0)
+            hit = self._cache[key] = (r.latency_s, dynamic)
+        return hit
+
+
+def _overlapped(compute: list[float], gather: list[float], scatter: list[float]) -> float:
+    """Time of blocks run in order on a compute stream while a communication stream gathers
+    each block's weights one block ahead (``gather[i]`` before block ``i``) and
+    reduce-scatters its gradients after it (``scatter[i]``), in issue order."""
+    comm_free = 0.0
+    t = 0.0
+    ready = [0.0] * len(compute)
+    if compute:
+        comm_free = gather[0]
+        ready[0] = comm_free
+    for i, c in enumerate(compute):
+        start = max(t, ready[i])
+        if i + 1 < len(compute):            # prefetch the next block's weights now
+            comm_free = max(comm_free, start) + gather[i + 1]
+            ready[i + 1] = comm_free
+        t = start + c
+        if scatter[i]:
+            comm_free = max(comm_free, t) + scatter[i]
+    return max(t, comm_free)
+
+
+# ------------------------------------------------------------------------------ the step
+def simulate_training(joint: Workload, system, layout: TrainLayout | dict | None = None,
+                      precision: Precision | str | dict | None = None,
+                      optimizer: Optimizer | str | None = None, optimizer_impl: str | None = None,
+                      host: Host | str | dict | None = None, accumulate: str = "add",
+                      train_tokens: float = 0.0, check: bool = True) -> TrainResult:
+    """One training step of ``joint`` (a captured train workload at ``batch = micro_batch``)
+    on ``system`` (an :class:`~accelerators.system.System`, or one :class:`Template` for a
+    single device) under ``layout``. :class:`InfeasibleDesign` when the layout cannot split
+    the model or (``check``) a device's memory does not hold its share."""
+    from accelerators.system import System
+    lay = train_layout_from(layout, micro_batch=joint.batch) if not isinstance(
+        layout, TrainLayout) else layout
+    prec = precision_from(precision)
+    opt = optimizer_from(optimizer, optimizer_impl)
+    if accumulate not in ("add", "fused"):
+        raise BadInput("accumulate", accumulate, "expected add or fused")
+    if isinstance(system, Template):
+        if lay.devices != 1:
+            raise BadInput("parallel", lay.devices, "a layout of one device on one design "
+                           "(give a system for more)")
+        sysm = None
+        design = system
+    else:
+        if not isinstance(system, System):
+            raise BadInput("system", type(system).__name__, "a System or a design")
+        sysm = system
+        design = system.device(0)
+        if lay.devices != system.devices:
+            raise BadInput("parallel", f"dp x pp x cp x tp = {lay.devices}",
+                           f"expected the product to equal the system's {system.devices} devices")
+    node = host_from(host, default="ddr4-pcie4" if "a100" in str(
+        design.describe().get("preset", "")).lower() else "ddr5-pcie5")
+    for what in ("offload_optimizer", "offload_params"):
+        if getattr(lay, what) == "nvme" and node.nvme_drives == 0:
+            raise BadInput(f"parallel.{what}", "nvme", f"a host with NVMe drives (host "
+                           f"{node.name} has none: give host: ddr5-pcie5-nvme or "
+                           "host.nvme_drives)")
+    plan = plan_training(joint, lay)
+    r = _run(plan, sysm, design, prec, opt, node, accumulate, float(train_tokens))
+    if check:
+        check_memory(r, node)
+    return r
+
+
+def _coll(sysm, kind: str, nbytes: float, group: list[int]) -> tuple[float, float]:
+    if sysm is None or len(group) < 2 or nbytes <= 0:
+        return 0.0, 0.0
+    c = sysm.collective(kind, nbytes, group)
+    return c.time_s, c.energy_j
+
+
+def _run(plan: TrainPlan, sysm, design: Template, prec: Precision, opt: Optimizer,
+         node: Host, accumulate: str, train_tokens: float) -> TrainResult:
+    lay = plan.layout
+    pp, m = lay.pp, plan.microbatches
+    nchunks = len(plan.chunks)
+    costs = _Costs(design)
+    wbytes, gbytes = prec.bytes_of("weights"), prec.bytes_of("gradients")
+    # -- block times on one device of each stage
+    seg_t: dict[tuple[int, str, int], float] = {}
+    energy_per_mb = [0.0] * pp          # dynamic J per micro-batch per device of each stage
+    for (layer, p), seg in plan.segments.items():
+        stage = plan.stage_of_chunk(plan.chunk_of(layer))
+        lat, dyn = costs(seg.compute)
+        for kind, nbytes, group in seg.collectives:
+            ranks = lay.group("tp" if group == "tp" else "cp", pp=stage)
+            t, e = _coll(sysm, kind, nbytes, ranks)
+            lat += t
+            dyn += e / max(len(ranks), 1)
+        seg_t[(layer, p, stage)] = lat
+        energy_per_mb[stage] += dyn
+    zero3 = lay.zero == 3 and lay.dp * lay.cp > 1
+    shard = lay.dp * lay.cp if lay.zero >= 1 else 1
+    dp_group = [lay.group("dpcp", pp=s) for s in range(pp)]
+    chunk_f, chunk_b = [], []
+    comm_energy = [0.0] * pp
+    for c, blocks in enumerate(plan.chunks):
+        s = plan.stage_of_chunk(c)
+        f = [seg_t.get((layer, FWD, s), 0.0) for layer in blocks]
+        b = [seg_t.get((layer, BWD, s), 0.0) for layer in reversed(blocks)]
+        if zero3 or lay.zero == 2 and lay.dp * lay.cp > 1:
+            gat, rs = [], []
+            for layer in blocks:
+                n = plan.params.get(layer, 0.0)
+                tg, eg = _coll(sysm, "all_gather", n * wbytes, dp_group[s]) if zero3 else (0, 0)
+                tr, er = _coll(sysm, "reduce_scatter", n * gbytes, dp_group[s])
+                gat.append(tg)
+                rs.append(tr)
+                comm_energy[s] += (2 * eg + er) * m / len(dp_group[s])
+            chunk_f.append(_overlapped(f, gat, [0.0] * len(f)))
+            chunk_b.append(_overlapped(b, gat[::-1], rs[::-1]))
+        else:
+            chunk_f.append(sum(f))
+            chunk_b.append(sum(b))
+    # -- the schedule
+    if pp > 1:
+        src = [lay.rank(pp=s) for s in range(pp)]
+        p2p_t, p2p_e = _coll(sysm, "send_recv", plan.p2p_bytes, [src[0], src[1 % pp]])
+    else:
+        p2p_t = p2p_e = 0.0
+    kind = lay.schedule if pp > 1 or lay.chunks > 1 else "1f1b"
+    order = schedule(kind, pp, m, lay.chunks)
+    saved_chunk = [sum(plan.saved_bytes.get(layer, 0.0) for layer in blocks)
+                   for blocks in plan.chunks]
+    run = run_schedule(order, lambda t: chunk_f[t[2]] if t[0] == F else chunk_b[t[2]],
+                       lambda t: p2p_t, nchunks, lambda c: saved_chunk[c])
+    spans: list[tuple[int, str, str, str, float, float]] = []
+    for s, sp in enumerate(run.spans):
+        dev = lay.rank(pp=s)
+        prev = 0.0
+        for (k, mb, c), b0, e0 in sp:
+            if b0 > prev + 1e-12:
+                spans.append((dev, "compute", "bubble", "bubble", prev, b0))
+            spans.append((dev, "compute", f"{k}{mb} chunk{c}", "forward" if k == F else
+                          "backward", b0, e0))
+            prev = e0
+    # -- data-parallel gradient reduction (ZeRO 0-1), per stage
+    finish = [0.0] * pp
+    exposed_comm = [0.0] * pp
+    for s in range(pp):
+        compute_end = max((e for _, _, e in run.spans[s]), default=0.0)
+        comm_end = compute_end
+        if lay.zero <= 1 and len(dp_group[s]) > 1:
+            kindr = "all_reduce" if lay.zero == 0 else "reduce_scatter"
+            bucket = lay.bucket_mb * 1e6
+            comm_free = 0.0
+            pending, ready_at = 0.0, 0.0
+            dev = lay.rank(pp=s)
+            for c in sorted((c for c in range(nchunks) if plan.stage_of_chunk(c) == s),
+                            key=lambda c: run.last_backward.get(c, (0, 0))[1]):
+                b0, e0 = run.last_backward.get(c, (compute_end, compute_end))
+                blocks = list(reversed(plan.chunks[c]))
+                times = [seg_t.get((layer, BWD, s), 0.0) for layer in blocks]
+                total = sum(times) or 1.0
+                acc = 0.0
+                for layer, t in zip(blocks, times):
+                    acc += t
+                    at = b0 + (e0 - b0) * acc / total if lay.overlap_grad_reduce else compute_end
+                    pending += plan.params.get(layer, 0.0) * gbytes
+                    ready_at = at
+                    if pending >= bucket:
+                        tc, ec = _coll(sysm, kindr, pending, dp_group[s])
+                        start = max(comm_free, ready_at)
+                        comm_free = start + tc
+                        spans.append((dev, "communication", f"{kindr} {pending / 1e6:.0f} MB",
+                                      "dp", start, comm_free))
+                        comm_energy[s] += ec / len(dp_group[s])
+                        pending = 0.0
+            if pending > 0:
+                tc, ec = _coll(sysm, kindr, pending, dp_group[s])
+                start = max(comm_free, ready_at)
+                comm_free = start + tc
+                spans.append((dev, "communication", f"{kindr} {pending / 1e6:.0f} MB", "dp",
+                              start, comm_free))
+                comm_energy[s] += ec / len(dp_group[s])
+            comm_end = max(compute_end, comm_free)
+        exposed_comm[s] = comm_end - compute_end
+        finish[s] = comm_end
+    # -- optimizer (and ZeRO 1-2's weight all-gather), per stage
+    params_stage = [sum(plan.params.get(layer, 0.0) for c in range(nchunks)
+                        if plan.stage_of_chunk(c) == s for layer in plan.chunks[c])
+                    for s in range(pp)]
+    opt_t = [0.0] * pp
+    ag_t = [0.0] * pp
+    for s in range(pp):
+        per_layer = {layer: plan.params.get(layer, 0.0) / shard for c in range(nchunks)
+                     if plan.stage_of_chunk(c) == s for layer in plan.chunks[c]}
+        n = sum(per_layer.values())
+        if lay.offload_optimizer == "none":
+            ops = optimizer_ops(plan.joint, opt, prec, {k: int(v) for k, v in per_layer.items()})
+            if ops:
+                w = _segment_ops(plan.joint, ops)
+                t, e = costs(w)
+                opt_t[s] = t
+                energy_per_mb[s] += e / m
+        else:
+            opt_t[s] = _offloaded_step(n, prec, opt, node, lay, len(per_layer))
+        if 1 <= lay.zero <= 2 and shard > 1:
+            ag_t[s], e = _coll(sysm, "all_gather", params_stage[s] * wbytes, dp_group[s])
+            comm_energy[s] += e / len(dp_group[s])
+        if accumulate == "add" and m > 1:    # .grad += per extra micro-batch
+            acc = Op(name="grad_acc", kind=ir.ELEMENTWISE, target="add_",
+                     input_shapes=((int(params_stage[s]),),) * 2,
+                     output_shapes=((int(params_stage[s]),),), dtype=prec.gradients,
+                     bytes_per_element=int(gbytes), flops=int(params_stage[s]),
+                     activation_bytes_read=int(2 * gbytes * params_stage[s]),
+                     activation_bytes_written=int(gbytes * params_stage[s]),
+                     attrs={"elements": int(params_stage[s])})
+            t_acc = design.cost(acc).latency_s * (m - 1)
+            finish[s] += t_acc
+    step_ends = [finish[s] + opt_t[s] + ag_t[s] for s in range(pp)]
+    step = max(step_ends)
+    for s in range(pp):
+        dev = lay.rank(pp=s)
+        spans.append((dev, "compute", "optimizer", "optimizer", finish[s], finish[s] + opt_t[s]))
+        if ag_t[s]:
+            spans.append((dev, "communication", "all_gather weights", "dp",
+                          finish[s] + opt_t[s], step_ends[s]))
+    # -- memory per device of each stage
+    memory = [_memory(plan, s, prec, opt, run.peak_in_flight[s], shard) for s in range(pp)]
+    capacity = float(design.memory_capacity_bytes() or 0.0)
+    host_bytes = _host_bytes(plan, prec, opt, shard, node)
+    # -- energy, cost, flops
+    devices = lay.devices
+    static_w = sysm.physical().static_w if sysm is not None else design.static_power_w()
+    dyn = sum((energy_per_mb[s] * m + comm_energy[s]) * lay.tp * lay.cp * lay.dp
+              for s in range(pp))
+    offloaded = lay.offload_optimizer != "none" or lay.offload_params != "none"
+    nodes = math.ceil(devices / node.devices_per_node)
+    host_w = node.power_w() * nodes if offloaded else 0.0
+    energy = dyn + (static_w + host_w) * step
+    cost = (sysm.physical().cost_usd if sysm is not None else design.physical().cost_usd
+            if design.physical() is not None else float("nan"))
+    if offloaded:
+        cost += node.cost_usd() * nodes
+    model_flops = float(plan.model_flops * m * lay.dp)
+    hw_flops = float(plan.device_flops() * lay.tp * lay.cp * lay.dp)
+    peak = peak_flops(design, prec.activations)
+    tokens = lay.batch * max(plan.joint.seq, 1)
+    busy = max(run.busy_s) if run.busy_s else 0.0
+    breakdown = {"compute_s": busy, "bubble_s": max(run.end_s - busy, 0.0),
+                 "exposed_communication_s": max(exposed_comm), "optimizer_s": max(opt_t),
+                 "weight_all_gather_s": max(ag_t),
+                 "p2p_per_transfer_s": p2p_t, "p2p_energy_j": p2p_e}
+    return TrainResult(
+        model=plan.joint.model, layout=lay.to_dict(), precision=prec.to_dict(),
+        optimizer=opt.to_dict(), device=design.describe(), devices=devices, step_time_s=step,
+        tokens_per_step=tokens, samples_per_step=lay.batch, tokens_per_s=tokens / step,
+        model_flops_per_step=model_flops, hardware_flops_per_step=hw_flops,
+        peak_flops_per_device=peak, mfu=model_flops / step / (devices * peak),
+        hfu=hw_flops / step / (devices * peak), breakdown_s=breakdown, memory=memory,
+        memory_capacity_bytes=capacity, host_memory_bytes=host_bytes, energy_per_step_j=energy,
+        avg_power_w=energy / step, system_cost_usd=cost, microbatches=m,
+        bubble_fraction=(run.end_s - busy) / run.end_s if run.end_s else 0.0, spans=spans,
+        train_tokens=train_tokens)
+
+
+def _segment_ops(joint: Workload, ops: list[Op]) -> Workload:
+    import networkx as nx
+    g = nx.DiGraph()
+    g.add_nodes_from((op.name, {"op": op, "index": i}) for i, op in enumerate(ops))
+    w = Workload(graph=g, model=joint.model, phase=joint.phase, dtype=joint.dtype,
+                 batch=joint.batch, seq=joint.seq)
+    w.__dict__["ops"] = list(ops)
+    return w
+
+
+def _offloaded_step(n: float, prec: Precision, opt: Optimizer, node: Host, lay: TrainLayout,
+                    blocks: int) -> float:
+    """The optimizer step of ``n`` parameters on the host: gradients down and weights up one
+    PCIe link, CPU-Adam over the node's memory bandwidth shared by its devices, NVMe reads and
+    writes of the states; the stages pipelined over ``blocks``."""
+    share = node.devices_per_node
+    down = n * prec.bytes_of("gradients") / node.pcie_Bps
+    up = n * prec.bytes_of("weights") / node.pcie_Bps
+    fp32 = 4.0
+    cpu_bytes = n * (fp32 * 2 + opt.states * fp32 * 2 + prec.bytes_of("gradients"))
+    cpu = cpu_bytes / (node.dram_Bps * node.cpu_adam_efficiency / share)
+    stages = [down, cpu, up]
+    if lay.offload_optimizer == "nvme":
+        states = n * fp32 * (opt.states + 1)
+        drives = max(node.nvme_drives, 1) / share
+        stages += [states / (node.nvme_read_Bps * drives), states / (node.nvme_write_Bps * drives)]
+    k = max(blocks, 1)
+    return max(stages) + (sum(stages) - max(stages)) / k
+
+
+def _memory(plan: TrainPlan, stage: int, prec: Precision, opt: Optimizer, activations: float,
+            shard: int) -> dict[str, float]:
+    lay = plan.layout
+    chunks = [c for c in range(len(plan.chunks)) if plan.stage_of_chunk(c) == stage]
+    layers = [layer for c in chunks for layer in plan.chunks[c]]
+    n = sum(plan.params.get(layer, 0.0) for layer in layers)
+    biggest = max((plan.params.get(layer, 0.0) for layer in layers), default=0.0)
+    wb, gb = prec.bytes_of("weights"), prec.bytes_of("gradients")
+    zero3 = lay.zero == 3
+    out = {"weights": n * wb / (shard if zero3 else 1),
+           "gradients": n * gb / (shard if lay.zero >= 2 else 1),
+           "master_weights": n * prec.bytes_of("master_weights") / shard,
+           "optimizer_states": n * opt.states * prec.bytes_of("optimizer_states") / shard,
+           "activations": activations}
+    if lay.offload_optimizer != "none":
+        out["master_weights"] = out["optimizer_states"] = 0.0
+    if lay.offload_params != "none":
+        out["weights"] = 0.0
+    ws = max((workspace_bytes(_segment_workload(plan.device_graph, [
+        op.name for op in plan.device_graph.ops if op.attrs.get("layer") in plan.chunks[c]]))
+        for c in chunks), default=0.0)
+    if zero3:
+        ws += 2 * biggest * wb                 # the gathered block and the prefetched one
+    if lay.zero == 0 and lay.dp * lay.cp > 1:
+        ws += n * gb                           # DDP's bucket copies of the gradients
+    out["workspace"] = ws
+    return out
+
+
+def _host_bytes(plan: TrainPlan, prec: Precision, opt: Optimizer, shard: int, node: Host
+                ) -> dict[str, float]:
+    lay = plan.layout
+    if lay.offload_optimizer == "none" and lay.offload_params == "none":
+        return {}
+    per_device = max(sum(plan.params.get(layer, 0.0) for c in range(len(plan.chunks))
+                         if plan.stage_of_chunk(c) == s for layer in plan.chunks[c])
+                     for s in range(lay.pp)) / shard
+    out: dict[str, float] = {}
+    states = per_device * (opt.states * prec.bytes_of("optimizer_states")
+                           + prec.bytes_of("master_weights"))
+    if lay.offload_optimizer != "none":
+        out[lay.offload_optimizer] = out.get(lay.offload_optimizer, 0.0) + states
+    if lay.offload_params != "none":
+        out[lay.offload_params] = out.get(lay.offload_params, 0.0) + per_device * prec.bytes_of(
+            "weights")
+    out = {k: v * node.devices_per_node for k, v in out.items()}   # per node
+    return out
+
+
+def check_memory(r: TrainResult, host: Host | None = None) -> None:
+    """Raise :class:`InfeasibleDesign` naming the numbers when a device's (or the host's)
+    memory does not hold the step."""
+    if not r.fits:
+        worst = max(r.memory, key=lambda m: sum(m.values()))
+        parts = ", ".join(f"{k} {v / 1e9:.3g} GB" for k, v in worst.items() if v)
+        raise InfeasibleDesign(f"a device needs {r.peak_memory_bytes / 1e9:.3g} GB ({parts}) "
+                               f"but holds {r.memory_capacity_bytes / 1e9:.3g} GB")
+    if host is not None:
+        for where, need in r.host_memory_bytes.items():
+            have = host.dram_bytes if where == "host" else host.nvme_bytes * host.nvme_drives
+            if need > have:
+                raise InfeasibleDesign(f"offload to {where} needs {need / 1e9:.3g} GB per node "
+                                       f"but the node holds {have / 1e9:.3g} GB")
