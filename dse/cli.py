@@ -27,6 +27,8 @@ calibrate_app = typer.Typer(no_args_is_help=True, help="Calibrate templates on r
 app.add_typer(study_app, name="study")
 app.add_typer(calibrate_app, name="calibrate")
 app.command("report", help="Write a study's interactive HTML report.")(report_command)
+from dse.train_cli import train_command  # noqa: E402  (its body lives in its own module)
+app.command("train")(train_command)
 
 out = Console()
 DTYPES = ["fp32", "fp16", "bf16", "fp8", "int8"]
