@@ -455,6 +455,11 @@ def train(model: str | Workload | torch.nn.Module | None = None, *,
     if isinstance(model, Workload):
         w = model
         lay_in.setdefault("micro_batch", w.batch)
+    elif isinstance(model, str) and not hf_config:   # a zoo model: its first blocks captured
+        from workloads.train_build import TEMPLATE_BLOCKS, zoo_train_workload
+        lay_in.setdefault("micro_batch", 1)
+        w = zoo_train_workload(model, batch=lay_in["micro_batch"], seq=seq,
+                               dtype=prec.activations, arch=arch, blocks=TEMPLATE_BLOCKS)
     else:
         lay_in.setdefault("micro_batch", 1)
         w = workload(model, phase="train", batch=lay_in["micro_batch"], seq=seq,

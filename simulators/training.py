@@ -288,16 +288,24 @@ def _run(plan: TrainPlan, sysm, design: Template, prec: Precision, opt: Optimize
     # -- block times on one device of each stage
     seg_t: dict[tuple[int, str, int], float] = {}
     energy_per_mb = [0.0] * pp          # dynamic J per micro-batch per device of each stage
-    for (layer, p), seg in plan.segments.items():
+    seg_cost: dict[tuple[int, str, int], tuple[float, float]] = {}
+    for layer in range(-1, plan.layers + 1):
         stage = plan.stage_of_chunk(plan.chunk_of(layer))
-        lat, dyn = costs(seg.compute)
-        for kind, nbytes, group in seg.collectives:
-            ranks = lay.group("tp" if group == "tp" else "cp", pp=stage)
-            t, e = _coll(sysm, kind, nbytes, ranks)
-            lat += t
-            dyn += e / max(len(ranks), 1)
-        seg_t[(layer, p, stage)] = lat
-        energy_per_mb[stage] += dyn
+        for p in (FWD, BWD):
+            seg = plan.segment(layer, p)
+            if seg is None:
+                continue
+            key = (id(seg), stage)
+            if key not in seg_cost:
+                lat, dyn = costs(seg.compute)
+                for kind, nbytes, group in seg.collectives:
+                    ranks = lay.group("tp" if group == "tp" else "cp", pp=stage)
+                    t, e = _coll(sysm, kind, nbytes, ranks)
+                    lat += t
+                    dyn += e / max(len(ranks), 1)
+                seg_cost[key] = (lat, dyn)
+            seg_t[(layer, p, stage)] = seg_cost[key][0]
+            energy_per_mb[stage] += seg_cost[key][1]
     zero3 = lay.zero == 3 and lay.dp * lay.cp > 1
     shard = lay.dp * lay.cp if lay.zero >= 1 else 1
     dp_group = [lay.group("dpcp", pp=s) for s in range(pp)]
@@ -512,14 +520,26 @@ def _memory(plan: TrainPlan, stage: int, prec: Precision, opt: Optimizer, activa
         out["master_weights"] = out["optimizer_states"] = 0.0
     if lay.offload_params != "none":
         out["weights"] = 0.0
-    ws = max((workspace_bytes(_segment_workload(plan.device_graph, [
-        op.name for op in plan.device_graph.ops if op.attrs.get("layer") in plan.chunks[c]]))
-        for c in chunks), default=0.0)
+    ws = max((_chunk_workspace(plan, c) for c in chunks), default=0.0)
     if zero3:
         ws += 2 * biggest * wb                 # the gathered block and the prefetched one
     if lay.zero == 0 and lay.dp * lay.cp > 1:
         ws += n * gb                           # DDP's bucket copies of the gradients
     out["workspace"] = ws
+    return out
+
+
+def _chunk_workspace(plan: TrainPlan, chunk: int) -> float:
+    """Transient peak of one micro-batch of one model chunk: the largest of its blocks' own
+    (blocks run one after another; what passes between them is a kept activation)."""
+    from workloads.training import source_layer
+    cache = plan.__dict__.setdefault("_workspace", {})
+    out = 0.0
+    for block in {source_layer(plan.joint, layer) for layer in plan.chunks[chunk]}:
+        if block not in cache:
+            cache[block] = workspace_bytes(_segment_workload(plan.device_graph, [
+                op.name for op in plan.device_graph.ops if op.attrs.get("layer") == block]))
+        out = max(out, cache[block])
     return out
 
 

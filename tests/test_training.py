@@ -322,6 +322,27 @@ def test_memory_that_does_not_fit_is_infeasible_with_the_numbers():
         simulate_training(w, make_accelerator("gpu:t4"), {"micro_batch": 64})
 
 
+def test_a_deep_model_captured_with_two_blocks_gives_the_full_captures_results():
+    """blocks=2 captures the first two identical blocks; the planner expands them: step time,
+    memory, FLOPs and their conservation equal the full capture's."""
+    from accelerators.system import System
+    from accelerators.registry import make_accelerator
+    from simulators.training import simulate_training
+    from workloads.train_parallel import conservation, plan_training, train_layout_from
+    arch = {**SMALL["llama3-8b"], "n_layer": 5}
+    full = zoo_train_workload("llama3-8b", batch=2, seq=16, dtype="bf16", arch=arch)
+    two = zoo_train_workload("llama3-8b", batch=2, seq=16, dtype="bf16", arch=arch, blocks=2)
+    assert two.train["captured_layers"] == 2 and two.params == full.params
+    sysm = System(make_accelerator("gpu:h100"), "dgx-h100", devices=8)
+    for lay in ({"dp": 2, "tp": 2, "pp": 2, "global_batch": 16, "recompute": "full", "sp": True},
+                {"dp": 8, "zero": 3}):
+        lay = train_layout_from({"micro_batch": 2, **lay})
+        a, b = simulate_training(full, sysm, lay), simulate_training(two, sysm, lay)
+        assert a.step_time_s == pytest.approx(b.step_time_s, rel=1e-12)
+        assert a.memory == b.memory and a.model_flops_per_step == b.model_flops_per_step
+        assert conservation(plan_training(full, lay)) == conservation(plan_training(two, lay))
+
+
 # ----------------------------------------------------------------------------- CLI
 def test_dse_train_cli(tmp_path, capsys):
     rep, trace = tmp_path / "t.html", tmp_path / "t.json"

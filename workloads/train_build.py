@@ -49,13 +49,38 @@ def resolve_zoo(model: str, batch: int | None, seq: int | None, dtype: str,
     return args
 
 
+#: Blocks a deep model's training step is captured with when ``blocks`` is asked for: the
+#: first two of its identical blocks (the second stands for the rest).
+TEMPLATE_BLOCKS = 2
+
+
 def zoo_train_workload(model: str, batch: int | None = None, seq: int | None = None,
                        dtype: str = "bf16", arch: dict[str, Any] | None = None,
-                       use_cache: bool = True) -> ir.Workload:
-    """The joint forward-backward workload of zoo ``model`` (cached)."""
+                       use_cache: bool = True, blocks: int = 0) -> ir.Workload:
+    """The joint forward-backward workload of zoo ``model`` (cached). ``blocks > 0``: a
+    model of identical repeated blocks (a size rule's depth key) deeper than that is captured
+    with its first ``blocks`` blocks only, the last of which stands for the rest
+    (:func:`workloads.training.source_layer`; the training simulator expands it: identical
+    results, tested, at a fraction of the capture time)."""
     from workloads.build import cached
+    from workloads.zoo import get_model
     args = resolve_zoo(model, batch, seq, dtype, arch)
+    depth = getattr(get_model(model).sizes, "depth", None) if get_model(model).sizes else None
+    if blocks > 0 and depth and int(args["arch"].get(depth, 0)) > blocks:
+        layers = int(args["arch"][depth])
+        small = {**args, "arch": {**args["arch"], depth: blocks}}
+        return cached({**small, "stands_for": layers},
+                      lambda: _with_depth(_capture_zoo(small), layers, args["arch"]), use_cache)
     return cached(args, lambda: _capture_zoo(args), use_cache)
+
+
+def _with_depth(w: ir.Workload, layers: int, arch: dict[str, Any]) -> ir.Workload:
+    """``w`` (its first blocks captured) as the training step of ``layers`` blocks."""
+    from workloads.train_step import params_by_layer
+    w.train = {**w.train, "captured_layers": w.train["layers"], "layers": layers}
+    w.arch = dict(arch)
+    w.params = sum(params_by_layer(w).values())
+    return w
 
 
 def _capture_zoo(args: dict[str, Any]) -> ir.Workload:

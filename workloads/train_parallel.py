@@ -42,8 +42,9 @@ from dse.errors import BadInput, InfeasibleDesign
 from workloads import ir
 from workloads.ir import Op, Workload
 from workloads.parallel import _div, _scaled, collective_op, tensor_parallel
-from workloads.train_step import RECOMPUTE, RECOMPUTE_MODES, _rebuild, saved_bytes, with_recompute
-from workloads.training import BWD, FWD
+from workloads.train_step import (RECOMPUTE, RECOMPUTE_MODES, _rebuild, model_flops,
+                                  saved_bytes, with_recompute)
+from workloads.training import BWD, FWD, layer_multiplicity, source_layer
 
 SCHEDULES = ("1f1b", "interleaved", "gpipe")
 OFFLOAD_TARGETS = ("none", "host", "nvme")
@@ -200,17 +201,20 @@ class TrainPlan:
     device_graph: Workload           # one rank's graph: recompute, cp and tp applied
     layers: int
     chunks: list[list[int]]          # blocks of each model chunk, in model order
-    segments: dict[tuple[int, str], Segment]
+    segments: dict[tuple[int, str], Segment]   # by captured block (see segment())
     saved_bytes: dict[int, float]    # per block, per micro-batch, on one device
     params: dict[int, float]         # trainable elements per block on one device (tp split)
     p2p_bytes: float                 # activation bytes sent between chunks, per micro-batch
     replicated_flops: int            # one rank's work tensor parallelism does not split
-    workspace_bytes: float           # transient activation peak of one micro-batch
     model_flops: int                 # FLOPs of the model's forward + backward, one micro-batch
 
     @property
     def microbatches(self) -> int:
         return self.layout.microbatches
+
+    def segment(self, layer: int, pass_: str) -> Segment | None:
+        """Block ``layer``'s ops of ``pass_`` (the captured block that stands for it)."""
+        return self.segments.get((source_layer(self.joint, layer), pass_))
 
     def chunk_of(self, layer: int) -> int:
         for c, blocks in enumerate(self.chunks):
@@ -224,7 +228,9 @@ class TrainPlan:
     def device_flops(self) -> int:
         """FLOPs one rank of each stage does per step, summed over the stages (one tensor-,
         context- and data-parallel rank)."""
-        return sum(s.flops for s in self.segments.values()) * self.microbatches
+        mult = layer_multiplicity(self.joint)
+        return sum(s.flops * mult.get(layer, 1) for (layer, _), s in self.segments.items()) \
+            * self.microbatches
 
 
 def _chunk_blocks(layers: int, n: int) -> list[list[int]]:
@@ -351,7 +357,7 @@ def plan_training(joint: Workload, layout: TrainLayout) -> TrainPlan:
             sum(by_name[n].flops for n in compute
                 if by_name[n].attrs.get("pass") == RECOMPUTE))
     # parameters per block on one tp rank: each first-use op's share after the split
-    params: dict[int, float] = {}
+    captured: dict[int, float] = {}
     for op in joint.ops:
         e = op.attrs.get("param_elems")
         if not e or op.attrs.get("pass") != FWD:
@@ -360,7 +366,9 @@ def plan_training(joint: Workload, layout: TrainLayout) -> TrainPlan:
         share = (new.weight_bytes / op.weight_bytes) if (new is not None and op.weight_bytes) \
             else 1.0
         layer = int(op.attrs.get("layer", 0))
-        params[layer] = params.get(layer, 0.0) + float(e) * share
+        captured[layer] = captured.get(layer, 0.0) + float(e) * share
+    params = {layer: captured[source_layer(joint, layer)] for layer in range(-1, layers + 1)
+              if source_layer(joint, layer) in captured}
     saved = {layer: saved_bytes(joint, layout.recompute, layer) / _activation_split(layout)
              for layer in range(-1, layers + 1)}
     hidden = _boundary_bytes(joint, layers)
@@ -368,10 +376,11 @@ def plan_training(joint: Workload, layout: TrainLayout) -> TrainPlan:
     return TrainPlan(layout=layout, joint=joint, device_graph=g, layers=layers,
                      chunks=_chunk_blocks(layers, layout.pp * layout.chunks),
                      segments=segments, saved_bytes=saved, params=params, p2p_bytes=p2p,
-                     replicated_flops=sum(by_name[n].flops for n in replicated if n in by_name),
-                     workspace_bytes=workspace_bytes(g),
-                     model_flops=sum(op.flops for op in joint.ops
-                                     if op.attrs.get("pass") in (FWD, BWD)))
+                     replicated_flops=sum(
+                         by_name[n].flops * layer_multiplicity(joint).get(
+                             int(by_name[n].attrs.get("layer", 0)), 1)
+                         for n in replicated if n in by_name),
+                     model_flops=model_flops(joint))
 
 
 def _activation_split(layout: TrainLayout) -> float:
@@ -433,7 +442,9 @@ def conservation(plan: TrainPlan) -> dict[str, int]:
     ``devices == model + recompute + tp_replicated`` (exactly where ``cp`` divides every
     op's work; tested)."""
     lay, m = plan.layout, plan.microbatches
-    rc = sum(op.flops for op in with_recompute(plan.joint, lay.recompute).ops
+    mult = layer_multiplicity(plan.joint)
+    rc = sum(op.flops * mult.get(int(op.attrs.get("layer", 0)), 1)
+             for op in with_recompute(plan.joint, lay.recompute).ops
              if op.attrs.get("pass") == RECOMPUTE)
     return {"devices": plan.device_flops() * lay.tp * lay.cp * lay.dp,
             "model": plan.model_flops * m * lay.dp, "recompute": rc * m * lay.dp,

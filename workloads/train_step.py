@@ -46,7 +46,7 @@ import networkx as nx
 from dse.errors import BadInput
 from workloads import ir
 from workloads.ir import Op, Workload
-from workloads.training import BWD, FWD, OPT
+from workloads.training import BWD, FWD, OPT, layer_multiplicity, layers_of, source_layer
 
 RECOMPUTE = "recompute"
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -210,14 +210,20 @@ def optimizer_from(name: str | Optimizer | None, impl: str | None = None) -> Opt
 
 # ------------------------------------------------------------------------------ parameters
 def params_by_layer(w: Workload) -> dict[int, int]:
-    """Trainable parameter elements by block (``-1`` before the blocks, ``layers`` after),
-    each counted at its first forward use (tied weights once)."""
-    out: dict[int, int] = {}
+    """Trainable parameter elements by block of the model (``-1`` before the blocks,
+    ``layers`` after), each counted at its first forward use (tied weights once)."""
+    captured: dict[int, int] = {}
     for op in w.ops:
         e = op.attrs.get("param_elems")
         if e and op.attrs.get("pass") == FWD:
             layer = int(op.attrs.get("layer", 0))
-            out[layer] = out.get(layer, 0) + int(e)
+            captured[layer] = captured.get(layer, 0) + int(e)
+    layers, _ = layers_of(w)
+    out = {}
+    for layer in range(-1, layers + 1):
+        n = captured.get(source_layer(w, layer), 0)
+        if n:
+            out[layer] = n
     return out
 
 
@@ -249,7 +255,7 @@ def attention_core(w: Workload) -> set[str]:
     what follows it up to the softmax, and what follows the softmax up to the matmul with V):
     what selective recomputation runs again."""
     g = w.graph
-    layers = int(w.train.get("layers", 0))
+    layers = layers_of(w)[1]
     core: set[str] = set()
 
     def fwd(n):
@@ -293,16 +299,23 @@ def recomputed(w: Workload, mode: str) -> set[str]:
         return set()
     if mode == "selective":
         return attention_core(w)
-    layers = int(w.train.get("layers", 0))
+    layers = layers_of(w)[1]
     return {op.name for op in w.ops if op.attrs.get("pass") == FWD
             and 0 <= int(op.attrs.get("layer", -1)) < layers}
 
 
 def saved_bytes(w: Workload, mode: str = "none", layer: int | None = None) -> int:
     """Activation bytes kept from the forward for the backward of one micro-batch (of block
-    ``layer``, or all), under recompute ``mode``: what is not recomputed keeps its saved
-    tensors, and ``full`` also keeps every tensor a recomputed block reads from outside it
-    (its input: Megatron's checkpointed layer input)."""
+    ``layer`` of the model, or all), under recompute ``mode``: what is not recomputed keeps
+    its saved tensors, and ``full`` also keeps every tensor a recomputed block reads from
+    outside it (its input: Megatron's checkpointed layer input)."""
+    if layer is None:
+        return sum(_saved(w, mode, src) * n for src, n in layer_multiplicity(w).items())
+    return _saved(w, mode, source_layer(w, layer))
+
+
+def _saved(w: Workload, mode: str, layer: int) -> int:
+    """:func:`saved_bytes` of captured block ``layer``."""
     again = recomputed(w, mode)
     g = w.graph
     total = 0
@@ -311,16 +324,17 @@ def saved_bytes(w: Workload, mode: str = "none", layer: int | None = None) -> in
             continue
         if layer is None or op.attrs.get("layer") == layer:
             total += int(op.attrs.get("saved_bytes", 0))
-    if mode == "full":
+    if mode == "full":   # what a recomputed block reads from outside, or leaves to others
         for op in w.ops:
-            if op.attrs.get("pass") != FWD:
+            if op.attrs.get("pass") != FWD or (op.name not in again
+                                               and op.attrs.get("saved_bytes")):
                 continue
-            crossing = [g.edges[op.name, s].get("bytes", 0) for s in g.successors(op.name)
-                        if s in again and g.nodes[s]["op"].attrs.get("layer")
-                        != op.attrs.get("layer")
-                        and (layer is None or g.nodes[s]["op"].attrs.get("layer") == layer)]
-            if crossing and (op.name in again or not op.attrs.get("saved_bytes")):
-                total += int(max(crossing))
+            kept = [g.edges[op.name, s].get("bytes", 0) for s in g.successors(op.name)
+                    if g.nodes[s]["op"].attrs.get("layer") != op.attrs.get("layer")
+                    and (s in again or g.nodes[s]["op"].attrs.get("pass") == BWD)
+                    and (layer is None or g.nodes[s]["op"].attrs.get("layer") == layer)]
+            if kept:
+                total += int(max(kept))
     return total
 
 
@@ -422,6 +436,9 @@ def step_workload(joint: Workload, spec: StepSpec | None = None) -> Workload:
     spec = spec or StepSpec()
     if joint.phase != "train":
         raise BadInput("phase", joint.phase, "expected a training step's joint graph (train)")
+    if layers_of(joint)[0] != layers_of(joint)[1]:
+        raise BadInput("workload", joint.model, "a full capture (this one holds the first "
+                       f"{layers_of(joint)[1]} of {layers_of(joint)[0]} blocks)")
     base = with_recompute(joint, spec.recompute)
     m = spec.microbatches
     ops: list[Op] = []
@@ -464,8 +481,10 @@ def step_workload(joint: Workload, spec: StepSpec | None = None) -> Workload:
 
 def model_flops(joint: Workload) -> int:
     """FLOPs of one micro-batch's forward and backward, without recompute or optimizer (the
-    numerator of MFU)."""
-    return sum(op.flops for op in joint.ops if op.attrs.get("pass") in (FWD, BWD))
+    numerator of MFU), over every block of the model."""
+    mult = layer_multiplicity(joint)
+    return sum(op.flops * mult.get(int(op.attrs.get("layer", 0)), 1) for op in joint.ops
+               if op.attrs.get("pass") in (FWD, BWD))
 
 
 def attention_causal_saving(joint: Workload) -> int:

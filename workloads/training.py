@@ -443,6 +443,36 @@ def capture_train(module: nn.Module, args: tuple = (), kwargs: dict | None = Non
                               "input_saved_bytes": int(input_bytes)})
 
 
+def layers_of(w: ir.Workload) -> tuple[int, int]:
+    """(the model's blocks, the blocks captured): a capture of a deep model may hold only its
+    first blocks (``Workload.train["captured_layers"]``, :func:`source_layer`)."""
+    layers = int(w.train.get("layers", 0))
+    return layers, int(w.train.get("captured_layers", layers))
+
+
+def source_layer(w: ir.Workload, layer: int) -> int:
+    """The captured block that stands for block ``layer`` of the model (``-1`` before the
+    blocks, ``layers`` after them): itself in a full capture; in a capture of the first
+    ``c`` blocks of identical ones, blocks ``c-1 .. layers-1`` are block ``c - 1`` and the
+    head is captured block ``c``."""
+    layers, captured = layers_of(w)
+    if layer < 0 or captured == layers:
+        return layer
+    if layer >= layers:
+        return captured
+    return min(layer, captured - 1)
+
+
+def layer_multiplicity(w: ir.Workload) -> dict[int, int]:
+    """How many of the model's blocks each captured layer id stands for."""
+    layers, _ = layers_of(w)
+    out: dict[int, int] = {}
+    for layer in range(-1, layers + 1):
+        src = source_layer(w, layer)
+        out[src] = out.get(src, 0) + 1
+    return out
+
+
 def ops_of(w: ir.Workload, pass_: str | None = None, layer: int | None = None) -> list[ir.Op]:
     """``w``'s ops of one pass and/or layer, in order."""
     return [op for op in w.ops if (pass_ is None or op.attrs.get("pass") == pass_)
