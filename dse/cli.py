@@ -532,7 +532,7 @@ def collective(kind: str = typer.Argument(..., help="all_reduce | all_gather | r
 
 # ----------------------------------------------------------------------------- reproduce
 @app.command()
-def reproduce(name: str = typer.Argument(..., help="pim-gpt | neupims | ngpc | waferllm | gna | nasaic"),
+def reproduce(name: str = typer.Argument(..., help="pim-gpt | neupims | ngpc | waferllm | gna | nasaic | megatron"),
               as_json: bool = typer.Option(False, "--json", help='Print {"rows": [...]}.'),
               gpu_hw: Optional[list[str]] = typer.Option(
                   None, "--gpu-hw", help="GPU baseline KEY=VALUE (pim-gpt), e.g. runtime=eager "

@@ -31,7 +31,7 @@ def _forward_phase(spec) -> str:
 
 
 def resolve_zoo(model: str, batch: int | None, seq: int | None, dtype: str,
-                arch: dict[str, Any] | None) -> dict[str, Any]:
+                arch: dict[str, Any] | None, attention: str = "fused") -> dict[str, Any]:
     """Validated, defaulted arguments of a zoo model's training step."""
     from workloads.build import resolve
     from workloads.zoo import get_model
@@ -46,6 +46,8 @@ def resolve_zoo(model: str, batch: int | None, seq: int | None, dtype: str,
     args["forward_phase"] = args["phase"]
     args["phase"] = TRAIN
     args["loss"] = "cross_entropy" if spec.family in ("llm", "vision") else "mse"
+    if attention != "fused":
+        args["attention"] = attention
     return args
 
 
@@ -56,15 +58,17 @@ TEMPLATE_BLOCKS = 2
 
 def zoo_train_workload(model: str, batch: int | None = None, seq: int | None = None,
                        dtype: str = "bf16", arch: dict[str, Any] | None = None,
-                       use_cache: bool = True, blocks: int = 0) -> ir.Workload:
+                       use_cache: bool = True, blocks: int = 0,
+                       attention: str = "fused") -> ir.Workload:
     """The joint forward-backward workload of zoo ``model`` (cached). ``blocks > 0``: a
     model of identical repeated blocks (a size rule's depth key) deeper than that is captured
     with its first ``blocks`` blocks only, the last of which stands for the rest
     (:func:`workloads.training.source_layer`; the training simulator expands it: identical
-    results, tested, at a fraction of the capture time)."""
+    results, tested, at a fraction of the capture time). ``attention``: as
+    :func:`workloads.training.capture_train`."""
     from workloads.build import cached
     from workloads.zoo import get_model
-    args = resolve_zoo(model, batch, seq, dtype, arch)
+    args = resolve_zoo(model, batch, seq, dtype, arch, attention)
     depth = getattr(get_model(model).sizes, "depth", None) if get_model(model).sizes else None
     if blocks > 0 and depth and int(args["arch"].get(depth, 0)) > blocks:
         layers = int(args["arch"][depth])
@@ -102,7 +106,8 @@ def _capture_zoo(args: dict[str, Any]) -> ir.Workload:
         return capture_train(module, ex_args, ex_kwargs, loss=args["loss"], model=args["model"],
                              dtype=args["dtype"], batch=args["batch"],
                              seq=args["seq"] if spec.family in ("llm", "encoder") else 0,
-                             arch=arch, causal=spec.family == "llm")
+                             arch=arch, causal=spec.family == "llm",
+                             attention=args.get("attention", "fused"))
 
 
 # ------------------------------------------------------------------------------ Hugging Face

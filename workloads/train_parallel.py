@@ -335,7 +335,8 @@ def plan_training(joint: Workload, layout: TrainLayout) -> TrainPlan:
     if device is None:
         g = with_recompute(joint, layout.recompute)
         g = context_parallel(g, layout.cp)
-        g, replicated = tensor_parallel(g, layout.tp, layout.sp, uneven="replicate")
+        g, replicated = tensor_parallel(g, layout.tp, layout.sp, uneven="replicate",
+                                        vocab_parallel=True)
         g = _label_collectives(g)
         g.train = dict(joint.train)
         device = splits[key] = (g, replicated)
@@ -369,7 +370,9 @@ def plan_training(joint: Workload, layout: TrainLayout) -> TrainPlan:
         captured[layer] = captured.get(layer, 0.0) + float(e) * share
     params = {layer: captured[source_layer(joint, layer)] for layer in range(-1, layers + 1)
               if source_layer(joint, layer) in captured}
-    saved = {layer: saved_bytes(joint, layout.recompute, layer) / _activation_split(layout)
+    share = {op.name: by_name[op.name].activation_bytes_written / op.activation_bytes_written
+             for op in joint.ops if op.name in by_name and op.activation_bytes_written}
+    saved = {layer: saved_bytes(joint, layout.recompute, layer, share)
              for layer in range(-1, layers + 1)}
     hidden = _boundary_bytes(joint, layers)
     p2p = hidden / layout.cp / (layout.tp if layout.sp else 1)
@@ -381,13 +384,6 @@ def plan_training(joint: Workload, layout: TrainLayout) -> TrainPlan:
                              int(by_name[n].attrs.get("layer", 0)), 1)
                          for n in replicated if n in by_name),
                      model_flops=model_flops(joint))
-
-
-def _activation_split(layout: TrainLayout) -> float:
-    """How the kept activations of one micro-batch divide over a tp x cp group: by ``cp``
-    always (tokens), by ``tp`` where sequence parallelism splits what tp replicates
-    (Korthikanti et al. eq. 2-4: with sp every kept tensor is split by t)."""
-    return layout.cp * (layout.tp if layout.sp else 1) if layout.tp > 1 else layout.cp
 
 
 def _boundary_bytes(w: Workload, layers: int) -> float:

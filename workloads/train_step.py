@@ -46,6 +46,7 @@ import networkx as nx
 from dse.errors import BadInput
 from workloads import ir
 from workloads.ir import Op, Workload
+from workloads.patterns import _activation_matmul
 from workloads.training import BWD, FWD, OPT, layer_multiplicity, layers_of, source_layer
 
 RECOMPUTE = "recompute"
@@ -260,24 +261,12 @@ def attention_core(w: Workload) -> set[str]:
 
     def fwd(n):
         return g.nodes[n]["op"].attrs.get("pass") == FWD
-
-    def activation_matmul(op):
-        return op.kind == ir.MATMUL and not op.attrs.get("weight_operand") and not op.weight_bytes
     for name in g.nodes:
         op = g.nodes[name]["op"]
         if op.kind != ir.SOFTMAX or not fwd(name) or not 0 <= op.attrs.get("layer", -1) < layers:
             continue
-        chain, cur = [name], name
-        for _ in range(8):        # back to the score matmul
-            step = next((p for p in g.predecessors(cur) if fwd(p) and g.nodes[p]["op"].kind in
-                         (ir.ELEMENTWISE, ir.DATA_MOVEMENT, ir.MATMUL)), None)
-            if step is None:
-                break
-            chain.append(step)
-            if g.nodes[step]["op"].kind == ir.MATMUL:
-                break
-            cur = step
-        if not activation_matmul(g.nodes[chain[-1]]["op"]):
+        chain = _back_to_scores(g, name, fwd)
+        if chain is None:
             continue
         cur = name
         for _ in range(8):        # forward to the matmul with V
@@ -289,6 +278,30 @@ def attention_core(w: Workload) -> set[str]:
             chain.append(cur)
         core.update(chain)
     return core
+
+
+def _back_to_scores(g, softmax: str, fwd, depth: int = 8) -> list[str] | None:
+    """``[softmax, ..., Q K^T]``: the ops from the softmax back to the score matmul through
+    element-wise and data-movement ops (a scale, a mask), breadth first; None without one."""
+    seen = {softmax: None}
+    frontier = [softmax]
+    for _ in range(depth):
+        nxt = []
+        for node in frontier:
+            for p in g.predecessors(node):
+                if p in seen or not fwd(p):
+                    continue
+                op = g.nodes[p]["op"]
+                if _activation_matmul(op) or op.kind in (ir.ELEMENTWISE, ir.DATA_MOVEMENT):
+                    seen[p] = node
+                    if _activation_matmul(op):
+                        chain = [p]
+                        while seen[chain[-1]] is not None:
+                            chain.append(seen[chain[-1]])
+                        return chain
+                    nxt.append(p)
+        frontier = nxt
+    return None
 
 
 def recomputed(w: Workload, mode: str) -> set[str]:
@@ -304,26 +317,29 @@ def recomputed(w: Workload, mode: str) -> set[str]:
             and 0 <= int(op.attrs.get("layer", -1)) < layers}
 
 
-def saved_bytes(w: Workload, mode: str = "none", layer: int | None = None) -> int:
+def saved_bytes(w: Workload, mode: str = "none", layer: int | None = None,
+                scale: dict[str, float] | None = None) -> float:
     """Activation bytes kept from the forward for the backward of one micro-batch (of block
     ``layer`` of the model, or all), under recompute ``mode``: what is not recomputed keeps
     its saved tensors, and ``full`` also keeps every tensor a recomputed block reads from
-    outside it (its input: Megatron's checkpointed layer input)."""
+    outside it (its input: Megatron's checkpointed layer input). ``scale``: the share of
+    each producer's output one device holds (a parallel split's), 1 by default."""
     if layer is None:
-        return sum(_saved(w, mode, src) * n for src, n in layer_multiplicity(w).items())
-    return _saved(w, mode, source_layer(w, layer))
+        return sum(_saved(w, mode, src, scale) * n for src, n in layer_multiplicity(w).items())
+    return _saved(w, mode, source_layer(w, layer), scale)
 
 
-def _saved(w: Workload, mode: str, layer: int) -> int:
+def _saved(w: Workload, mode: str, layer: int, scale: dict[str, float] | None) -> float:
     """:func:`saved_bytes` of captured block ``layer``."""
+    share = scale or {}
     again = recomputed(w, mode)
     g = w.graph
-    total = 0
+    total = 0.0
     for op in w.ops:
         if op.attrs.get("pass") != FWD or op.name in again:
             continue
         if layer is None or op.attrs.get("layer") == layer:
-            total += int(op.attrs.get("saved_bytes", 0))
+            total += op.attrs.get("saved_bytes", 0) * share.get(op.name, 1.0)
     if mode == "full":   # what a recomputed block reads from outside, or leaves to others
         for op in w.ops:
             if op.attrs.get("pass") != FWD or (op.name not in again
@@ -334,7 +350,7 @@ def _saved(w: Workload, mode: str, layer: int) -> int:
                     and (s in again or g.nodes[s]["op"].attrs.get("pass") == BWD)
                     and (layer is None or g.nodes[s]["op"].attrs.get("layer") == layer)]
             if kept:
-                total += int(max(kept))
+                total += max(kept) * share.get(op.name, 1.0)
     return total
 
 

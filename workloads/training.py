@@ -54,6 +54,7 @@ from workloads.patterns import fuse_eager_attention
 
 TRAIN = "train"
 LOSSES = ("cross_entropy", "mse")
+ATTENTIONS = ("fused", "eager")
 FWD, BWD, OPT = "fwd", "bwd", "opt"
 
 
@@ -373,11 +374,14 @@ def _owner(name: str, graph_names: set[str], cache: dict, by_name: dict) -> str 
 def capture_train(module: nn.Module, args: tuple = (), kwargs: dict | None = None, *,
                   loss: str | Callable | None = None, model: str | None = None,
                   dtype: str = "bf16", batch: int = 1, seq: int = 0,
-                  arch: dict[str, Any] | None = None, causal: bool = False) -> ir.Workload:
+                  arch: dict[str, Any] | None = None, causal: bool = False,
+                  attention: str = "fused") -> ir.Workload:
     """The joint forward-backward :class:`~workloads.ir.Workload` (phase ``train``) of one
     training step of ``module`` on ``args`` / ``kwargs`` with ``loss`` (see the module
     docstring). Bytes are counted in ``dtype`` (the compute precision); ``batch`` and ``seq``
-    are recorded (tokens per step = ``batch x seq``)."""
+    are recorded (tokens per step = ``batch x seq``). ``attention``: ``fused`` (SDPA runs its
+    fused kernel, one op each way) or ``eager`` (SDPA's math path: score matmul, softmax,
+    matmul with V, the scores kept for backward, as frameworks before FlashAttention ran)."""
     if dtype not in ir.DTYPE_BYTES:
         raise BadInput("dtype", dtype, "expected one of " + ", ".join(ir.DTYPE_BYTES))
     if not isinstance(module, nn.Module):
@@ -385,9 +389,15 @@ def capture_train(module: nn.Module, args: tuple = (), kwargs: dict | None = Non
     if loss is not None and not callable(loss) and loss not in LOSSES:
         raise BadInput("loss", loss, "expected one of " + ", ".join(LOSSES)
                        + ", a callable loss(output), or none when forward returns the loss")
+    if attention not in ATTENTIONS:
+        raise BadInput("attention", attention, "expected one of " + ", ".join(ATTENTIONS))
     kwargs = dict(kwargs or {})
     blocks, block_type = find_blocks(module)
-    gm, pnames, bnames, trainable, marks = trace_step(module, tuple(args), kwargs, loss, blocks)
+    from contextlib import nullcontext
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel(SDPBackend.MATH) if attention == "eager" else nullcontext():
+        gm, pnames, bnames, trainable, marks = trace_step(module, tuple(args), kwargs, loss,
+                                                          blocks)
     if not trainable:
         raise BadInput("module", type(module).__name__, "a module with trainable parameters "
                        "(every parameter has requires_grad=False)")
@@ -439,6 +449,7 @@ def capture_train(module: nn.Module, args: tuple = (), kwargs: dict | None = Non
                        params=_count_params(module), unknown_targets=unknown,
                        free_ops=tuple(sorted(free.items())),
                        train={"layers": layers, "block": block_type, "loss": loss_name,
+                              "attention": attention,
                               "trainable_params": int(trainable_params),
                               "input_saved_bytes": int(input_bytes)})
 

@@ -18,6 +18,7 @@ _REPRODUCTIONS = {
     "waferllm": "dse.reproduce.waferllm",
     "gna": "dse.reproduce.gna",
     "nasaic": "dse.reproduce.nasaic",
+    "megatron": "dse.reproduce.megatron",
 }
 
 

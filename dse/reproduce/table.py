@@ -18,6 +18,8 @@ class Row:
     paper: float | tuple[float, float]
     ours: float
     note: str = ""
+    #: The criterion this row is held to (a reproduction may ask for a tighter one).
+    tolerance: float = TOLERANCE
 
     @property
     def ratio(self) -> float:
@@ -28,8 +30,8 @@ class Row:
             return self.ours / (low if self.ours < low else high)
         return self.ours / self.paper if self.paper else float("inf")
 
-    def within(self, tolerance: float = TOLERANCE) -> bool:
-        return abs(self.ratio - 1.0) <= tolerance
+    def within(self, tolerance: float | None = None) -> bool:
+        return abs(self.ratio - 1.0) <= (self.tolerance if tolerance is None else tolerance)
 
     def paper_text(self) -> str:
         if isinstance(self.paper, (tuple, list)):
@@ -39,4 +41,5 @@ class Row:
     def to_dict(self) -> dict[str, Any]:
         paper = list(self.paper) if isinstance(self.paper, (tuple, list)) else self.paper
         return {"metric": self.metric, "paper": paper, "ours": self.ours, "ratio": self.ratio,
-                "within_35pct": self.within(), "note": self.note}
+                "within_35pct": self.within(TOLERANCE), "within": self.within(),
+                "tolerance": self.tolerance, "note": self.note}
