@@ -447,6 +447,7 @@ def train(model: str | Workload | torch.nn.Module | None = None, *,
     from workloads.train_parallel import train_layout_from
     from workloads.train_step import precision_from
     prec = precision_from(precision)
+    weights = prec.weights if prec.weights != prec.activations else None   # AMP
     lay_in = dict(parallel or {})
     if micro_batch is not None:
         lay_in["micro_batch"] = micro_batch
@@ -459,12 +460,18 @@ def train(model: str | Workload | torch.nn.Module | None = None, *,
         from workloads.train_build import TEMPLATE_BLOCKS, zoo_train_workload
         lay_in.setdefault("micro_batch", 1)
         w = zoo_train_workload(model, batch=lay_in["micro_batch"], seq=seq,
-                               dtype=prec.activations, arch=arch, blocks=TEMPLATE_BLOCKS)
+                               dtype=prec.activations, arch=arch, blocks=TEMPLATE_BLOCKS,
+                               weights=weights)
+    elif hf_config:
+        from workloads.train_build import hf_train_workload
+        lay_in.setdefault("micro_batch", 1)
+        w = check_unknown_ops(hf_train_workload(hf_config, batch=lay_in["micro_batch"], seq=seq,
+                                                dtype=prec.activations, arch=arch,
+                                                weights=weights))
     else:
         lay_in.setdefault("micro_batch", 1)
         w = workload(model, phase="train", batch=lay_in["micro_batch"], seq=seq,
-                     dtype=prec.activations, arch=arch, hf_config=hf_config, inputs=inputs,
-                     loss=loss)
+                     dtype=prec.activations, arch=arch, inputs=inputs, loss=loss)
     lay = train_layout_from(lay_in)
     design, sysm, _ = _design_or_system(accelerator, hw, system, devices or (
         lay.devices if lay.devices > 1 else None), None, sys)

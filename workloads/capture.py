@@ -126,9 +126,12 @@ _WRAPPERS = ("wrap_with_set_grad_enabled", "wrap_with_autocast")
 
 def _build_graph(ep, dtype: str, free: dict[str, int],
                  kv_names: tuple[str, ...] = (KV_INPUT_NAME,),
-                 record: dict | None = None) -> tuple[nx.DiGraph, dict[str, int]]:
+                 record: dict | None = None, traced_dtypes: bool = False
+                 ) -> tuple[nx.DiGraph, dict[str, int]]:
     """The op graph and the unknown operators; ``free`` receives the view ops by name, ``record``
-    (when given) each op's inputs (see :func:`capture`)."""
+    (when given) each op's inputs (see :func:`capture`). ``traced_dtypes``: the graph was
+    traced in its real dtypes (a training step): every tensor's bytes are its own dtype's,
+    and a dtype cast (``_to_copy`` to another dtype) is a copy kernel, not a view."""
     recorded = record.setdefault("ops", []) if record is not None else None
     elem = ir.DTYPE_BYTES[dtype]
     sig = ep.graph_signature
@@ -141,7 +144,8 @@ def _build_graph(ep, dtype: str, free: dict[str, int],
         if not isinstance(val, torch.Tensor):
             return None
         shape = tuple(int(s) for s in val.shape)
-        itemsize = elem if val.dtype.is_floating_point else val.element_size()
+        itemsize = elem if val.dtype.is_floating_point and not traced_dtypes \
+            else val.element_size()
         return _Tensor(producer, role, shape, math.prod(shape), itemsize)
 
     def walk(fx_graph, tensors: dict, prefix: str, bound_inputs: list | None):
@@ -189,7 +193,9 @@ def _build_graph(ep, dtype: str, free: dict[str, int],
             inputs = _tensor_inputs(node, value)
             val = node.meta.get("val")
             outs = val if isinstance(val, (tuple, list)) else (val,)
-            if kind == "free" or (name == "contiguous" and all(
+            if traced_dtypes and name in ("_to_copy", "to") and _casts(node):
+                kind = ir.DATA_MOVEMENT
+            elif kind == "free" or (name == "contiguous" and all(
                     isinstance(v, torch.Tensor) and v.is_contiguous() for v in outs)):
                 free[name] = free.get(name, 0) + 1
                 src = inputs[0] if inputs else None
@@ -228,6 +234,14 @@ def _build_graph(ep, dtype: str, free: dict[str, int],
 
     walk(ep.graph, {}, "", None)
     return graph, unknown
+
+
+def _casts(node) -> bool:
+    """Whether a ``_to_copy`` node changes its tensor's dtype (a real copy kernel)."""
+    src = node.args[0] if node.args else None
+    a = src.meta.get("val") if isinstance(src, torch.fx.Node) else None
+    b = node.meta.get("val")
+    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype != b.dtype
 
 
 def _aten_name(target) -> str:

@@ -31,7 +31,8 @@ def _forward_phase(spec) -> str:
 
 
 def resolve_zoo(model: str, batch: int | None, seq: int | None, dtype: str,
-                arch: dict[str, Any] | None, attention: str = "fused") -> dict[str, Any]:
+                arch: dict[str, Any] | None, attention: str = "fused",
+                weights: str | None = None) -> dict[str, Any]:
     """Validated, defaulted arguments of a zoo model's training step."""
     from workloads.build import resolve
     from workloads.zoo import get_model
@@ -48,6 +49,8 @@ def resolve_zoo(model: str, batch: int | None, seq: int | None, dtype: str,
     args["loss"] = "cross_entropy" if spec.family in ("llm", "vision") else "mse"
     if attention != "fused":
         args["attention"] = attention
+    if weights and weights != dtype:
+        args["weights"] = weights
     return args
 
 
@@ -59,16 +62,16 @@ TEMPLATE_BLOCKS = 2
 def zoo_train_workload(model: str, batch: int | None = None, seq: int | None = None,
                        dtype: str = "bf16", arch: dict[str, Any] | None = None,
                        use_cache: bool = True, blocks: int = 0,
-                       attention: str = "fused") -> ir.Workload:
+                       attention: str = "fused", weights: str | None = None) -> ir.Workload:
     """The joint forward-backward workload of zoo ``model`` (cached). ``blocks > 0``: a
     model of identical repeated blocks (a size rule's depth key) deeper than that is captured
     with its first ``blocks`` blocks only, the last of which stands for the rest
     (:func:`workloads.training.source_layer`; the training simulator expands it: identical
-    results, tested, at a fraction of the capture time). ``attention``: as
+    results, tested, at a fraction of the capture time). ``attention``, ``weights``: as
     :func:`workloads.training.capture_train`."""
     from workloads.build import cached
     from workloads.zoo import get_model
-    args = resolve_zoo(model, batch, seq, dtype, arch, attention)
+    args = resolve_zoo(model, batch, seq, dtype, arch, attention, weights)
     depth = getattr(get_model(model).sizes, "depth", None) if get_model(model).sizes else None
     if blocks > 0 and depth and int(args["arch"].get(depth, 0)) > blocks:
         layers = int(args["arch"][depth])
@@ -107,7 +110,8 @@ def _capture_zoo(args: dict[str, Any]) -> ir.Workload:
                              dtype=args["dtype"], batch=args["batch"],
                              seq=args["seq"] if spec.family in ("llm", "encoder") else 0,
                              arch=arch, causal=spec.family == "llm",
-                             attention=args.get("attention", "fused"))
+                             attention=args.get("attention", "fused"),
+                             weights=args.get("weights"))
 
 
 # ------------------------------------------------------------------------------ Hugging Face
@@ -128,10 +132,10 @@ def _hf_train_class(config, kind: str):
 
 def hf_train_workload(path, batch: int | None = None, seq: int | None = None,
                       dtype: str = "bf16", arch: dict[str, Any] | None = None,
-                      use_cache: bool = True) -> ir.Workload:
+                      use_cache: bool = True, weights: str | None = None) -> ir.Workload:
     """The joint forward-backward workload of a Hugging Face config (a path or its dict),
     trained with its task head's loss (see the module docstring); cached by the config's
-    content."""
+    content. ``weights``: as :func:`workloads.training.capture_train`."""
     from workloads import hf
     from workloads.build import cached
     from workloads.hf_checks import read_config
@@ -157,11 +161,13 @@ def hf_train_workload(path, batch: int | None = None, seq: int | None = None,
     import transformers
     key = {"hf_config": hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode())
            .hexdigest(), "moe": moe, "dtype": dtype, "transformers": transformers.__version__,
-           "phase": TRAIN, "batch": batch, "seq": seq, "kind": kind}
-    return cached(key, lambda: _capture_hf(config, data, kind, batch, seq, dtype), use_cache)
+           "phase": TRAIN, "batch": batch, "seq": seq, "kind": kind, "weights": weights or dtype}
+    return cached(key, lambda: _capture_hf(config, data, kind, batch, seq, dtype, weights),
+                  use_cache)
 
 
-def _capture_hf(config, data, kind: str, batch: int, seq: int, dtype: str) -> ir.Workload:
+def _capture_hf(config, data, kind: str, batch: int, seq: int, dtype: str,
+                weights: str | None = None) -> ir.Workload:
     from workloads import hf, hf_checks
     cls, loss = _hf_train_class(config, kind)
     if getattr(config, "architectures", None) is None:
@@ -192,7 +198,7 @@ def _capture_hf(config, data, kind: str, batch: int, seq: int, dtype: str) -> ir
         warnings.simplefilter("ignore")
         return capture_train(module, (), inputs, loss=None if loss == "model" else loss,
                              model=f"hf:{config.model_type}", dtype=dtype, batch=batch,
-                             seq=seq, arch=arch, causal=kind == "causal")
+                             seq=seq, arch=arch, causal=kind == "causal", weights=weights)
 
 
 # ------------------------------------------------------------------------------ own module

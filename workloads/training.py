@@ -40,11 +40,13 @@ from __future__ import annotations
 
 import math
 import warnings
+from contextlib import contextmanager, nullcontext
 from types import SimpleNamespace
 from typing import Any, Callable
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from dse.errors import BadInput, CaptureError, first_line
 from workloads import ir
@@ -183,15 +185,47 @@ class _Marks:
         table.setdefault(i, self.last())
 
 
-def _fake(mode, t: torch.Tensor) -> torch.Tensor:
+@contextmanager
+def _fused_attention(causal: bool):
+    """SDPA as the fused kernel a GPU runs: the CPU's flash kernel takes neither dropout nor
+    a mask tensor and would fall back to the math path, so the trace passes no dropout (a
+    fused kernel draws it in registers: no extra traffic) and, instead of a mask, causal
+    attention where the capture is of a causal model with equal query and key lengths (what
+    transformers hands SDPA on a GPU when nothing is padded), none otherwise."""
+    original = F.scaled_dot_product_attention
+
+    def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+             enable_gqa=False):
+        is_causal = bool(is_causal) or (attn_mask is not None and causal
+                                        and query.shape[-2] == key.shape[-2])
+        return original(query, key, value, dropout_p=0.0, is_causal=is_causal, scale=scale,
+                        enable_gqa=enable_gqa)
+    F.scaled_dot_product_attention = sdpa
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = original
+
+
+#: The dtypes a step is traced in (bytes then follow each tensor's own dtype); others are
+#: traced in fp32 and counted in the workload's dtype.
+TRACE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _fake(mode, t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     from torch._subclasses.fake_tensor import FakeTensor
+    if dtype is not None and t.is_floating_point() and t.dtype != dtype:
+        t = t.detach().to(device="meta", dtype=dtype)
     if t.device.type == "meta":
         return FakeTensor(mode, t, torch.device("cpu"))
     return mode.from_tensor(t.detach() if t.requires_grad else t)
 
 
-def trace_step(module: nn.Module, args: tuple, kwargs: dict, loss, blocks: list[nn.Module]):
-    """``(graph module, parameter names, buffer names, marks)`` of one traced step."""
+def trace_step(module: nn.Module, args: tuple, kwargs: dict, loss, blocks: list[nn.Module],
+               weights_dtype: torch.dtype | None = None, autocast: torch.dtype | None = None):
+    """``(graph module, parameter names, buffer names, marks)`` of one traced step: the
+    module's floating-point parameters, buffers and inputs in ``weights_dtype`` (as
+    ``module.to(dtype)``), under ``torch.autocast`` to ``autocast`` when given (AMP)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.func import functional_call
@@ -202,9 +236,10 @@ def trace_step(module: nn.Module, args: tuple, kwargs: dict, loss, blocks: list[
     trainable = [i for i, n in enumerate(pnames) if params[n].requires_grad]
     flat_in, spec = torch.utils._pytree.tree_flatten((args, kwargs))
     tensor_at = [i for i, v in enumerate(flat_in) if isinstance(v, torch.Tensor)]
-    fake_p = [_fake(mode, params[n]).requires_grad_(params[n].requires_grad) for n in pnames]
-    fake_b = [_fake(mode, buffers[n]) for n in bnames]
-    fake_in = [_fake(mode, flat_in[i]) for i in tensor_at]
+    fake_p = [_fake(mode, params[n], weights_dtype).requires_grad_(params[n].requires_grad)
+              for n in pnames]
+    fake_b = [_fake(mode, buffers[n], weights_dtype) for n in bnames]
+    fake_in = [_fake(mode, flat_in[i], weights_dtype) for i in tensor_at]
     marks = _Marks()
     np_, nb = len(pnames), len(bnames)
 
@@ -213,8 +248,10 @@ def trace_step(module: nn.Module, args: tuple, kwargs: dict, loss, blocks: list[
         for i, t in zip(tensor_at, flat[np_ + nb:]):
             x[i] = t
         a, kw = torch.utils._pytree.tree_unflatten(x, spec)
-        out = functional_call(module, {**dict(zip(pnames, p)), **dict(zip(bnames, b))}, a, kw)
-        value = _loss_value(out, loss)
+        with torch.autocast("cpu", dtype=autocast) if autocast else nullcontext():
+            out = functional_call(module, {**dict(zip(pnames, p)), **dict(zip(bnames, b))},
+                                  a, kw)
+            value = _loss_value(out, loss)
         marks.loss = marks.last()
         wanted = [p[i] for i in trainable]
         grads = torch.autograd.grad(value, wanted, allow_unused=True) if wanted else []
@@ -307,7 +344,7 @@ def _value_bytes(val: Any, index: int, elem: int) -> int:
         val = val[index] if index < len(val) else None
     if not isinstance(val, torch.Tensor):
         return 0
-    size = elem if val.dtype.is_floating_point else val.element_size()
+    size = elem if val.dtype.is_floating_point and elem else val.element_size()
     return math.prod(int(s) for s in val.shape) * size
 
 
@@ -375,13 +412,18 @@ def capture_train(module: nn.Module, args: tuple = (), kwargs: dict | None = Non
                   loss: str | Callable | None = None, model: str | None = None,
                   dtype: str = "bf16", batch: int = 1, seq: int = 0,
                   arch: dict[str, Any] | None = None, causal: bool = False,
-                  attention: str = "fused") -> ir.Workload:
+                  attention: str = "fused", weights: str | None = None) -> ir.Workload:
     """The joint forward-backward :class:`~workloads.ir.Workload` (phase ``train``) of one
     training step of ``module`` on ``args`` / ``kwargs`` with ``loss`` (see the module
     docstring). Bytes are counted in ``dtype`` (the compute precision); ``batch`` and ``seq``
     are recorded (tokens per step = ``batch x seq``). ``attention``: ``fused`` (SDPA runs its
     fused kernel, one op each way) or ``eager`` (SDPA's math path: score matmul, softmax,
-    matmul with V, the scores kept for backward, as frameworks before FlashAttention ran)."""
+    matmul with V, the scores kept for backward, as frameworks before FlashAttention ran).
+    ``weights``: the dtype the parameters are stored in (default ``dtype``); ``fp32`` with a
+    16-bit ``dtype`` traces PyTorch's AMP (fp32 weights under ``torch.autocast``: the casts
+    are copy kernels and their outputs kept for backward). A step in fp32, bf16 or fp16 is
+    traced in its real dtypes, so a model's own upcasts (a loss in fp32, fp32 norms) count
+    their real bytes."""
     if dtype not in ir.DTYPE_BYTES:
         raise BadInput("dtype", dtype, "expected one of " + ", ".join(ir.DTYPE_BYTES))
     if not isinstance(module, nn.Module):
@@ -393,11 +435,16 @@ def capture_train(module: nn.Module, args: tuple = (), kwargs: dict | None = Non
         raise BadInput("attention", attention, "expected one of " + ", ".join(ATTENTIONS))
     kwargs = dict(kwargs or {})
     blocks, block_type = find_blocks(module)
-    from contextlib import nullcontext
+    weights = weights or dtype
+    if weights not in ir.DTYPE_BYTES:
+        raise BadInput("weights", weights, "expected one of " + ", ".join(ir.DTYPE_BYTES))
+    traced = dtype in TRACE_DTYPES and weights in TRACE_DTYPES
+    amp = TRACE_DTYPES[dtype] if traced and weights != dtype else None
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    with sdpa_kernel(SDPBackend.MATH) if attention == "eager" else nullcontext():
-        gm, pnames, bnames, trainable, marks = trace_step(module, tuple(args), kwargs, loss,
-                                                          blocks)
+    with sdpa_kernel(SDPBackend.MATH) if attention == "eager" else _fused_attention(causal):
+        gm, pnames, bnames, trainable, marks = trace_step(
+            module, tuple(args), kwargs, loss, blocks,
+            TRACE_DTYPES[weights] if traced else None, amp)
     if not trainable:
         raise BadInput("module", type(module).__name__, "a module with trainable parameters "
                        "(every parameter has requires_grad=False)")
@@ -411,11 +458,12 @@ def capture_train(module: nn.Module, args: tuple = (), kwargs: dict | None = Non
     ep = SimpleNamespace(graph=gm.graph, graph_module=gm, graph_signature=SimpleNamespace(
         inputs_to_parameters=param_of, inputs_to_buffers=buffer_of))
     free: dict[str, int] = {}
-    graph, unknown = _build_graph(ep, dtype, free, kv_names=())
+    graph, unknown = _build_graph(ep, dtype, free, kv_names=(), traced_dtypes=traced)
     fuse_eager_attention(graph, causal)      # eager attention stays unfused: backward reads it
     passes, layer_of = _regions(nodes, marks)
     elem = ir.DTYPE_BYTES[dtype]
-    saved, param_elems, input_bytes = _saved_and_params(nodes, passes, param_of, elem, numel)
+    saved, param_elems, input_bytes = _saved_and_params(nodes, passes, param_of,
+                                                        0 if traced else elem, numel)
     names = set(graph.nodes)
     by_name = {n.name: n for n in nodes}
     cache: dict = {}
@@ -449,7 +497,7 @@ def capture_train(module: nn.Module, args: tuple = (), kwargs: dict | None = Non
                        params=_count_params(module), unknown_targets=unknown,
                        free_ops=tuple(sorted(free.items())),
                        train={"layers": layers, "block": block_type, "loss": loss_name,
-                              "attention": attention,
+                              "attention": attention, "weights": weights,
                               "trainable_params": int(trainable_params),
                               "input_saved_bytes": int(input_bytes)})
 

@@ -142,7 +142,7 @@ def table5_rows() -> list[Row]:
         out.append(Row(f"Korthikanti {name} activations GiB/GPU, no recompute", act_none_gib,
                        none.memory[0]["activations"] / 2**30,
                        f"stage 0, scores kept; the zoo GPT has no dropout: Korthikanti's eq. "
-                       f"without its dropout terms gives {_no_dropout_gib(w, tp, pp, mbs):.3g}"
+                       f"without its dropout terms gives {_no_dropout_gib(w, tp, pp, mbs, chunks):.3g}"
                        " GiB", tolerance=TOLERANCE))
         out.append(Row(f"Korthikanti {name} activations GiB/GPU, seq-par + selective",
                        act_seqsel_gib, seqsel.memory[0]["activations"] / 2**30, "stage 0",
@@ -150,15 +150,18 @@ def table5_rows() -> list[Row]:
     return out
 
 
-def _no_dropout_gib(w, tp: int, pp: int, mbs: int) -> float:
+def _no_dropout_gib(w, tp: int, pp: int, mbs: int, chunks: int) -> float:
     """Korthikanti et al. eq. 2 (tensor parallel, no sequence parallelism, no recompute),
-    ``s b h (10 + 24 / t + 5 a s / (h t))`` per layer on the first stage's ``p`` in-flight
-    micro-batches x ``L / p`` layers, less what dropout adds (two hidden-state masks of 1 B,
-    the attention-probability mask 1 B and its dropped output 2 B: ``2 + 3 a s / (h t)``)."""
+    ``s b h (10 + 24 / t + 5 a s / (h t))`` per layer, on the first stage: ``p`` in-flight
+    micro-batches of ``L / p`` layers, times ``1 + (p - 1) / (p v)`` with ``v`` interleaved
+    chunks (Korthikanti et al. sec. 4.2.3), less what dropout adds (two hidden-state masks of
+    1 B, the attention-probability mask 1 B and its dropped output 2 B: ``2 + 3 a s / (h t)``
+    units)."""
     a, h, layers = w.arch["n_head"], w.arch["d_model"], w.arch["n_layer"]
     s, b = SEQ, mbs
     per_layer = s * b * h * (10 + 24 / tp + 5 * a * s / (h * tp) - 2 - 3 * a * s / (h * tp))
-    return per_layer * layers / pp * pp / 2**30
+    interleave = 1 + (pp - 1) / (pp * chunks) if chunks > 1 else 1.0
+    return per_layer * layers * interleave / 2**30
 
 
 def rows() -> list[Row]:
