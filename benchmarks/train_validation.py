@@ -39,14 +39,12 @@ def predict(case: dict, runtime: str, devices: int = 1, wrapper: str | None = No
     parallel = {"recompute": "full" if case.get("checkpointing") == "full" else "none"}
     kw = dict(micro_batch=batch, precision=prec, optimizer="adamw", optimizer_impl=impl,
               check=False)
+    hw = {"runtime": runtime, **({"host_profile": "lent-h100-xeon"} if runtime == "eager"
+                                 else {})}
+    kw.update(accelerator="gpu:h200", hw=hw)
     if devices > 1:
         parallel.update(dp=devices, zero=3 if wrapper == "fsdp" else 0, bucket_mb=25.0)
-        kw.update(system="hgx-h200", devices=devices, hw={"runtime": runtime},
-                  accelerator="gpu:h200")
-    else:
-        kw.update(accelerator="gpu:h200", hw={"runtime": runtime,
-                                              **({"host_profile": "lent-h100-xeon"}
-                                                 if runtime == "eager" else {})})
+        kw.update(system="hgx-h200", devices=devices)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if case.get("family") == "hf":

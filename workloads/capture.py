@@ -195,6 +195,8 @@ def _build_graph(ep, dtype: str, free: dict[str, int],
             outs = val if isinstance(val, (tuple, list)) else (val,)
             if traced_dtypes and name in ("_to_copy", "to") and _casts(node):
                 kind = ir.DATA_MOVEMENT
+            elif traced_dtypes and name in _TRAINING_KERNELS:
+                kind = ir.ELEMENTWISE     # dropout / its random mask in a training step
             elif kind == "free" or (name == "contiguous" and all(
                     isinstance(v, torch.Tensor) and v.is_contiguous() for v in outs)):
                 free[name] = free.get(name, 0) + 1
@@ -234,6 +236,12 @@ def _build_graph(ep, dtype: str, free: dict[str, int],
 
     walk(ep.graph, {}, "", None)
     return graph, unknown
+
+
+#: Dropout and the random masks it draws: kernels in a training step (free in inference,
+#: where dropout is the identity).
+_TRAINING_KERNELS = ("native_dropout", "dropout", "feature_dropout", "alpha_dropout",
+                     "bernoulli", "bernoulli_", "rand", "rand_like", "uniform_", "normal_")
 
 
 def _casts(node) -> bool:

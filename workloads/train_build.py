@@ -23,7 +23,7 @@ import torch
 
 from dse.errors import BadInput, CaptureError, DSEError, first_line
 from workloads import ir
-from workloads.training import TRAIN, capture_train
+from workloads.training import CAPTURE_VERSION, TRAIN, capture_train
 
 
 def _forward_phase(spec) -> str:
@@ -47,6 +47,7 @@ def resolve_zoo(model: str, batch: int | None, seq: int | None, dtype: str,
     args["forward_phase"] = args["phase"]
     args["phase"] = TRAIN
     args["loss"] = "cross_entropy" if spec.family in ("llm", "vision") else "mse"
+    args["train_capture"] = CAPTURE_VERSION
     if attention != "fused":
         args["attention"] = attention
     if weights and weights != dtype:
@@ -161,7 +162,8 @@ def hf_train_workload(path, batch: int | None = None, seq: int | None = None,
     import transformers
     key = {"hf_config": hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode())
            .hexdigest(), "moe": moe, "dtype": dtype, "transformers": transformers.__version__,
-           "phase": TRAIN, "batch": batch, "seq": seq, "kind": kind, "weights": weights or dtype}
+           "phase": TRAIN, "batch": batch, "seq": seq, "kind": kind, "weights": weights or dtype,
+           "train_capture": CAPTURE_VERSION}
     return cached(key, lambda: _capture_hf(config, data, kind, batch, seq, dtype, weights),
                   use_cache)
 

@@ -55,6 +55,9 @@ from workloads.op_kinds import classify
 from workloads.patterns import fuse_eager_attention
 
 TRAIN = "train"
+#: Version of the training capture's semantics, in its cache keys (bump when the graph a
+#: capture builds changes).
+CAPTURE_VERSION = 4
 LOSSES = ("cross_entropy", "mse")
 ATTENTIONS = ("fused", "eager")
 FWD, BWD, OPT = "fwd", "bwd", "opt"
