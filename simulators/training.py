@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -182,26 +183,36 @@ def peak_flops(design: Template, dtype: str) -> float:
     return op.flops / (cost.compute_s if cost.compute_s > 0 else cost.latency_s)
 
 
+#: Segment costs remembered across steps (a study simulates the same blocks on the same
+#: device preset for many layouts), entries.
+_COST_MEMO_SIZE = 8192
+_COST_MEMO: "OrderedDict[tuple, tuple[float, float]]" = OrderedDict()
+
+
 class _Costs:
-    """Compute costs of segment graphs on one design (cached by their op signatures)."""
+    """Compute costs of segment graphs on one design (memoised by the design's parameters and
+    the segment's op signatures and edges)."""
 
     def __init__(self, design: Template):
         self.design = design
-        self._cache: dict[Any, tuple[float, float]] = {}
+        self._design_key = json.dumps([type(design).__name__, dict(design.hw)],
+                                      sort_keys=True, default=str)
 
     def __call__(self, w: Workload) -> tuple[float, float]:
         """(latency_s, dynamic energy_j) of ``w`` on the design."""
         if not len(w):
             return 0.0, 0.0
-        key = (tuple(op_signature(op) for op in w.ops),
+        key = (self._design_key, tuple(op_signature(op) for op in w.ops),
                tuple(sorted((w.graph.nodes[u]["index"], w.graph.nodes[v]["index"])
                             for u, v in w.graph.edges)))
-        hit = self._cache.get(key)
+        hit = _COST_MEMO.get(key)
         if hit is None:
             planned = self.design.plan(w if self.design.SPARSE_ATTENTION else dense_equivalent(w))
             r = _simulate(planned, self.design, self.design.costs(planned))
             dynamic = r.energy_j - r.energy_breakdown_j.get("static", 0.0)
-            hit = self._cache[key] = (r.latency_s, dynamic)
+            hit = _COST_MEMO[key] = (r.latency_s, dynamic)
+            while len(_COST_MEMO) > _COST_MEMO_SIZE:
+                _COST_MEMO.popitem(last=False)
         return hit
 
 
@@ -272,10 +283,16 @@ def simulate_training(joint: Workload, system, layout: TrainLayout | dict | None
 
 
 def _coll(sysm, kind: str, nbytes: float, group: list[int]) -> tuple[float, float]:
+    """(time s, energy J) of one collective on ``sysm`` (memoised per system)."""
     if sysm is None or len(group) < 2 or nbytes <= 0:
         return 0.0, 0.0
-    c = sysm.collective(kind, nbytes, group)
-    return c.time_s, c.energy_j
+    memo = sysm.__dict__.setdefault("_train_collectives", {})
+    key = (kind, float(nbytes), tuple(group))
+    hit = memo.get(key)
+    if hit is None:
+        c = sysm.collective(kind, nbytes, group)
+        hit = memo[key] = (c.time_s, c.energy_j)
+    return hit
 
 
 def _run(plan: TrainPlan, sysm, design: Template, prec: Precision, opt: Optimizer,

@@ -372,8 +372,12 @@ def plan_training(joint: Workload, layout: TrainLayout) -> TrainPlan:
               if source_layer(joint, layer) in captured}
     share = {op.name: by_name[op.name].activation_bytes_written / op.activation_bytes_written
              for op in joint.ops if op.name in by_name and op.activation_bytes_written}
-    saved = {layer: saved_bytes(joint, layout.recompute, layer, share)
-             for layer in range(-1, layers + 1)}
+    by_source: dict[int, float] = {}
+    for layer in range(-1, layers + 1):
+        src = source_layer(joint, layer)
+        if src not in by_source:
+            by_source[src] = saved_bytes(joint, layout.recompute, layer, share)
+    saved = {layer: by_source[source_layer(joint, layer)] for layer in range(-1, layers + 1)}
     hidden = _boundary_bytes(joint, layers)
     p2p = hidden / layout.cp / (layout.tp if layout.sp else 1)
     return TrainPlan(layout=layout, joint=joint, device_graph=g, layers=layers,

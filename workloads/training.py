@@ -57,7 +57,7 @@ from workloads.patterns import fuse_eager_attention
 TRAIN = "train"
 #: Version of the training capture's semantics, in its cache keys (bump when the graph a
 #: capture builds changes).
-CAPTURE_VERSION = 4
+CAPTURE_VERSION = 5
 LOSSES = ("cross_entropy", "mse")
 ATTENTIONS = ("fused", "eager")
 FWD, BWD, OPT = "fwd", "bwd", "opt"
@@ -213,6 +213,36 @@ def _fused_attention(causal: bool):
 #: The dtypes a step is traced in (bytes then follow each tensor's own dtype); others are
 #: traced in fp32 and counted in the workload's dtype.
 TRACE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@contextmanager
+def _eager_attention():
+    """SDPA as frameworks ran it before fused attention kernels: ``softmax(Q K^T * scale +
+    mask) V`` as separate kernels in the inputs' dtype (the scores and probabilities written
+    out and the probabilities kept for backward). Dropout is left out: the zoo's models have
+    none, and a model with attention dropout would add its mask."""
+    original = F.scaled_dot_product_attention
+
+    def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+             enable_gqa=False):
+        if enable_gqa and key.shape[-3] != query.shape[-3]:
+            group = query.shape[-3] // key.shape[-3]
+            key = key.repeat_interleave(group, dim=-3)
+            value = value.repeat_interleave(group, dim=-3)
+        scores = query @ key.transpose(-2, -1) * (scale or query.shape[-1] ** -0.5)
+        if is_causal:
+            sq, sk = query.shape[-2], key.shape[-2]
+            keep = torch.ones(sq, sk, dtype=torch.bool, device=query.device).tril()
+            scores = scores.masked_fill(~keep, float("-inf"))
+        elif attn_mask is not None:
+            scores = scores + attn_mask if attn_mask.is_floating_point() else \
+                scores.masked_fill(~attn_mask, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ value
+    F.scaled_dot_product_attention = sdpa
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = original
 
 
 def _fake(mode, t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -443,8 +473,7 @@ def capture_train(module: nn.Module, args: tuple = (), kwargs: dict | None = Non
         raise BadInput("weights", weights, "expected one of " + ", ".join(ir.DTYPE_BYTES))
     traced = dtype in TRACE_DTYPES and weights in TRACE_DTYPES
     amp = TRACE_DTYPES[dtype] if traced and weights != dtype else None
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    with sdpa_kernel(SDPBackend.MATH) if attention == "eager" else _fused_attention(causal):
+    with _eager_attention() if attention == "eager" else _fused_attention(causal):
         gm, pnames, bnames, trainable, marks = trace_step(
             module, tuple(args), kwargs, loss, blocks,
             TRACE_DTYPES[weights] if traced else None, amp)

@@ -55,6 +55,15 @@ SERVING_METRICS = {
     "cost_per_mtok_usd": ("minimize", "US$ per million tokens"),
     "energy_per_token_j": ("minimize", "J"), "preemptions": ("minimize", "preemptions"),
     "rejected": ("minimize", "requests")}
+#: Metrics of a training study (``training:``, :meth:`simulators.training.TrainResult.metrics`):
+#: one step's time (s), tokens/s, MFU and HFU (0-1), the busiest device's memory (B), energy
+#: per step (J) and the time (s, days), cost (US$) and energy (J) to train the study's tokens.
+TRAINING_METRICS = {
+    "step_time_s": ("minimize", "s"), "tokens_per_s": ("maximize", "tokens/s"),
+    "mfu": ("maximize", "fraction"), "hfu": ("maximize", "fraction"),
+    "peak_memory_bytes": ("minimize", "B"), "energy_per_step_j": ("minimize", "J"),
+    "train_time_s": ("minimize", "s"), "train_time_days": ("minimize", "days"),
+    "train_cost_usd": ("minimize", "US$"), "train_energy_j": ("minimize", "J")}
 #: Metrics of a heterogeneous design's shared budgets.
 BUDGET_METRICS = {"total_pes": ("minimize", "PEs"),
                   "total_bandwidth_Bps": ("minimize", "B/s")}
@@ -65,9 +74,11 @@ _CONSTRAINT_RE = re.compile(r"^\s*([A-Za-z][\w\-]*(?:\.[A-Za-z_]\w*)?)\s*(<=|>=|
 
 
 def allowed_metrics(workload_labels: Sequence[str], heterogeneous: bool,
-                    system: bool = False, serving: bool = False) -> list[str]:
+                    system: bool = False, serving: bool = False,
+                    training: bool = False) -> list[str]:
     """Every metric name a study with these workloads may use."""
-    names = (list(SERVING_METRICS) if serving else []) + list(METRICS) + (
+    names = (list(SERVING_METRICS) if serving else []) + (
+        list(TRAINING_METRICS) if training else []) + list(METRICS) + (
         list(SYSTEM_METRICS) if system else [])
     if len(workload_labels) > 1:
         names += [f"{w}.{m}" for w in workload_labels for m in WORKLOAD_METRICS]
@@ -142,7 +153,7 @@ def parse_objective(raw: Any, field: str, allowed: Sequence[str]) -> Objective:
 def _usual_direction(metric: str) -> str:
     base = base_metric(metric)
     return (METRICS.get(base) or BUDGET_METRICS.get(base) or SYSTEM_METRICS.get(base)
-            or SERVING_METRICS.get(base) or ("minimize",))[0]
+            or SERVING_METRICS.get(base) or TRAINING_METRICS.get(base) or ("minimize",))[0]
 
 
 def parse_constraint(raw: Any, field: str, allowed: Sequence[str]) -> Constraint:
@@ -203,7 +214,7 @@ def totals(per_workload: Mapping[str, Mapping[str, float]], weights: Mapping[str
         out["throughput"] = per_workload[labels[0]]["throughput"]
     else:
         out["throughput"] = 1.0 / latency if latency > 0 else 0.0
-    for key in SERVING_METRICS:
+    for key in (*SERVING_METRICS, *TRAINING_METRICS):
         if all(key in per_workload[w] for w in labels):
             out[key] = sum(per_workload[w][key] for w in labels)
     if all("communication_s" in per_workload[w] for w in labels):
