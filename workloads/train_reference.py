@@ -45,6 +45,42 @@ def flop_counter_step(module: torch.nn.Module, loss_of: Callable[[torch.nn.Modul
     return counter.get_total_flops()
 
 
+def saved_storage_bytes(module: torch.nn.Module,
+                        loss_of: Callable[[torch.nn.Module], torch.Tensor]) -> int:
+    """Bytes of the storages autograd saves for backward in one forward of ``module`` (real
+    tensors; ``torch.autograd.graph.saved_tensors_hooks``), its parameters excluded."""
+    params = {p.untyped_storage().data_ptr() for p in module.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        st = t.untyped_storage()
+        if st.data_ptr() not in params:
+            seen[st.data_ptr()] = st.nbytes()
+        return t
+    module.train()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss_of(module)
+    return sum(seen.values())
+
+
+def zoo_step_reference(model: str, batch: int, seq: int | None,
+                       arch: dict | None = None) -> tuple[int, int]:
+    """(FlopCounterMode's FLOPs, autograd's saved bytes) of a real fp32 CPU training step of
+    zoo ``model`` with the loss :mod:`workloads.train_build` gives it."""
+    from workloads.train_build import resolve_zoo
+    from workloads.training import _loss_value
+    from workloads.zoo import get_model
+    args = resolve_zoo(model, batch, seq, "fp32", arch)
+    spec = get_model(model)
+    torch.manual_seed(0)
+    module = spec.build(args["arch"])
+    a, k = spec.inputs(args["arch"], args["forward_phase"], batch, args["seq"], 0)
+
+    def loss_of(m):
+        return _loss_value(m(*a, **k), args["loss"])
+    return flop_counter_step(module, loss_of), saved_storage_bytes(module, loss_of)
+
+
 def counted_flops(w: ir.Workload) -> int:
     """The workload's FLOPs of the kinds FlopCounterMode counts, forward and backward (the
     optimizer's ops are not an autograd step's)."""
