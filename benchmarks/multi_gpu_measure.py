@@ -13,9 +13,15 @@ Measure (one command on a machine of 2 or more NVLink GPUs; torch + NCCL only):
 * a Llama-2-70B-shaped decoder stack (hidden 8192, 64 heads, 8 KV heads, FFN 28672, vocab
   32000; ``--layers`` layers, random bf16 weights) with Megatron tensor parallelism (column-
   parallel QKV / gate-up / LM head, row-parallel output projections, one all-reduce after
-  attention and one after the MLP, the logits all-gathered), a preallocated KV cache, at
-  TP = 1 (rank 0 alone) and TP = world size: prefill and decode at several batch / length
-  points, decode also replayed as a CUDA graph.
+  attention and one after the MLP, the logits all-gathered), a preallocated KV cache, in
+  each layout of ``--layouts`` (default: TP = 1 on rank 0 alone, TP = world size, and on 4 or
+  more GPUs TP = world/2 x PP = 2): prefill and decode at several batch / length points,
+  decode also replayed as a CUDA graph. A pipeline layout ``tpApp B`` puts stage s (layers
+  s*L/B .. (s+1)*L/B - 1, the embedding on the first stage and the LM head on the last) on
+  ranks s*A .. (s+1)*A - 1, each stage tensor-parallel over its A ranks, the hidden state
+  sent stage to stage (rank r to rank r + A); one request is timed end to end, every
+  iteration starting from a barrier, so a stage cannot run ahead of the one before it (the
+  latency of one step, as the system model predicts it, not a pipelined throughput).
 
 Results go to ``$OUT/multi_gpu_measure.json`` (``--out`` overrides); progress is printed.
 ``--dry-run`` runs the same code on CPU with the gloo backend at tiny sizes (collectives gloo
@@ -27,8 +33,12 @@ Compare (no GPU; needs the dse package):
     python benchmarks/multi_gpu_measure.py --compare $OUT/multi_gpu_measure.json [--system hgx-h200]
 
 prints the model's prediction of every measured row (``dse collective`` and ``dse simulate
-llama2-70b --arch n_layer=L --system S --devices TP --tp TP``) with the error, and the TP
-speed-up (TP1 time / TP2 time) measured and predicted.
+llama2-70b --arch n_layer=L --system S --devices TP*PP --tp TP --pp PP``) with the error, and
+each layout's speed-up over TP = 1 (TP1 time / layout time) measured and predicted.
+
+Eight GPUs (issue 35): ``torchrun --nproc_per_node 8 benchmarks/multi_gpu_measure.py``
+measures collectives on 8 ranks and the stack at TP = 1, TP = 8 and TP = 4 x PP = 2;
+compare with ``--system dgx-h100`` (H100s) or ``hgx-h200``.
 """
 
 from __future__ import annotations
@@ -95,6 +105,21 @@ class Timer:
         self.dist.barrier()
         return elapsed_s(self.torch, lambda: [fn() for _ in range(iters)], self.cuda) / iters
 
+    def synchronised(self, fn, warmup: int, iters: int, group_ranks: int) -> float:
+        """Median time of ``fn`` with every iteration started from a world barrier (so a
+        pipeline stage cannot run ahead of the stage before it), s. Ranks at or past
+        ``group_ranks`` pass ``fn=None`` and only join the barriers."""
+        times = []
+        for i in range(warmup + iters):
+            self._sync()
+            self.dist.barrier()
+            if fn is None:
+                continue
+            t = elapsed_s(self.torch, fn, self.cuda)
+            if i >= warmup:
+                times.append(t)
+        return statistics.median(times) if times else 0.0
+
     def _sync(self):
         if self.cuda:
             self.torch.cuda.synchronize()
@@ -144,18 +169,22 @@ def measure_collectives(torch, dist, device, timer, sizes, dtype) -> list[dict]:
     return out
 
 
-def build_stack(torch, F, dist, shape, layers, tp, rank, batch, max_len, device, dtype):
-    """Random weights of a Megatron-split Llama stack for rank ``rank`` of ``tp``, and its
-    forward ``fn(x_ids, pos)`` returning the gathered last-token logits."""
+def build_stack(torch, F, dist, shape, layers, tp, rank, batch, max_len, device, dtype,
+                first: bool = True, last: bool = True):
+    """Random weights of a Megatron-split Llama stack (``layers`` layers: one pipeline stage's)
+    for rank ``rank`` of ``tp``, and its forward ``fn(x, pos)``: ``x`` the token ids on the
+    first stage, else the hidden state; returns the gathered last-token logits on the last
+    stage, else the hidden state to send on."""
     d, heads, kvh, ff, vocab = (shape[k] for k in ("d", "heads", "kv_heads", "ff", "vocab"))
     hd = d // heads
     hl, kl = heads // tp, kvh // tp
-    g = torch.Generator(device="cpu").manual_seed(1234 + rank)
+    # drawn on the device itself: a 70B-shaped stage's weights drawn on the CPU took ~1 min
+    g = torch.Generator(device=device).manual_seed(1234 + rank)
 
     def w(*s):
-        return (torch.randn(*s, generator=g) * 0.02).to(device=device, dtype=dtype)
+        return (torch.randn(*s, generator=g, device=device, dtype=torch.float32) * 0.02).to(dtype)
 
-    emb = w(vocab, d)
+    emb = w(vocab, d) if first else None
     params = []
     for _ in range(layers):
         params.append(dict(
@@ -166,7 +195,7 @@ def build_stack(torch, F, dist, shape, layers, tp, rank, batch, max_len, device,
             k=torch.zeros(batch, kl, max_len, hd, device=device, dtype=dtype),
             v=torch.zeros(batch, kl, max_len, hd, device=device, dtype=dtype)))
     norm = torch.ones(d, device=device, dtype=dtype)
-    head = w(d, vocab // tp)
+    head = w(d, vocab // tp) if last else None
     inv = 1.0 / (10000.0 ** (torch.arange(0, hd, 2, device=device).float() / hd))
     positions = torch.arange(max_len, device=device).float()
     freqs = torch.outer(positions, inv)
@@ -182,8 +211,8 @@ def build_stack(torch, F, dist, shape, layers, tp, rank, batch, max_len, device,
         return x * c + rot * s
 
     def forward(ids, pos):
-        b, s = ids.shape
-        x = emb[ids]
+        b, s = ids.shape[:2]
+        x = emb[ids] if first else ids
         c, sn = cos[pos:pos + s], sin[pos:pos + s]
         for p in params:
             h = rms(x, p["n1"])
@@ -207,6 +236,8 @@ def build_stack(torch, F, dist, shape, layers, tp, rank, batch, max_len, device,
             if tp > 1:
                 dist.all_reduce(o)
             x = x + o
+        if not last:
+            return x
         logits = rms(x[:, -1], norm) @ head
         if tp > 1:
             dist.all_gather([torch.empty_like(logits) for _ in range(tp)], logits.contiguous())
@@ -215,37 +246,104 @@ def build_stack(torch, F, dist, shape, layers, tp, rank, batch, max_len, device,
     return forward
 
 
-def measure_stack(torch, F, dist, device, timer, shape, layers, prefill, decode, dtype,
-                  graphs: bool) -> list[dict]:
-    world, rank = dist.get_world_size(), dist.get_rank()
+def parse_layouts(text: str | None, world: int) -> list[tuple[int, int]]:
+    """``"tp1,tp8,tp4pp2"`` -> [(1, 1), (8, 1), (4, 2)]; default: TP=1, TP=world and, on 4 or
+    more ranks, TP=world/2 x PP=2. Each layout must fit the world."""
+    if not text:
+        out = [(1, 1), (world, 1)] + ([(world // 2, 2)] if world >= 4 and world % 2 == 0 else [])
+        return sorted(set(out), key=out.index)
     out = []
-    for tp in sorted({1, world}):
-        active = rank < tp
-        sub = dist.new_group(list(range(tp))) if tp > 1 else None
+    for part in text.split(","):
+        part = part.strip().lower()
+        tp_s, _, pp_s = part.removeprefix("tp").partition("pp")
+        if not part.startswith("tp") or not tp_s.isdigit() or (pp_s and not pp_s.isdigit()):
+            raise SystemExit(f"--layouts: {part!r} is not tpN or tpNppM")
+        tp, pp = int(tp_s), int(pp_s or 1)
+        if tp < 1 or pp < 1 or tp * pp > world:
+            raise SystemExit(f"--layouts: {part!r} needs {tp * pp} ranks, world is {world}")
+        out.append((tp, pp))
+    return out
+
+
+class _Pipeline:
+    """One rank's part of a ``tp x pp`` layout: its stage's forward, the hidden state received
+    from the stage before (rank - tp) and sent to the stage after (rank + tp)."""
+
+    def __init__(self, torch, dist, fwd, tp, pp, rank, hidden_shape, dtype, device):
+        self.torch, self.dist, self.fwd = torch, dist, fwd
+        self.stage = rank // tp
+        self.tp, self.pp, self.rank = tp, pp, rank
+        self.buf = torch.empty(hidden_shape, dtype=dtype, device=device)
+
+    def recv(self):
+        if self.stage > 0:
+            self.dist.recv(self.buf, src=self.rank - self.tp)
+            return self.buf
+        return None
+
+    def send(self, x):
+        if self.stage < self.pp - 1:
+            self.dist.send(x.contiguous(), dst=self.rank + self.tp)
+
+
+def measure_stack(torch, F, dist, device, timer, shape, layers, prefill, decode, dtype,
+                  graphs: bool, layouts: list[tuple[int, int]]) -> list[dict]:
+    rank = dist.get_rank()
+    out = []
+    for tp, pp in layouts:
+        devices = tp * pp
+        active = rank < devices
+        stage = rank // tp
+        # one TP group per stage; every rank takes part in creating every group
+        groups = [dist.new_group(list(range(s * tp, (s + 1) * tp))) if tp > 1 else None
+                  for s in range(pp)]
+        sub = groups[stage] if active and tp > 1 else None
         mdist = _GroupDist(dist, sub) if sub is not None else dist
         max_len = max([s for _, s in prefill] + [c + 1 for _, c in decode])
         batch = max([b for b, _ in prefill] + [b for b, _ in decode])
-        fwd = build_stack(torch, F, mdist, shape, layers, tp, rank, batch, max_len, device,
-                          dtype) if active else None
+        stage_layers = layers // pp
+        fwd = build_stack(torch, F, mdist, shape, stage_layers, tp, rank % tp, batch, max_len,
+                          device, dtype, first=stage == 0,
+                          last=stage == pp - 1) if active else None
         for phase, points in (("prefill", prefill), ("decode", decode)):
             for b, n in points:
-                row = {"tp": tp, "phase": phase, "batch": b, "layers": layers,
+                row = {"tp": tp, "pp": pp, "phase": phase, "batch": b, "layers": layers,
                        **({"seq": n} if phase == "prefill" else {"context": n})}
-                ids = torch.randint(0, shape["vocab"], (b, n if phase == "prefill" else 1),
-                                    device=device)
+                steps = n if phase == "prefill" else 1
+                ids = torch.randint(0, shape["vocab"], (b, steps), device=device)
                 pos = 0 if phase == "prefill" else n
                 t_eager = t_graph = 0.0
                 dist.barrier()
                 if active:
+                    pipe = _Pipeline(torch, dist, fwd, tp, pp, rank, (b, steps, shape["d"]),
+                                     dtype, device) if pp > 1 else None
                     with torch.no_grad():
-                        t_eager = timer(lambda: fwd(ids, pos), 2, 5 if phase == "prefill" else 10)
+                        if pipe is None:
+                            t_eager = timer(lambda: fwd(ids, pos), 2,
+                                            5 if phase == "prefill" else 10)
+                        else:
+                            def step(run=lambda x: fwd(x, pos)):
+                                got = pipe.recv()
+                                pipe.send(run(ids if got is None else got))
+                            t_eager = timer.synchronised(step, 2,
+                                                         5 if phase == "prefill" else 10,
+                                                         group_ranks=devices)
                         if graphs and phase == "decode" and timer.cuda:
-                            t_graph = _graph_time(torch, timer, lambda: fwd(ids, pos))
+                            t_graph = _graph_time(torch, timer, lambda: fwd(ids, pos)) \
+                                if pipe is None else _pipeline_graph_time(
+                                    torch, timer, fwd, pipe, ids, pos, devices)
+                else:
+                    if pp > 1:     # ranks outside the layout still join its barriers
+                        timer.synchronised(None, 2, 5 if phase == "prefill" else 10,
+                                           group_ranks=devices)
+                        if graphs and phase == "decode" and timer.cuda:
+                            timer.synchronised(None, 3, 20, group_ranks=devices)
                 row["time_s"] = timer.slowest(t_eager)
                 if graphs and phase == "decode" and timer.cuda:
                     row["graph_time_s"] = timer.slowest(t_graph)
                 out.append(row)
-                _log(f"  tp={tp} {phase:<8} b={b:<3} {'s' if phase == 'prefill' else 'ctx'}="
+                _log(f"  tp={tp} pp={pp} {phase:<8} b={b:<3} "
+                     f"{'s' if phase == 'prefill' else 'ctx'}="
                      f"{n:<5} eager {row['time_s'] * 1e3:9.3f} ms"
                      + (f"   graph {row['graph_time_s'] * 1e3:9.3f} ms"
                         if "graph_time_s" in row else ""))
@@ -253,6 +351,27 @@ def measure_stack(torch, F, dist, device, timer, shape, layers, prefill, decode,
         if timer.cuda:
             torch.cuda.empty_cache()
     return out
+
+
+def _pipeline_graph_time(torch, timer, fwd, pipe, ids, pos, devices) -> float:
+    """A pipeline decode step with each stage's compute replayed as a CUDA graph and the
+    stage-to-stage transfer eager, every iteration from a barrier, s."""
+    stream = torch.cuda.Stream()
+    static_in = pipe.buf if pipe.stage > 0 else ids
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.no_grad():
+        for _ in range(3):
+            fwd(static_in, pos)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), torch.no_grad():
+        static_out = fwd(static_in, pos)
+
+    def step():
+        pipe.recv()                 # into pipe.buf, the graph's input on stages > 0
+        graph.replay()
+        pipe.send(static_out)
+    return timer.synchronised(step, 3, 20, group_ranks=devices)
 
 
 def _graph_time(torch, timer, fn) -> float:
@@ -316,8 +435,11 @@ def run_measure(args) -> int:
         layers = 2 if args.dry_run else args.layers
         prefill = [(1, 8), (2, 16)] if args.dry_run else PREFILL
         decode = [(1, 16), (2, 16)] if args.dry_run else DECODE
+        layouts = parse_layouts(args.layouts, world)
+        if any(layers % pp for _, pp in layouts):
+            raise SystemExit(f"--layers {layers} must divide by every layout's pp")
         stack = measure_stack(torch, F, dist, device, timer, shape, layers, prefill, decode,
-                              dtype, graphs=not args.no_graphs)
+                              dtype, graphs=not args.no_graphs, layouts=layouts)
     if rank == 0:
         result = {
             "device": torch.cuda.get_device_name(device) if cuda else "cpu",
@@ -357,44 +479,54 @@ def compare(path: str, system: str) -> dict:
                   "vocab_size": shape["vocab"]}
     for m in data["stack"]:
         length = m.get("seq", m.get("context"))
+        tp, pp = m["tp"], m.get("pp", 1)
+        name = layout_name(tp, pp)
         kw = dict(phase=m["phase"], batch=m["batch"],       # the stack's cache holds ctx + 1
                   arch={"n_layer": m["layers"], "max_seq": max(4096, length + 1), **arch_shape})
         kw.update({"seq": m["seq"]} if m["phase"] == "prefill" else {"context": m["context"]})
-        r = api.simulate("llama2-70b", system=system, devices=m["tp"],
-                         parallel={"tp": m["tp"]}, **kw)
+        r = api.simulate("llama2-70b", system=system, devices=tp * pp,
+                         parallel={"tp": tp, "pp": pp}, **kw)
         key = (m["phase"], m["batch"], length)
         # The system engine predicts device time (runtime ``kernels``): a decode step's is its
         # CUDA-graph replay; an eager decode step of a few ms is bound by the host's dispatch
         # (listed, kind "eager decode", outside the medians). Prefill is device-bound.
         device_s = m.get("graph_time_s") or m["time_s"]
-        model_of[(key, m["tp"])] = (r.latency_s, device_s)
+        model_of[(key, name)] = (r.latency_s, device_s)
         for mode in ("time_s", "graph_time_s"):
             if m.get(mode):
                 host_bound = mode == "time_s" and m["phase"] == "decode"
-                rows.append({"what": f"tp={m['tp']} {m['phase']} b={m['batch']} "
+                rows.append({"what": f"{name} {m['phase']} b={m['batch']} "
                                      f"{'s' if m['phase'] == 'prefill' else 'ctx'}="
                                      f"{key[2]} {'graph' if mode == 'graph_time_s' else 'eager'}",
                              "measured_s": m[mode], "model_s": r.latency_s,
                              "error": r.latency_s / m[mode] - 1,
-                             "kind": "eager decode" if host_bound else f"tp{m['tp']}"})
+                             "kind": "eager decode" if host_bound else name})
     speedups = []
-    tps = sorted({tp for _, tp in model_of})
-    for (key, tp), (model, meas) in sorted(model_of.items()):
-        if tp == 1 or (key, 1) not in model_of:
+    names = sorted({n for _, n in model_of}, key=lambda n: (len(n), n))
+    for (key, name), (model, meas) in sorted(model_of.items()):
+        if name == "tp1" or (key, "tp1") not in model_of:
             continue
-        m1, e1 = model_of[(key, 1)]
-        speedups.append({"what": f"{key[0]} b={key[1]} n={key[2]}", "tp": tp,
+        m1, e1 = model_of[(key, "tp1")]
+        speedups.append({"what": f"{key[0]} b={key[1]} n={key[2]}", "layout": name,
                          "measured": e1 / meas, "model": m1 / model,
                          "error": (m1 / model) / (e1 / meas) - 1})
     big = [abs(r["error"]) for r in rows if r["kind"] == "collective" and r["bytes"] >= 2**20]
     return {"device": data["device"], "system": system, "rows": rows, "speedups": speedups,
-            "tps": tps,
+            "layouts": names,
             "median_abs_error": {
                 "collectives >= 1 MiB": statistics.median(big) if big else math.nan,
-                **{f"tp{tp}": statistics.median([abs(r["error"]) for r in rows
-                                                 if r["kind"] == f"tp{tp}"] or [math.nan])
-                   for tp in tps},
-                "speed-up": statistics.median([abs(s["error"]) for s in speedups] or [math.nan])}}
+                **{name: statistics.median([abs(r["error"]) for r in rows
+                                            if r["kind"] == name] or [math.nan])
+                   for name in names},
+                "speed-up": statistics.median([abs(s["error"]) for s in speedups] or [math.nan]),
+                **{f"speed-up {name}": statistics.median(
+                    [abs(s["error"]) for s in speedups if s["layout"] == name] or [math.nan])
+                   for name in names if name != "tp1"}}}
+
+
+def layout_name(tp: int, pp: int) -> str:
+    """``tp8`` or ``tp4pp2``: a stack row's layout as the comparison groups it."""
+    return f"tp{tp}" + (f"pp{pp}" if pp > 1 else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -403,6 +535,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="CPU + gloo at tiny sizes")
     ap.add_argument("--layers", type=int, default=8, help="decoder layers of the stack")
     ap.add_argument("--no-graphs", action="store_true", help="skip CUDA-graph decode")
+    ap.add_argument("--layouts", help="stack layouts, e.g. tp1,tp8,tp4pp2 (default: tp1, "
+                                      "tp=world and, on >= 4 GPUs, tp=world/2 x pp=2)")
     ap.add_argument("--no-collectives", action="store_true", help="measure the stack only")
     ap.add_argument("--no-stack", action="store_true", help="measure the collectives only")
     ap.add_argument("--compare", metavar="JSON", help="compare a measurement with the model")
@@ -414,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r['what']:<42}{r['measured_s'] * 1e6:>12.1f} us{r['model_s'] * 1e6:>12.1f}"
                   f" us{100 * r['error']:>+9.1f}%")
         for s in res["speedups"]:
-            print(f"speed-up tp{s['tp']} {s['what']:<28} measured {s['measured']:.2f}  model "
+            print(f"speed-up {s['layout']} {s['what']:<28} measured {s['measured']:.2f}  model "
                   f"{s['model']:.2f}  {100 * s['error']:+.1f}%")
         print("median |error|: " + ", ".join(f"{k} {100 * v:.1f}%"
                                              for k, v in res["median_abs_error"].items()))

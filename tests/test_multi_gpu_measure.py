@@ -15,7 +15,8 @@ def test_dry_run_measures_and_compares(tmp_path):
     script = ROOT / "benchmarks" / "multi_gpu_measure.py"
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",
                           "2", "--master_port", "29517", str(script), "--dry-run", "--out",
-                          str(tmp_path)], capture_output=True, text=True, timeout=300,
+                          str(tmp_path), "--layouts", "tp1,tp2,tp1pp2"],
+                         capture_output=True, text=True, timeout=300,
                          cwd=ROOT)
     assert run.returncode == 0, run.stderr[-2000:]
     data = json.loads((tmp_path / "multi_gpu_measure.json").read_text())
@@ -23,14 +24,27 @@ def test_dry_run_measures_and_compares(tmp_path):
     kinds = {c["collective"] for c in data["collectives"]}
     assert {"all_reduce", "broadcast", "send_recv"} <= kinds
     assert all(c["time_s"] > 0 and c["busbw_Bps"] > 0 for c in data["collectives"])
-    assert {(r["tp"], r["phase"]) for r in data["stack"]} == {
-        (1, "prefill"), (1, "decode"), (2, "prefill"), (2, "decode")}
+    assert {(r["tp"], r["pp"], r["phase"]) for r in data["stack"]} == {
+        (tp, pp, phase) for tp, pp in ((1, 1), (2, 1), (1, 2)) for phase in ("prefill", "decode")}
+    assert all(r["time_s"] > 0 for r in data["stack"])
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from multi_gpu_measure import compare
     res = compare(str(tmp_path / "multi_gpu_measure.json"), "hgx-h200")
     assert len(res["rows"]) == len(data["collectives"]) + len(data["stack"])
-    assert len(res["speedups"]) == len(data["stack"]) // 2
+    assert len(res["speedups"]) == 2 * len(data["stack"]) // 3     # tp2 and tp1pp2 over tp1
+    assert {s["layout"] for s in res["speedups"]} == {"tp2", "tp1pp2"}
     assert all(r["model_s"] > 0 for r in res["rows"])
+
+
+def test_layouts_parse_and_refuse():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from multi_gpu_measure import parse_layouts
+    assert parse_layouts(None, 8) == [(1, 1), (8, 1), (4, 2)]
+    assert parse_layouts(None, 2) == [(1, 1), (2, 1)]
+    assert parse_layouts("tp1,tp8,tp4pp2", 8) == [(1, 1), (8, 1), (4, 2)]
+    for bad in ("tp16", "pp2", "tp4pp3", "tpx"):
+        with pytest.raises(SystemExit):
+            parse_layouts(bad, 8)
 
 
 @pytest.mark.parametrize("name, tp", [("multi_gpu_h100x2.json", 2), ("multi_gpu_h100x4.json", 4)])
