@@ -19,8 +19,6 @@ import time
 import warnings
 from pathlib import Path
 
-import torch
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -83,27 +81,11 @@ def zoo_row(name: str) -> dict:
 
 
 def hf_row(name: str, cfg: dict) -> dict:
-    from workloads import hf
-    from workloads.train_build import _hf_train_class, hf_train_workload
-    from workloads.train_reference import counted_flops, flop_counter_step
-    from workloads.training import _fused_attention
+    from workloads.train_build import hf_train_workload
+    from workloads.train_reference import counted_flops, hf_step_reference
     w = hf_train_workload(cfg, batch=2, seq=16, dtype="fp32")
-    config = hf.make_config(dict(cfg))
-    kind = hf.task(config)
-    if kind == "seq2seq":
-        config.decoder_start_token_id = config.pad_token_id = 0
-    cls, _ = _hf_train_class(config, kind)
-    torch.manual_seed(0)
-    model = cls.from_config(config)
-    if kind == "vision":
-        x = {"pixel_values": torch.randn(2, 3, 32, 32), "labels": torch.zeros(2, dtype=torch.long)}
-    else:
-        ids = torch.randint(0, 128, (2, 16))
-        x = {"input_ids": ids, "labels": ids}
-    with _fused_attention(causal=kind == "causal"):
-        ref = flop_counter_step(model, lambda m: m(**x).loss)
-    return {"model": name, "torch": ref, "ours": counted_flops(w), "dense_wgrad": 0,
-            "saved_ref": None, "saved": None}
+    return {"model": name, "torch": hf_step_reference(cfg, 2, 16), "ours": counted_flops(w),
+            "dense_wgrad": 0, "saved_ref": None, "saved": None}
 
 
 def main() -> int:

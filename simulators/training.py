@@ -56,8 +56,8 @@ from workloads.gna import dense_equivalent
 from workloads.ir import Op, Workload, op_signature
 from workloads.train_parallel import (TrainLayout, TrainPlan, _segment_workload, plan_training,
                                       train_layout_from, workspace_bytes)
-from workloads.train_step import (Optimizer, Precision, optimizer_from, optimizer_ops,
-                                  precision_from)
+from workloads.train_step import (Optimizer, Precision, _rebuild, optimizer_from,
+                                  optimizer_ops, precision_from)
 from workloads.training import BWD, FWD
 
 #: Memory categories, in report order.
@@ -298,184 +298,50 @@ def _coll(sysm, kind: str, nbytes: float, group: list[int]) -> tuple[float, floa
 def _run(plan: TrainPlan, sysm, design: Template, prec: Precision, opt: Optimizer,
          node: Host, accumulate: str, train_tokens: float) -> TrainResult:
     lay = plan.layout
-    pp, m = lay.pp, plan.microbatches
-    nchunks = len(plan.chunks)
+    m = plan.microbatches
     costs = _Costs(design)
-    wbytes, gbytes = prec.bytes_of("weights"), prec.bytes_of("gradients")
-    # -- block times on one device of each stage
-    seg_t: dict[tuple[int, str, int], float] = {}
-    energy_per_mb = [0.0] * pp          # dynamic J per micro-batch per device of each stage
-    seg_cost: dict[tuple[int, str, int], tuple[float, float]] = {}
-    for layer in range(-1, plan.layers + 1):
-        stage = plan.stage_of_chunk(plan.chunk_of(layer))
-        for p in (FWD, BWD):
-            seg = plan.segment(layer, p)
-            if seg is None:
-                continue
-            key = (id(seg), stage)
-            if key not in seg_cost:
-                lat, dyn = costs(seg.compute)
-                for kind, nbytes, group in seg.collectives:
-                    ranks = lay.group("tp" if group == "tp" else "cp", pp=stage)
-                    t, e = _coll(sysm, kind, nbytes, ranks)
-                    lat += t
-                    dyn += e / max(len(ranks), 1)
-                seg_cost[key] = (lat, dyn)
-            seg_t[(layer, p, stage)] = seg_cost[key][0]
-            energy_per_mb[stage] += seg_cost[key][1]
-    zero3 = lay.zero == 3 and lay.dp * lay.cp > 1
-    shard = lay.dp * lay.cp if lay.zero >= 1 else 1
-    dp_group = [lay.group("dpcp", pp=s) for s in range(pp)]
-    chunk_f, chunk_b = [], []
-    comm_energy = [0.0] * pp
-    for c, blocks in enumerate(plan.chunks):
-        s = plan.stage_of_chunk(c)
-        f = [seg_t.get((layer, FWD, s), 0.0) for layer in blocks]
-        b = [seg_t.get((layer, BWD, s), 0.0) for layer in reversed(blocks)]
-        if zero3 or lay.zero == 2 and lay.dp * lay.cp > 1:
-            gat, rs = [], []
-            for layer in blocks:
-                n = plan.params.get(layer, 0.0)
-                tg, eg = _coll(sysm, "all_gather", n * wbytes, dp_group[s]) if zero3 else (0, 0)
-                tr, er = _coll(sysm, "reduce_scatter", n * gbytes, dp_group[s])
-                gat.append(tg)
-                rs.append(tr)
-                comm_energy[s] += (2 * eg + er) * m / len(dp_group[s])
-            chunk_f.append(_overlapped(f, gat, [0.0] * len(f)))
-            chunk_b.append(_overlapped(b, gat[::-1], rs[::-1]))
-        else:
-            chunk_f.append(sum(f))
-            chunk_b.append(sum(b))
-    # -- the schedule
-    if pp > 1:
-        src = [lay.rank(pp=s) for s in range(pp)]
-        p2p_t, p2p_e = _coll(sysm, "send_recv", plan.p2p_bytes, [src[0], src[1 % pp]])
-    else:
-        p2p_t = p2p_e = 0.0
-    kind = lay.schedule if pp > 1 or lay.chunks > 1 else "1f1b"
-    order = schedule(kind, pp, m, lay.chunks)
+    seg_t, energy = _block_times(plan, sysm, costs)
+    chunk_f, chunk_b = _chunk_times(plan, sysm, seg_t, prec, energy)
+    p2p_t = _coll(sysm, "send_recv", plan.p2p_bytes, [lay.rank(pp=0), lay.rank(pp=1)])[0] \
+        if lay.pp > 1 else 0.0
+    kind = lay.schedule if lay.pp > 1 or lay.chunks > 1 else "1f1b"
     saved_chunk = [sum(plan.saved_bytes.get(layer, 0.0) for layer in blocks)
                    for blocks in plan.chunks]
-    run = run_schedule(order, lambda t: chunk_f[t[2]] if t[0] == F else chunk_b[t[2]],
-                       lambda t: p2p_t, nchunks, lambda c: saved_chunk[c])
-    spans: list[tuple[int, str, str, str, float, float]] = []
-    for s, sp in enumerate(run.spans):
-        dev = lay.rank(pp=s)
-        prev = 0.0
-        for (k, mb, c), b0, e0 in sp:
-            if b0 > prev + 1e-12:
-                spans.append((dev, "compute", "bubble", "bubble", prev, b0))
-            spans.append((dev, "compute", f"{k}{mb} chunk{c}", "forward" if k == F else
-                          "backward", b0, e0))
-            prev = e0
-    # -- data-parallel gradient reduction (ZeRO 0-1), per stage
-    finish = [0.0] * pp
-    exposed_comm = [0.0] * pp
-    for s in range(pp):
-        compute_end = max((e for _, _, e in run.spans[s]), default=0.0)
-        comm_end = compute_end
-        if lay.zero <= 1 and len(dp_group[s]) > 1:
-            kindr = "all_reduce" if lay.zero == 0 else "reduce_scatter"
-            bucket = lay.bucket_mb * 1e6
-            comm_free = 0.0
-            pending, ready_at = 0.0, 0.0
-            dev = lay.rank(pp=s)
-            for c in sorted((c for c in range(nchunks) if plan.stage_of_chunk(c) == s),
-                            key=lambda c: run.last_backward.get(c, (0, 0))[1]):
-                b0, e0 = run.last_backward.get(c, (compute_end, compute_end))
-                blocks = list(reversed(plan.chunks[c]))
-                times = [seg_t.get((layer, BWD, s), 0.0) for layer in blocks]
-                total = sum(times) or 1.0
-                acc = 0.0
-                for layer, t in zip(blocks, times):
-                    acc += t
-                    at = b0 + (e0 - b0) * acc / total if lay.overlap_grad_reduce else compute_end
-                    pending += plan.params.get(layer, 0.0) * gbytes
-                    ready_at = at
-                    if pending >= bucket:
-                        tc, ec = _coll(sysm, kindr, pending, dp_group[s])
-                        start = max(comm_free, ready_at)
-                        comm_free = start + tc
-                        spans.append((dev, "communication", f"{kindr} {pending / 1e6:.0f} MB",
-                                      "dp", start, comm_free))
-                        comm_energy[s] += ec / len(dp_group[s])
-                        pending = 0.0
-            if pending > 0:
-                tc, ec = _coll(sysm, kindr, pending, dp_group[s])
-                start = max(comm_free, ready_at)
-                comm_free = start + tc
-                spans.append((dev, "communication", f"{kindr} {pending / 1e6:.0f} MB", "dp",
-                              start, comm_free))
-                comm_energy[s] += ec / len(dp_group[s])
-            comm_end = max(compute_end, comm_free)
-        exposed_comm[s] = comm_end - compute_end
-        finish[s] = comm_end
-    # -- optimizer (and ZeRO 1-2's weight all-gather), per stage
-    params_stage = [sum(plan.params.get(layer, 0.0) for c in range(nchunks)
-                        if plan.stage_of_chunk(c) == s for layer in plan.chunks[c])
-                    for s in range(pp)]
-    opt_t = [0.0] * pp
-    ag_t = [0.0] * pp
-    for s in range(pp):
-        per_layer = {layer: plan.params.get(layer, 0.0) / shard for c in range(nchunks)
-                     if plan.stage_of_chunk(c) == s for layer in plan.chunks[c]}
-        n = sum(per_layer.values())
-        if lay.offload_optimizer == "none":
-            ops = optimizer_ops(plan.joint, opt, prec, {k: int(v) for k, v in per_layer.items()})
-            if ops:
-                w = _segment_ops(plan.joint, ops)
-                t, e = costs(w)
-                opt_t[s] = t
-                energy_per_mb[s] += e / m
-        else:
-            opt_t[s] = _offloaded_step(n, prec, opt, node, lay, len(per_layer))
-        if 1 <= lay.zero <= 2 and shard > 1:
-            ag_t[s], e = _coll(sysm, "all_gather", params_stage[s] * wbytes, dp_group[s])
-            comm_energy[s] += e / len(dp_group[s])
-        if accumulate == "add" and m > 1:    # .grad += per extra micro-batch
-            acc = Op(name="grad_acc", kind=ir.ELEMENTWISE, target="add_",
-                     input_shapes=((int(params_stage[s]),),) * 2,
-                     output_shapes=((int(params_stage[s]),),), dtype=prec.gradients,
-                     bytes_per_element=int(gbytes), flops=int(params_stage[s]),
-                     activation_bytes_read=int(2 * gbytes * params_stage[s]),
-                     activation_bytes_written=int(gbytes * params_stage[s]),
-                     attrs={"elements": int(params_stage[s])})
-            t_acc = design.cost(acc).latency_s * (m - 1)
-            finish[s] += t_acc
-    step_ends = [finish[s] + opt_t[s] + ag_t[s] for s in range(pp)]
+    run = run_schedule(schedule(kind, lay.pp, m, lay.chunks),
+                       lambda t: chunk_f[t[2]] if t[0] == F else chunk_b[t[2]],
+                       lambda t: p2p_t, len(plan.chunks), lambda c: saved_chunk[c])
+    spans = _compute_spans(plan, run)
+    finish, exposed = _reduce_gradients(plan, sysm, run, seg_t, prec.bytes_of("gradients"),
+                                        spans, energy)
+    opt_t, ag_t = _optimizer_step(plan, sysm, design, costs, prec, opt, node, accumulate,
+                                  finish, energy)
+    step_ends = [finish[s] + opt_t[s] + ag_t[s] for s in range(lay.pp)]
     step = max(step_ends)
-    for s in range(pp):
+    for s in range(lay.pp):
         dev = lay.rank(pp=s)
         spans.append((dev, "compute", "optimizer", "optimizer", finish[s], finish[s] + opt_t[s]))
         if ag_t[s]:
             spans.append((dev, "communication", "all_gather weights", "dp",
                           finish[s] + opt_t[s], step_ends[s]))
-    # -- memory per device of each stage
-    memory = [_memory(plan, s, prec, opt, run.peak_in_flight[s], shard) for s in range(pp)]
-    capacity = float(design.memory_capacity_bytes() or 0.0)
-    host_bytes = _host_bytes(plan, prec, opt, shard, node)
-    # -- energy, cost, flops
+    shard = lay.dp * lay.cp if lay.zero >= 1 else 1
+    memory = [_memory(plan, s, prec, opt, run.peak_in_flight[s], shard) for s in range(lay.pp)]
     devices = lay.devices
-    static_w = sysm.physical().static_w if sysm is not None else design.static_power_w()
-    dyn = sum((energy_per_mb[s] * m + comm_energy[s]) * lay.tp * lay.cp * lay.dp
-              for s in range(pp))
     offloaded = lay.offload_optimizer != "none" or lay.offload_params != "none"
     nodes = math.ceil(devices / node.devices_per_node)
-    host_w = node.power_w() * nodes if offloaded else 0.0
-    energy = dyn + (static_w + host_w) * step
-    cost = (sysm.physical().cost_usd if sysm is not None else design.physical().cost_usd
-            if design.physical() is not None else float("nan"))
-    if offloaded:
-        cost += node.cost_usd() * nodes
+    static_w = sysm.physical().static_w if sysm is not None else design.static_power_w()
+    static_w += node.power_w() * nodes if offloaded else 0.0
+    total = sum(energy) * lay.tp * lay.cp * lay.dp + static_w * step
+    phys = sysm.physical() if sysm is not None else design.physical()
+    cost = (phys.cost_usd if phys is not None else float("nan")) + (
+        node.cost_usd() * nodes if offloaded else 0.0)
     model_flops = float(plan.model_flops * m * lay.dp)
     hw_flops = float(plan.device_flops() * lay.tp * lay.cp * lay.dp)
     peak = peak_flops(design, prec.activations)
     tokens = lay.batch * max(plan.joint.seq, 1)
     busy = max(run.busy_s) if run.busy_s else 0.0
     breakdown = {"compute_s": busy, "bubble_s": max(run.end_s - busy, 0.0),
-                 "exposed_communication_s": max(exposed_comm), "optimizer_s": max(opt_t),
-                 "weight_all_gather_s": max(ag_t),
-                 "p2p_per_transfer_s": p2p_t, "p2p_energy_j": p2p_e}
+                 "exposed_communication_s": max(exposed), "optimizer_s": max(opt_t),
+                 "weight_all_gather_s": max(ag_t), "p2p_per_transfer_s": p2p_t}
     return TrainResult(
         model=plan.joint.model, layout=lay.to_dict(), precision=prec.to_dict(),
         optimizer=opt.to_dict(), device=design.describe(), devices=devices, step_time_s=step,
@@ -483,20 +349,173 @@ def _run(plan: TrainPlan, sysm, design: Template, prec: Precision, opt: Optimize
         model_flops_per_step=model_flops, hardware_flops_per_step=hw_flops,
         peak_flops_per_device=peak, mfu=model_flops / step / (devices * peak),
         hfu=hw_flops / step / (devices * peak), breakdown_s=breakdown, memory=memory,
-        memory_capacity_bytes=capacity, host_memory_bytes=host_bytes, energy_per_step_j=energy,
-        avg_power_w=energy / step, system_cost_usd=cost, microbatches=m,
+        memory_capacity_bytes=float(design.memory_capacity_bytes() or 0.0),
+        host_memory_bytes=_host_bytes(plan, prec, opt, shard, node), energy_per_step_j=total,
+        avg_power_w=total / step, system_cost_usd=cost, microbatches=m,
         bubble_fraction=(run.end_s - busy) / run.end_s if run.end_s else 0.0, spans=spans,
         train_tokens=train_tokens)
 
 
-def _segment_ops(joint: Workload, ops: list[Op]) -> Workload:
-    import networkx as nx
-    g = nx.DiGraph()
-    g.add_nodes_from((op.name, {"op": op, "index": i}) for i, op in enumerate(ops))
-    w = Workload(graph=g, model=joint.model, phase=joint.phase, dtype=joint.dtype,
-                 batch=joint.batch, seq=joint.seq)
-    w.__dict__["ops"] = list(ops)
-    return w
+def _block_times(plan: TrainPlan, sysm, costs: _Costs
+                 ) -> tuple[dict[tuple[int, str, int], float], list[float]]:
+    """Each block's forward and backward time on one device of its stage (compute by the
+    engine, then its tensor / context-parallel collectives in series), and the dynamic
+    energy of one micro-batch per device of each stage, J."""
+    lay = plan.layout
+    seg_t: dict[tuple[int, str, int], float] = {}
+    energy = [0.0] * lay.pp
+    seen: dict[tuple[int, int], tuple[float, float]] = {}
+    for layer in range(-1, plan.layers + 1):
+        stage = plan.stage_of_chunk(plan.chunk_of(layer))
+        for p in (FWD, BWD):
+            seg = plan.segment(layer, p)
+            if seg is None:
+                continue
+            key = (id(seg), stage)
+            if key not in seen:
+                lat, dyn = costs(seg.compute)
+                for kind, nbytes, group in seg.collectives:
+                    ranks = lay.group("tp" if group == "tp" else "cp", pp=stage)
+                    t, e = _coll(sysm, kind, nbytes, ranks)
+                    lat += t
+                    dyn += e / max(len(ranks), 1)
+                seen[key] = (lat, dyn)
+            seg_t[(layer, p, stage)] = seen[key][0]
+            energy[stage] += seen[key][1] * plan.microbatches
+    return seg_t, energy
+
+
+def _chunk_times(plan: TrainPlan, sysm, seg_t, prec: Precision, energy: list[float]
+                 ) -> tuple[list[float], list[float]]:
+    """Forward and backward time of each model chunk for one micro-batch: its blocks in
+    order, with ZeRO-3's weight gathers and ZeRO-2/3's gradient reduce-scatters on the
+    communication stream, one block ahead (:func:`_overlapped`). Adds their energy."""
+    lay = plan.layout
+    zero3 = lay.zero == 3 and lay.dp * lay.cp > 1
+    per_block = zero3 or (lay.zero == 2 and lay.dp * lay.cp > 1)
+    chunk_f, chunk_b = [], []
+    for c, blocks in enumerate(plan.chunks):
+        s = plan.stage_of_chunk(c)
+        f = [seg_t.get((layer, FWD, s), 0.0) for layer in blocks]
+        b = [seg_t.get((layer, BWD, s), 0.0) for layer in reversed(blocks)]
+        if not per_block:
+            chunk_f.append(sum(f))
+            chunk_b.append(sum(b))
+            continue
+        group = lay.group("dpcp", pp=s)
+        gat, rs = [], []
+        for layer in blocks:
+            n = plan.params.get(layer, 0.0)
+            tg, eg = _coll(sysm, "all_gather", n * prec.bytes_of("weights"), group) \
+                if zero3 else (0.0, 0.0)
+            tr, er = _coll(sysm, "reduce_scatter", n * prec.bytes_of("gradients"), group)
+            gat.append(tg)
+            rs.append(tr)
+            energy[s] += (2 * eg + er) * plan.microbatches / len(group)
+        chunk_f.append(_overlapped(f, gat, [0.0] * len(f)))
+        chunk_b.append(_overlapped(b, gat[::-1], rs[::-1]))
+    return chunk_f, chunk_b
+
+
+def _compute_spans(plan: TrainPlan, run) -> list[tuple[int, str, str, str, float, float]]:
+    """The played schedule as timeline spans, idle gaps as bubbles."""
+    spans = []
+    for s, sp in enumerate(run.spans):
+        dev = plan.layout.rank(pp=s)
+        prev = 0.0
+        for (k, mb, c), b0, e0 in sp:
+            if b0 > prev + 1e-12:
+                spans.append((dev, "compute", "bubble", "bubble", prev, b0))
+            spans.append((dev, "compute", f"{k}{mb} chunk{c}",
+                          "forward" if k == F else "backward", b0, e0))
+            prev = e0
+    return spans
+
+
+def _reduce_gradients(plan: TrainPlan, sysm, run, seg_t, grad_bytes: float, spans: list,
+                      energy: list[float]) -> tuple[list[float], list[float]]:
+    """ZeRO 0-1's data-parallel gradient reduction, per stage: buckets of ``bucket_mb``
+    filled block by block as the last micro-batch's backward produces them (or all at its
+    end without overlap), reduced one after another on the communication stream. Returns
+    when each stage is done, and how much of it the backward did not hide."""
+    lay = plan.layout
+    finish, exposed = [], []
+    for s in range(lay.pp):
+        compute_end = max((e for _, _, e in run.spans[s]), default=0.0)
+        group = lay.group("dpcp", pp=s)
+        comm_free = compute_end
+        if lay.zero <= 1 and len(group) > 1:
+            kind = "all_reduce" if lay.zero == 0 else "reduce_scatter"
+            dev = lay.rank(pp=s)
+            comm_free, pending, ready_at = 0.0, 0.0, 0.0
+
+            def flush(nbytes: float, at: float, free: float) -> float:
+                t, e = _coll(sysm, kind, nbytes, group)
+                start = max(free, at)
+                spans.append((dev, "communication", f"{kind} {nbytes / 1e6:.0f} MB", "dp",
+                              start, start + t))
+                energy[s] += e / len(group)
+                return start + t
+            for c in sorted((c for c in range(len(plan.chunks))
+                             if plan.stage_of_chunk(c) == s),
+                            key=lambda c: run.last_backward.get(c, (0.0, 0.0))[1]):
+                b0, e0 = run.last_backward.get(c, (compute_end, compute_end))
+                blocks = list(reversed(plan.chunks[c]))
+                times = [seg_t.get((layer, BWD, s), 0.0) for layer in blocks]
+                total, acc = sum(times) or 1.0, 0.0
+                for layer, t in zip(blocks, times):
+                    acc += t
+                    ready_at = b0 + (e0 - b0) * acc / total if lay.overlap_grad_reduce \
+                        else compute_end
+                    pending += plan.params.get(layer, 0.0) * grad_bytes
+                    if pending >= lay.bucket_mb * 1e6:
+                        comm_free, pending = flush(pending, ready_at, comm_free), 0.0
+            if pending > 0:
+                comm_free = flush(pending, ready_at, comm_free)
+        end = max(compute_end, comm_free)
+        exposed.append(end - compute_end)
+        finish.append(end)
+    return finish, exposed
+
+
+def _optimizer_step(plan: TrainPlan, sysm, design: Template, costs: _Costs, prec: Precision,
+                    opt: Optimizer, node: Host, accumulate: str, finish: list[float],
+                    energy: list[float]) -> tuple[list[float], list[float]]:
+    """Per stage: the optimizer's time (its kernels on the device's ``1 / shard`` of the
+    parameters, or the host's step when offloaded) and ZeRO 1-2's all-gather of the
+    updated weights; ``.grad`` accumulation adds (``accumulate: add``) extend ``finish``."""
+    lay = plan.layout
+    m = plan.microbatches
+    shard = lay.dp * lay.cp if lay.zero >= 1 else 1
+    gbytes = prec.bytes_of("gradients")
+    opt_t, ag_t = [0.0] * lay.pp, [0.0] * lay.pp
+    for s in range(lay.pp):
+        per_block = {layer: plan.params.get(layer, 0.0) / shard
+                     for c in range(len(plan.chunks)) if plan.stage_of_chunk(c) == s
+                     for layer in plan.chunks[c]}
+        n_stage = sum(per_block.values()) * shard
+        if lay.offload_optimizer == "none":
+            ops = optimizer_ops(plan.joint, opt, prec, {k: int(v) for k, v in per_block.items()})
+            if ops:
+                t, e = costs(_rebuild(plan.joint, ops, []))
+                opt_t[s] = t
+                energy[s] += e
+        else:
+            opt_t[s] = _offloaded_step(sum(per_block.values()), prec, opt, node, lay,
+                                       len(per_block))
+        group = lay.group("dpcp", pp=s)
+        if 1 <= lay.zero <= 2 and shard > 1:
+            ag_t[s], e = _coll(sysm, "all_gather", n_stage * prec.bytes_of("weights"), group)
+            energy[s] += e / len(group)
+        if accumulate == "add" and m > 1:    # .grad += the gradients of each extra micro-batch
+            n = int(n_stage)
+            add = Op(name="grad_acc", kind=ir.ELEMENTWISE, target="add_",
+                     input_shapes=((n,), (n,)), output_shapes=((n,),), dtype=prec.gradients,
+                     bytes_per_element=int(gbytes), flops=n,
+                     activation_bytes_read=int(2 * gbytes * n),
+                     activation_bytes_written=int(gbytes * n), attrs={"elements": n})
+            finish[s] += design.cost(add).latency_s * (m - 1)
+    return opt_t, ag_t
 
 
 def _offloaded_step(n: float, prec: Precision, opt: Optimizer, node: Host, lay: TrainLayout,

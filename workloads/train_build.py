@@ -17,11 +17,12 @@ from __future__ import annotations
 import hashlib
 import json
 import warnings
+from contextlib import nullcontext
 from typing import Any
 
 import torch
 
-from dse.errors import BadInput, CaptureError, DSEError, first_line
+from dse.errors import BadInput, CaptureError, first_line
 from workloads import ir
 from workloads.training import CAPTURE_VERSION, TRAIN, capture_train
 
@@ -92,19 +93,9 @@ def _with_depth(w: ir.Workload, layers: int, arch: dict[str, Any]) -> ir.Workloa
 
 
 def _capture_zoo(args: dict[str, Any]) -> ir.Workload:
-    from workloads.zoo import get_model
-    spec = get_model(args["model"])
+    from workloads.build import zoo_module
+    spec, module, ex_args, ex_kwargs = zoo_module(args, args["forward_phase"])
     arch = args["arch"]
-    try:
-        with torch.device("meta"):
-            module = spec.build(arch)
-            ex_args, ex_kwargs = spec.inputs(arch, args["forward_phase"], args["batch"],
-                                             args["seq"], 0)
-    except DSEError:
-        raise
-    except Exception as exc:
-        raise CaptureError(f"{args['model']} cannot be built at these sizes (batch "
-                           f"{args['batch']}): {type(exc).__name__}: {first_line(exc)}") from None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return capture_train(module, ex_args, ex_kwargs, loss=args["loss"], model=args["model"],
@@ -168,9 +159,11 @@ def hf_train_workload(path, batch: int | None = None, seq: int | None = None,
                   use_cache)
 
 
-def _capture_hf(config, data, kind: str, batch: int, seq: int, dtype: str,
-                weights: str | None = None) -> ir.Workload:
-    from workloads import hf, hf_checks
+def hf_train_module(config, kind: str, meta: bool = True):
+    """(the model transformers trains ``config`` with, the loss it is captured with:
+    ``None`` for the head's own from ``labels``, or ``mse``), built on the meta device (or
+    real, for a reference run)."""
+    from workloads import hf_checks
     cls, loss = _hf_train_class(config, kind)
     if getattr(config, "architectures", None) is None:
         config.architectures = []
@@ -179,17 +172,24 @@ def _capture_hf(config, data, kind: str, batch: int, seq: int, dtype: str,
             if getattr(config, key, None) is None:
                 setattr(config, key, 0)
     try:
-        with torch.device("meta"), hf_checks.quiet_transformers():
+        with torch.device("meta") if meta else nullcontext(), hf_checks.quiet_transformers():
             module = cls.from_config(config)
     except Exception as exc:
         raise CaptureError(f"transformers could not build {config.model_type}: "
                            f"{first_line(exc)[:300]}") from None
+    return module, None if loss == "model" else loss
+
+
+def _capture_hf(config, data, kind: str, batch: int, seq: int, dtype: str,
+                weights: str | None = None) -> ir.Workload:
+    from workloads import hf
+    module, loss = hf_train_module(config, kind)
     with torch.device("meta"):
         if kind == "vision":
             inputs = hf._main_input(module, config, batch, seq)
         else:
             inputs = {"input_ids": hf._ids(batch, seq, getattr(config, "vocab_size", None))}
-        if loss == "model":
+        if loss is None:
             labels = (torch.zeros(batch, dtype=torch.long) if kind == "vision"
                       else hf._ids(batch, seq, getattr(config, "vocab_size", None)))
             inputs["labels"] = labels
@@ -198,7 +198,7 @@ def _capture_hf(config, data, kind: str, batch: int, seq: int, dtype: str,
     arch = {k: v for k, v in data.items() if isinstance(v, (int, float, str, bool))}
     with hf.as_if_traced(), hf.selective_scan_as_one_op(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return capture_train(module, (), inputs, loss=None if loss == "model" else loss,
+        return capture_train(module, (), inputs, loss=loss,
                              model=f"hf:{config.model_type}", dtype=dtype, batch=batch,
                              seq=seq, arch=arch, causal=kind == "causal", weights=weights)
 

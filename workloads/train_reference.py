@@ -81,6 +81,29 @@ def zoo_step_reference(model: str, batch: int, seq: int | None,
     return flop_counter_step(module, loss_of), saved_storage_bytes(module, loss_of)
 
 
+def hf_step_reference(config_data: dict, batch: int, seq: int) -> int:
+    """FlopCounterMode's FLOPs of a real fp32 CPU training step of a Hugging Face config with
+    its task head's loss (the model :mod:`workloads.train_build` captures), attention run
+    as the same fused kernel the capture traces."""
+    from workloads import hf
+    from workloads.train_build import hf_train_module
+    from workloads.training import _fused_attention
+    config = hf.make_config(dict(config_data))
+    kind = hf.task(config)
+    torch.manual_seed(0)
+    model, _ = hf_train_module(config, kind, meta=False)
+    vocab = getattr(config, "vocab_size", None) or 2
+    if kind == "vision":
+        c, h, w = hf._image_size(config)
+        x = {"pixel_values": torch.randn(batch, c, h, w),
+             "labels": torch.zeros(batch, dtype=torch.long)}
+    else:
+        ids = torch.randint(0, vocab, (batch, seq))
+        x = {"input_ids": ids, "labels": ids}
+    with _fused_attention(causal=kind == "causal"):
+        return flop_counter_step(model, lambda m: m(**x).loss)
+
+
 def counted_flops(w: ir.Workload) -> int:
     """The workload's FLOPs of the kinds FlopCounterMode counts, forward and backward (the
     optimizer's ops are not an autograd step's)."""
