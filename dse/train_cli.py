@@ -102,7 +102,8 @@ def train_command(
               f" — dp {lay['dp']} tp {lay['tp']} pp {lay['pp']} cp {lay['cp']}"
               f"{' sp' if lay['sp'] else ''} zero {lay['zero']}, {r.microbatches} x "
               f"{lay['micro_batch']} samples, recompute {lay['recompute']}, {lay['schedule']}")
-    out.print(f"step {_si(r.step_time_s, 's')}   {r.tokens_per_s:,.4g} tokens/s   "
+    unit = "tokens/s" if r.tokens_per_step != r.samples_per_step else "samples/s"
+    out.print(f"step {_si(r.step_time_s, 's')}   {r.tokens_per_s:,.4g} {unit}   "
               f"MFU {100 * r.mfu:.1f}%   HFU {100 * r.hfu:.1f}%   bubble "
               f"{100 * r.bubble_fraction:.1f}%   energy/step {_si(r.energy_per_step_j, 'J')}")
     out.print("time: " + "  ".join(f"{k[:-2].replace('_', ' ')} {_si(v, 's')}"

@@ -53,12 +53,21 @@ def memory_figure(r: Any):
     return fig
 
 
+#: Spans drawn at most; a longer timeline shows the first and last pipeline stages only.
+MAX_SPANS = 20000
+
+
 def timeline_figure(r: Any):
     import plotly.graph_objects as go
     f, unit = prefix_for([r.step_time_s], "s")
     fig = go.Figure()
     by_cat: dict[str, list] = {}
-    for dev, stream, name, cat, start, end in r.spans:
+    spans = r.spans
+    if len(spans) > MAX_SPANS:
+        devs = sorted({d for d, *_ in spans})
+        keep = {devs[0], devs[-1]}
+        spans = [sp for sp in spans if sp[0] in keep]
+    for dev, stream, name, cat, start, end in spans:
         by_cat.setdefault(cat, []).append((f"device {dev} {stream}", name, start, end))
     for cat, rows in by_cat.items():
         fig.add_trace(go.Bar(
