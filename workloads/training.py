@@ -57,7 +57,7 @@ from workloads.patterns import fuse_eager_attention
 TRAIN = "train"
 #: Version of the training capture's semantics, in its cache keys (bump when the graph a
 #: capture builds changes).
-CAPTURE_VERSION = 5
+CAPTURE_VERSION = 6
 LOSSES = ("cross_entropy", "mse")
 ATTENTIONS = ("fused", "eager")
 FWD, BWD, OPT = "fwd", "bwd", "opt"
@@ -362,12 +362,10 @@ def _storage_base(node, cache: dict) -> tuple[Any, int]:
         if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node):
             parent = node.args[0]
             out = (parent, int(node.args[1])) if parent.op == "call_function" else (parent, 0)
-        else:
-            from workloads.capture import _aten_name
-            if classify(_aten_name(node.target)) == "free":
-                src = next((a for a in node.args if isinstance(a, torch.fx.Node)), None)
-                if src is not None:
-                    out = _storage_base(src, cache)
+        elif _is_view(node):
+            src = next((a for a in node.args if isinstance(a, torch.fx.Node)), None)
+            if src is not None:
+                out = _storage_base(src, cache)
     cache[key] = out
     return out
 
@@ -422,11 +420,13 @@ def _saved_and_params(nodes: list, passes: dict[str, str], param_of: dict[str, s
 
 
 def _is_view(node) -> bool:
+    """Whether a traced node only views its input (a dtype cast is a copy: AMP's casts)."""
     import operator
     if node.target is operator.getitem:
         return True
-    from workloads.capture import _aten_name
-    return classify(_aten_name(node.target)) == "free"
+    from workloads.capture import _aten_name, _casts
+    name = _aten_name(node.target)
+    return classify(name) == "free" and not (name in ("_to_copy", "to") and _casts(node))
 
 
 def _owner(name: str, graph_names: set[str], cache: dict, by_name: dict) -> str | None:
