@@ -137,6 +137,12 @@ LINK_STANDARDS: Mapping[str, LinkStandard] = MappingProxyType({s.name: s for s i
     LinkStandard("ib_ndr", 50e9, 0.94, 2.0e-6, 15.0, 0.0, 0.0, _NET_PROTOCOLS,
                  on_host_interface=True, price_usd=1000.0,
                  description="InfiniBand NDR 400 Gb/s NIC port: 50 GB/s per direction"),
+    # InfiniBand HDR 200 Gb/s per port [D NVIDIA ConnectX-6]: the DGX A100 SuperPOD's eight
+    # compute NICs per node (Selene, where Megatron-LM's SC'21 runs were measured); NCCL's
+    # share taken as NDR's [E].
+    LinkStandard("ib_hdr", 25e9, 0.94, 2.0e-6, 15.0, 0.0, 0.0, _NET_PROTOCOLS,
+                 on_host_interface=True, price_usd=600.0,
+                 description="InfiniBand HDR 200 Gb/s NIC port: 25 GB/s per direction"),
 )})
 
 LINK_NAMES = tuple(LINK_STANDARDS)
@@ -216,7 +222,9 @@ class NIC:
     price_usd: float
 
 
-#: NICs [D NVIDIA ConnectX-7 400G: ~25 W typical; E price US$ 1,500 at volume].
+#: NICs [D NVIDIA ConnectX-7 400G: ~25 W typical; E price US$ 1,500 at volume; ConnectX-6
+#: HDR 200G: ~20 W [D], US$ 1,000 [E]].
 NICS: Mapping[str, NIC] = MappingProxyType({
     "cx7": NIC("cx7", "ib_ndr", 25.0, 1500.0),
+    "cx6": NIC("cx6", "ib_hdr", 20.0, 1000.0),
 })

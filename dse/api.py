@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from simulators.generation import Generation
     from simulators.iteration_cost import Target
     from simulators.serving import RateSweep, ServingResult
+    from simulators.training import TrainResult
     from accelerators.system import System
     from workloads.parallel import Layout
 
@@ -44,7 +45,7 @@ def workload(model: str | torch.nn.Module | None = None, phase: str | None = Non
              hf_config: str | dict | None = None, module: torch.nn.Module | None = None,
              inputs: Any = None, kv_input: str = "kv_cache", strict: bool = False,
              kv_update: str | None = None, formats: "str | dict[str, str] | None" = None,
-             media: dict[str, Any] | None = None) -> Workload:
+             media: dict[str, Any] | None = None, loss: Any = None) -> Workload:
     """Capture (or fetch from the cache) the workload of zoo ``model``, of a Hugging Face
     config (a config.json path or its dict; ``arch`` overrides its fields), or of your own
     ``module`` on ``inputs`` (a tuple of arguments, a dict of keyword arguments or a tensor;
@@ -63,14 +64,24 @@ def workload(model: str | torch.nn.Module | None = None, phase: str | None = Non
     ``formats`` puts the workload's tensors in a number format per role
     (``"weights=int4_g128,activations=fp8_e4m3,kv=fp8_e4m3"`` or a dict; roles not given
     stay in ``dtype``; :mod:`workloads.formats`).
+
+    ``phase="train"`` captures a training step's joint forward-backward graph
+    (:mod:`workloads.training`; ``loss`` for your own module: ``cross_entropy``, ``mse``, a
+    callable, or none when forward returns the loss).
     """
     if formats is not None:
         from workloads.formats import formatted
         return formatted(workload(model, phase, batch, seq, context, dtype, arch, hf_config,
-                                  module, inputs, kv_input, strict, kv_update, media=media),
+                                  module, inputs, kv_input, strict, kv_update, media=media,
+                                  loss=loss),
                          formats)
     if isinstance(model, torch.nn.Module):
         model, module = None, model
+    if phase == "train":
+        return check_unknown_ops(_train_workload(model, hf_config, module, inputs, loss, batch,
+                                                 seq, dtype, arch), strict)
+    if loss is not None:
+        raise BadInput("loss", loss, "a loss only with phase=train")
     if module is not None:
         from workloads.user_module import capture_module
         w = capture_module(module, inputs, phase=phase or "forward", dtype=dtype,
@@ -90,6 +101,23 @@ def workload(model: str | torch.nn.Module | None = None, phase: str | None = Non
                            dtype=dtype, arch=arch,
                            kv_update="in_place" if kv_update is None else kv_update)
     return check_unknown_ops(w, strict)
+
+
+def _train_workload(model, hf_config, module, inputs, loss, batch, seq, dtype, arch) -> Workload:
+    """The joint forward-backward graph of one micro-batch (:mod:`workloads.train_build`)."""
+    from workloads import train_build
+    if module is not None:
+        return train_build.module_train_workload(module, inputs, loss=loss, dtype=dtype,
+                                                 batch=batch or 1, seq=seq or 0)
+    if loss is not None:
+        raise BadInput("loss", loss, "a loss for your own module only (zoo models and Hugging "
+                       "Face configs train with their task's loss)")
+    if hf_config:
+        return train_build.hf_train_workload(hf_config, batch=batch, seq=seq, dtype=dtype,
+                                             arch=arch)
+    if model is None:
+        raise BadInput("model", None, "a zoo model name, hf_config or module")
+    return train_build.zoo_train_workload(model, batch=batch, seq=seq, dtype=dtype, arch=arch)
 
 
 def check_unknown_ops(w: Workload, strict: bool = False) -> Workload:
@@ -503,6 +531,67 @@ def _keep_cost_model(model) -> None:
 
 
 _COST_MODELS: dict[tuple, tuple] = {}
+
+
+def train(model: str | Workload | torch.nn.Module | None = None, *,
+          accelerator: str | Template | None = None, hw: dict[str, Any] | None = None,
+          system: "str | System | None" = None, devices: int | None = None,
+          sys: dict[str, Any] | None = None, parallel: dict[str, Any] | None = None,
+          micro_batch: int | None = None, global_batch: int | None = None,
+          seq: int | None = None, arch: dict[str, Any] | None = None,
+          hf_config: str | dict | None = None, inputs: Any = None, loss: Any = None,
+          precision: Any = "mixed", optimizer: str = "adamw", optimizer_impl: str = "fused",
+          host: Any = None, accumulate: str = "add", train_tokens: float = 0.0,
+          check: bool = True) -> "TrainResult":
+    """One training step of a model (zoo name, captured train :class:`Workload`, Hugging Face
+    config, or your own ``nn.Module`` with ``inputs`` and ``loss``) on a design
+    (``accelerator``) or a system (``system`` preset / :class:`System`, ``devices``), split by
+    ``parallel`` (``{"dp", "tp", "pp", "cp", "sp", "zero", "schedule", "chunks",
+    "recompute", "bucket_mb", "offload_optimizer", "offload_params"}``; see
+    :class:`workloads.train_parallel.TrainLayout`). ``micro_batch`` samples per micro-batch
+    per replica (the captured batch), ``global_batch`` per step, ``precision`` a preset
+    (``mixed``, ``mixed-fp32-grads``, ``amp``, ``bf16``, ``fp32``) or a mapping of roles,
+    ``train_tokens`` the tokens :meth:`TrainResult.to_train` prices.
+
+    >>> r = api.train("llama2-7b", system="dgx-h100", parallel={"dp": 4, "tp": 2},
+    ...               micro_batch=1, global_batch=64, seq=2048, train_tokens=1e12)
+    >>> r.step_time_s, r.mfu, r.memory[0], r.to_train()["time_days"]
+    """
+    from simulators.training import simulate_training
+    from workloads.train_parallel import train_layout_from
+    from workloads.train_step import precision_from
+    prec = precision_from(precision)
+    weights = prec.weights if prec.weights != prec.activations else None   # AMP
+    lay_in = dict(parallel or {})
+    if micro_batch is not None:
+        lay_in["micro_batch"] = micro_batch
+    if global_batch is not None:
+        lay_in["global_batch"] = global_batch
+    if isinstance(model, Workload):
+        w = model
+        lay_in.setdefault("micro_batch", w.batch)
+    elif isinstance(model, str) and not hf_config:   # a zoo model: its first blocks captured
+        from workloads.train_build import TEMPLATE_BLOCKS, zoo_train_workload
+        lay_in.setdefault("micro_batch", 1)
+        w = zoo_train_workload(model, batch=lay_in["micro_batch"], seq=seq,
+                               dtype=prec.activations, arch=arch, blocks=TEMPLATE_BLOCKS,
+                               weights=weights)
+    elif hf_config:
+        from workloads.train_build import hf_train_workload
+        lay_in.setdefault("micro_batch", 1)
+        w = check_unknown_ops(hf_train_workload(hf_config, batch=lay_in["micro_batch"], seq=seq,
+                                                dtype=prec.activations, arch=arch,
+                                                weights=weights))
+    else:
+        lay_in.setdefault("micro_batch", 1)
+        w = workload(model, phase="train", batch=lay_in["micro_batch"], seq=seq,
+                     dtype=prec.activations, arch=arch, inputs=inputs, loss=loss)
+    lay = train_layout_from(lay_in)
+    design, sysm, _ = _design_or_system(accelerator, hw, system, devices or (
+        lay.devices if lay.devices > 1 else None), None, sys)
+    return simulate_training(w, design if design is not None else sysm, lay, precision=prec,
+                             optimizer=optimizer, optimizer_impl=optimizer_impl, host=host,
+                             accumulate=accumulate, train_tokens=train_tokens, check=check)
 
 
 def models() -> list[dict[str, Any]]:

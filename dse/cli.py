@@ -27,6 +27,8 @@ calibrate_app = typer.Typer(no_args_is_help=True, help="Calibrate templates on r
 app.add_typer(study_app, name="study")
 app.add_typer(calibrate_app, name="calibrate")
 app.command("report", help="Write a study's interactive HTML report.")(report_command)
+from dse.train_cli import train_command  # noqa: E402  (its body lives in its own module)
+app.command("train")(train_command)
 
 out = Console()
 DTYPES = ["fp32", "fp16", "bf16", "fp8", "int8"]
@@ -637,7 +639,8 @@ def collective(kind: str = typer.Argument(..., help="all_reduce | all_gather | r
 # ----------------------------------------------------------------------------- reproduce
 @app.command()
 def reproduce(name: str = typer.Argument(..., help="pim-gpt | neupims | ngpc | waferllm | gna | "
-                                          "nasaic | formats | melange | distserve | speculative"),
+                                          "nasaic | formats | melange | distserve | speculative | "
+                                          "megatron"),
               as_json: bool = typer.Option(False, "--json", help='Print {"rows": [...]}.'),
               gpu_hw: Optional[list[str]] = typer.Option(
                   None, "--gpu-hw", help="GPU baseline KEY=VALUE (pim-gpt), e.g. runtime=eager "

@@ -197,20 +197,30 @@ def cached(args: dict[str, Any], make: Callable[[], ir.Workload],
     return w
 
 
-def _capture_zoo(args: dict[str, Any], record: dict | None = None) -> ir.Workload:
+def zoo_module(args: dict[str, Any], phase: str | None = None):
+    """(spec, module, args, kwargs) of zoo model ``args["model"]`` built on the meta device
+    with its inputs for ``phase`` (default ``args["phase"]``); one :class:`CaptureError`
+    line when torch or the model refuses the sizes."""
     spec = get_model(args["model"])
     arch = args["arch"]
+    phase = phase or args["phase"]
     try:
         with torch.device("meta"):
             module = spec.build(arch)
-            ex_args, ex_kwargs = spec.inputs(arch, args["phase"], args["batch"], args["seq"],
-                                             args["context"])
+            ex_args, ex_kwargs = spec.inputs(arch, phase, args["batch"], args["seq"],
+                                             args.get("context", 0))
     except DSEError:
         raise
     except Exception as exc:  # torch or the model refuses these sizes (overflow, bad shapes)
         raise CaptureError(f"{args['model']} cannot be built at these sizes (batch "
-                           f"{args['batch']}, {args['phase']}): {type(exc).__name__}: "
+                           f"{args['batch']}, {phase}): {type(exc).__name__}: "
                            f"{first_line(exc)}") from None
+    return spec, module, ex_args, ex_kwargs
+
+
+def _capture_zoo(args: dict[str, Any], record: dict | None = None) -> ir.Workload:
+    spec, module, ex_args, ex_kwargs = zoo_module(args)
+    arch = args["arch"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return capture(module, ex_args, ex_kwargs, model=args["model"], phase=args["phase"],

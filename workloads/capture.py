@@ -28,9 +28,9 @@ import networkx as nx
 import torch
 
 from dse.errors import BadInput, CaptureError
-from workloads import ir, op_attrs
+from workloads import backward_attrs, ir, op_attrs
 from workloads.kv_update import check_kv_update, with_kv_update
-from workloads.op_kinds import FLOPS_PER_ELEMENT, classify
+from workloads.op_kinds import BACKWARD, FLOPS_PER_ELEMENT, classify
 from workloads.patterns import causal_visible, fuse_eager_attention
 
 KV_INPUT_NAME = "kv_cache"
@@ -132,9 +132,12 @@ _WRAPPERS = ("wrap_with_set_grad_enabled", "wrap_with_autocast")
 
 def _build_graph(ep, dtype: str, free: dict[str, int],
                  kv_names: tuple[str, ...] = (KV_INPUT_NAME,),
-                 record: dict | None = None) -> tuple[nx.DiGraph, dict[str, int]]:
+                 record: dict | None = None, traced_dtypes: bool = False
+                 ) -> tuple[nx.DiGraph, dict[str, int]]:
     """The op graph and the unknown operators; ``free`` receives the view ops by name, ``record``
-    (when given) each op's inputs (see :func:`capture`)."""
+    (when given) each op's inputs (see :func:`capture`). ``traced_dtypes``: the graph was
+    traced in its real dtypes (a training step): every tensor's bytes are its own dtype's,
+    and a dtype cast (``_to_copy`` to another dtype) is a copy kernel, not a view."""
     recorded = record.setdefault("ops", []) if record is not None else None
     elem = ir.DTYPE_BYTES[dtype]
     sig = ep.graph_signature
@@ -147,7 +150,8 @@ def _build_graph(ep, dtype: str, free: dict[str, int],
         if not isinstance(val, torch.Tensor):
             return None
         shape = tuple(int(s) for s in val.shape)
-        itemsize = elem if val.dtype.is_floating_point else val.element_size()
+        itemsize = elem if val.dtype.is_floating_point and not traced_dtypes \
+            else val.element_size()
         return _Tensor(producer, role, shape, math.prod(shape), itemsize)
 
     def walk(fx_graph, tensors: dict, prefix: str, bound_inputs: list | None):
@@ -205,7 +209,11 @@ def _build_graph(ep, dtype: str, free: dict[str, int],
             inputs = _tensor_inputs(node, value)
             val = node.meta.get("val")
             outs = val if isinstance(val, (tuple, list)) else (val,)
-            if kind == "free" and name in _RESHAPES and _reshape_copies(node):
+            if traced_dtypes and name in ("_to_copy", "to") and _casts(node):
+                kind = ir.DATA_MOVEMENT
+            elif traced_dtypes and name in _TRAINING_KERNELS:
+                kind = ir.ELEMENTWISE     # dropout / its random mask in a training step
+            elif kind == "free" and name in _RESHAPES and _reshape_copies(node):
                 kind = ir.DATA_MOVEMENT
             if kind == "free" or (name == "contiguous" and all(
                     isinstance(v, torch.Tensor) and v.is_contiguous() for v in outs)):
@@ -246,6 +254,20 @@ def _build_graph(ep, dtype: str, free: dict[str, int],
 
     walk(ep.graph, {}, "", None)
     return graph, unknown
+
+
+#: Dropout and the random masks it draws: kernels in a training step (free in inference,
+#: where dropout is the identity).
+_TRAINING_KERNELS = ("native_dropout", "dropout", "feature_dropout", "alpha_dropout",
+                     "bernoulli", "bernoulli_", "rand", "rand_like", "uniform_", "normal_")
+
+
+def _casts(node) -> bool:
+    """Whether a ``_to_copy`` node changes its tensor's dtype (a real copy kernel)."""
+    src = node.args[0] if node.args else None
+    a = src.meta.get("val") if isinstance(src, torch.fx.Node) else None
+    b = node.meta.get("val")
+    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype != b.dtype
 
 
 def _aten_name(target) -> str:
@@ -318,7 +340,11 @@ def _make_op(node, op_name: str, name: str, kind: str, inputs: list[_Tensor], ou
                 kv_r += _bytes(t)
             else:
                 act_r += _bytes(t)
-        if name == "einsum":
+        if name in BACKWARD[ir.ATTENTION]:
+            attrs, flops = backward_attrs.attention_backward_attrs(node, inputs)
+        elif name in BACKWARD[ir.CONV]:
+            attrs, flops = backward_attrs.conv_backward_attrs(node, inputs, conv_shape_attrs)
+        elif name == "einsum":
             attrs, flops = op_attrs.einsum_attrs(node, inputs)
         elif kind == ir.MATMUL:
             attrs = _matmul_attrs(name, node, inputs)
@@ -431,10 +457,15 @@ def _conv_attrs(name: str, node, inputs: list[_Tensor], outputs: list[_Tensor]) 
         stride = node.kwargs.get("stride", args[3] if args[3] is not None else 1)
         padding = node.kwargs.get("padding", args[4] if args[4] is not None else 0)
         groups = node.kwargs.get("groups", args[6] if args[6] is not None else 1)
-    groups = int(groups or 1)
+    return conv_shape_attrs(x, w, outputs[0].shape, stride, padding, int(groups or 1),
+                            transposed)
+
+
+def conv_shape_attrs(x: _Tensor, w: _Tensor, out: tuple, stride, padding, groups: int,
+                     transposed: bool) -> dict[str, Any]:
+    """The attrs of a convolution of input ``x`` and weight ``w`` giving output shape ``out``."""
     if transposed:   # weight [c_in, k_out / groups, ...]: a GEMM per input pixel (col2im after)
         return _transposed_conv_attrs(x, w, groups, stride, padding)
-    out = outputs[0].shape
     spatial_out = out[2:] if len(out) > 2 else (1,)
     spatial_w = w.shape[2:]
     p = spatial_out[0] if spatial_out else 1
@@ -476,7 +507,7 @@ def _as_list(v) -> list:
 
 def _attention_attrs(node, inputs: list[_Tensor]) -> dict[str, Any]:
     q, k, v = inputs[0], inputs[1], inputs[2]
-    causal = bool(node.kwargs.get("is_causal", node.args[5] if len(node.args) > 5 else False))
+    causal = bool(backward_attrs.schema_arg(node, "is_causal", False))
     b = math.prod(q.shape[:-3]) if len(q.shape) > 3 else 1
     heads, sq, d = (q.shape[-3] if len(q.shape) >= 3 else 1), q.shape[-2], q.shape[-1]
     kv_heads, skv, dv = (k.shape[-3] if len(k.shape) >= 3 else 1), k.shape[-2], v.shape[-1]

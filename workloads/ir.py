@@ -56,7 +56,8 @@ KV_UPDATES = ("in_place", "concat")
 #: Bytes per element of each supported dtype.
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
 
-PHASES = ("forward", "prefill", "decode")
+#: ``train``: a training step's joint forward-backward graph (``workloads/training.py``).
+PHASES = ("forward", "prefill", "decode", "train")
 
 Shape = tuple[int, ...]
 
@@ -215,6 +216,9 @@ class Workload:
     unknown_targets: dict[str, int] = field(default_factory=dict)
     kv_update: str = "in_place"
     free_ops: tuple[tuple[str, int], ...] = ()
+    #: A training step's facts beyond its ops (``workloads/training.py``: blocks, loss,
+    #: parameters per block); empty for inference phases.
+    train: dict[str, Any] = field(default_factory=dict)
 
     @cached_property
     def ops(self) -> list[Op]:

@@ -42,12 +42,13 @@ SCAN = frozenset({"selective_scan"})
 RECURRENT = frozenset("lstm gru rnn_tanh rnn_relu".split())
 ATTENTION = frozenset("scaled_dot_product_attention _scaled_dot_product_flash_attention "
                       "_scaled_dot_product_efficient_attention "
-                      "_scaled_dot_product_flash_attention_for_cpu mla_attention".split())
+                      "_scaled_dot_product_flash_attention_for_cpu "
+                      "_scaled_dot_product_cudnn_attention mla_attention".split())
 NORM = frozenset("""
 layer_norm rms_norm batch_norm _native_batch_norm_legit_no_training native_batch_norm
 native_layer_norm group_norm native_group_norm instance_norm _batch_norm_with_update
 """.split())
-SOFTMAX = frozenset("softmax _softmax log_softmax _log_softmax".split())
+SOFTMAX = frozenset("softmax _softmax log_softmax _log_softmax _safe_softmax".split())
 REDUCTION = frozenset("""
 mean sum amax amin max min prod var std var_mean max_pool1d max_pool2d max_pool3d
 max_pool2d_with_indices avg_pool1d avg_pool2d avg_pool3d adaptive_avg_pool1d
@@ -75,6 +76,40 @@ atanh expm1 sgn heaviside isfinite isneginf isposinf logical_xor xlogy lgamma di
 erfinv log10 sinc hypot copysign nextafter polar outer float_power true_divide multiply
 subtract divide negative absolute clip exponential fmax fmin
 """.split())
+#: The backward ATen ops of a training step's joint graph (``workloads/training.py``): each the
+#: kind of the forward op it differentiates. Attention and convolution backward keep their
+#: kernels' GEMM structure in their attrs (``workloads/backward_attrs.py``).
+BACKWARD = {
+    ir.ELEMENTWISE: frozenset("""
+gelu_backward silu_backward threshold_backward sigmoid_backward tanh_backward hardtanh_backward
+hardswish_backward hardsigmoid_backward leaky_relu_backward elu_backward softplus_backward
+mish_backward log_sigmoid_backward native_dropout_backward mse_loss mse_loss_backward
+smooth_l1_loss smooth_l1_loss_backward l1_loss binary_cross_entropy_with_logits
+binary_cross_entropy binary_cross_entropy_backward avg_pool2d_backward avg_pool3d_backward
+_adaptive_avg_pool2d_backward _adaptive_avg_pool3d_backward upsample_nearest2d_backward
+upsample_bilinear2d_backward gelu_ silu_
+""".split()),
+    ir.NORM: frozenset("""
+native_layer_norm_backward native_batch_norm_backward native_group_norm_backward
+_native_batch_norm_legit _native_batch_norm_legit_functional cudnn_batch_norm
+cudnn_batch_norm_backward _fused_rms_norm _fused_rms_norm_backward batch_norm_backward
+""".split()),
+    ir.SOFTMAX: frozenset("_softmax_backward_data _log_softmax_backward_data".split()),
+    ir.REDUCTION: frozenset("nll_loss_forward nll_loss nll_loss2d_forward".split()),
+    ir.DATA_MOVEMENT: frozenset("""
+nll_loss_backward nll_loss2d_backward embedding_dense_backward embedding_backward
+slice_backward select_backward index_select_backward unfold_backward _unsafe_index_put
+max_pool2d_with_indices_backward max_pool3d_with_indices_backward gather_backward
+""".split()),
+    ir.ATTENTION: frozenset("""
+_scaled_dot_product_flash_attention_for_cpu_backward _scaled_dot_product_flash_attention_backward
+_scaled_dot_product_efficient_attention_backward _scaled_dot_product_cudnn_attention_backward
+_flash_attention_backward _efficient_attention_backward
+_scaled_dot_product_fused_attention_overrideable_backward
+""".split()),
+    ir.CONV: frozenset("convolution_backward convolution_backward_overrideable".split()),
+}
+
 #: Custom ops of this project, by their qualified name without ``::`` prefix handling.
 HASHGRID = frozenset({"hash_grid_encode"})
 #: Sparse attention: this project's GNA op and torch's flex_attention higher-order op.
@@ -84,7 +119,8 @@ _TABLE = [(MATMUL, ir.MATMUL), (CONV, ir.CONV), (ATTENTION, ir.ATTENTION), (NORM
           (SOFTMAX, ir.SOFTMAX), (REDUCTION, ir.REDUCTION), (EMBEDDING, ir.EMBEDDING),
           (ELEMENTWISE, ir.ELEMENTWISE), (COPY, ir.DATA_MOVEMENT), (HASHGRID, ir.HASHGRID),
           (SPARSE_ATTENTION, ir.SPARSE_ATTENTION),
-          (MOE, ir.MOE), (SCAN, ir.SCAN), (RECURRENT, ir.RECURRENT)]
+          (MOE, ir.MOE), (SCAN, ir.SCAN), (RECURRENT, ir.RECURRENT)] + [
+    (names, kind) for kind, names in BACKWARD.items()]
 
 #: Elementwise operations per output element for the non-GEMM kinds (FLOP convention of this
 #: project for ops that FlopCounterMode does not count): normalisation ~5 (mean, var, sub,

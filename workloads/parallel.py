@@ -44,16 +44,21 @@ import networkx as nx
 from dse.errors import BadInput, InfeasibleDesign
 from workloads import ir
 from workloads.ir import Op, Workload
+from workloads.patterns import _activation_matmul
 
 COLLECTIVE = ir.COLLECTIVE
 MOE = ir.MOE
 #: Kinds through which a tensor-parallel split passes unchanged (per-head or element-wise).
-_PASS_THROUGH = (ir.ELEMENTWISE, ir.DATA_MOVEMENT, ir.SOFTMAX, ir.ATTENTION)
+_PASS_THROUGH = (ir.ELEMENTWISE, ir.DATA_MOVEMENT, ir.SOFTMAX, ir.ATTENTION, COLLECTIVE)
 #: Input states each tensor-parallel mode of an op takes as they are (R replicated, S split,
 #: P partial sums, T split by tokens); others are converted by a collective first.
 _ACCEPTS = {"row": ("S", "R"), "split": ("S", "R"), "heads": ("S", "R"), "column": ("R",),
             "moe": ("R",), "tokens": ("T", "R"), "replicated": ("R",),
-            "pass": ("R", "S", "P", "T")}
+            "pass": ("R", "S", "P", "T"), "partial": ("P",), "vocab": ("R",),
+            "vocab_grad": ("R",)}
+#: Element-wise ops that are linear in every input: partial sums added stay partial (a
+#: training step's backward adds the input gradients of several row-split matmuls).
+_LINEAR_TARGETS = ("add", "add_", "sub", "sub_")
 
 
 @dataclass(frozen=True)
@@ -384,8 +389,10 @@ def pipeline_stages(workload: Workload, pp: int) -> dict[str, int]:
 class _TensorParallel:
     """The Megatron split of one graph over ``tp`` ranks (see the module docstring)."""
 
-    def __init__(self, workload: Workload, tp: int, sequence_parallel: bool):
-        self.w, self.tp, self.sp = workload, tp, sequence_parallel
+    def __init__(self, workload: Workload, tp: int, sequence_parallel: bool,
+                 uneven: str = "raise", vocab_parallel: bool = False):
+        self.w, self.tp, self.sp, self.uneven = workload, tp, sequence_parallel, uneven
+        self.vocab = vocab_parallel
         self.graph = workload.graph
         self.ops: list[Op] = []
         self.edges: list[tuple[str, str, float]] = []
@@ -419,8 +426,8 @@ class _TensorParallel:
                 if nxt.kind == ir.ATTENTION or (nxt.kind == ir.MATMUL
                                                 and nxt.attrs.get("weight_operand")):
                     hit = True
-                elif nxt.kind in _PASS_THROUGH and reaches[succ]:
-                    hit = True
+                elif (nxt.kind in _PASS_THROUGH or _activation_matmul(nxt)) and reaches[succ]:
+                    hit = True   # per-head work: eager attention's score and value products
                 if hit:
                     break
             reaches[op.name] = hit
@@ -433,6 +440,8 @@ class _TensorParallel:
                 if n and n % self.tp == 0:
                     out.add(op.name)
             elif reaches[op.name]:
+                if (not n or n % self.tp) and self.uneven == "replicate":
+                    continue                  # run whole on every rank (an unpadded vocab)
                 if not n or n % self.tp:
                     raise InfeasibleDesign(f"tensor parallelism of {self.tp} does not divide "
                                            f"the {n} output features of {op.name}")
@@ -473,6 +482,11 @@ class _TensorParallel:
             return "column"
         if op.kind == MOE:
             return "moe"
+        if self.vocab and _vocab_rows(op) and _vocab_rows(op) % self.tp == 0:
+            return "vocab_grad" if op.target == "embedding_dense_backward" else "vocab"
+        if op.kind == ir.ELEMENTWISE and op.target in _LINEAR_TARGETS and len(states) > 1 \
+                and all(st == "P" for st in states) and op.attrs.get("pass") == "bwd":
+            return "partial"   # input gradients of several row-split matmuls, summed
         if "S" in states:
             return "heads" if op.kind == ir.ATTENTION else "split"
         return "tokens" if self.sp else "replicated"
@@ -494,7 +508,8 @@ class _TensorParallel:
             self.state[op.name] = out_state
             self.out_bytes[op.name] = (float(new.activation_bytes_written) if mode != "pass"
                                        else self.out_bytes[sources[0]] if sources else 0.0)
-            if out_state == "S" and self.graph.out_degree(op.name) == 0:
+            if out_state == "S" and self.graph.out_degree(op.name) == 0 \
+                    and op.attrs.get("pass") != "bwd":   # a weight gradient stays a shard
                 self._convert(op.name, "R")          # the LM head's logits, gathered
         return _rebuild(self.w, self.ops, self.edges, self.w.params - self.split_params_removed)
 
@@ -515,6 +530,19 @@ class _TensorParallel:
         if mode == "replicated":
             self.replicated.add(op.name)
             return op, "R"
+        if mode == "partial":     # partial sums added on every rank: still partial
+            self.replicated.add(op.name)
+            return op, "P"
+        if mode == "vocab":       # a vocab-parallel embedding: rows of this rank, zeros else
+            table = op.input_shapes[0]
+            self.split_params_removed += resident_weights(op) * (tp - 1) // tp
+            return replace(op, weight_bytes=_div(op.weight_bytes, tp),
+                           input_shapes=((table[0] // tp,) + tuple(table[1:]),)
+                           + op.input_shapes[1:], attrs=a), "P"
+        if mode == "vocab_grad":  # the gradient of this rank's rows of the table
+            return replace(op, activation_bytes_written=_div(op.activation_bytes_written, tp),
+                           output_shapes=tuple(_with_dim(s, 0, tp) for s in op.output_shapes),
+                           attrs=a), "S"
         if mode == "column":
             a["n"] = int(a["n"]) // tp
             self.split_params_removed += resident_weights(op) * (tp - 1) // tp
@@ -543,6 +571,14 @@ class _TensorParallel:
         if mode == "split":
             if "elements" in a:
                 a["elements"] = _div(a["elements"], tp)
+            if op.kind == ir.MATMUL and "n" in a:   # keep the GEMM's shape with its FLOPs:
+                b, n = int(a.get("batch", 1)), int(a["n"])   # split heads (batch) or columns
+                if b > 1 and b % tp == 0:
+                    a["batch"] = b // tp
+                elif n % tp == 0:
+                    a["n"] = n // tp
+                else:
+                    a["m"] = _div(a["m"], tp)
             return _scaled(op, tp, a, dim=1 if len(_first(op)) == 4 else -1), "S"
         # tokens (sequence parallel)
         if op.kind == ir.MATMUL and "m" in a:
@@ -552,22 +588,37 @@ class _TensorParallel:
         return _scaled(op, tp, a, dim=0, weights=op.kind == ir.EMBEDDING), "T"
 
 
+def _vocab_rows(op: Op) -> int:
+    """Rows of the table of an embedding lookup (or of its gradient), 0 for other ops."""
+    if op.kind == ir.EMBEDDING and op.weight_bytes and op.input_shapes and op.input_shapes[0]:
+        return int(op.input_shapes[0][0])
+    if op.target == "embedding_dense_backward" and op.output_shapes and op.output_shapes[0]:
+        return int(op.output_shapes[0][0])
+    return 0
+
+
 def _first(op: Op) -> tuple:
     shapes = op.output_shapes or op.input_shapes
     return shapes[0] if shapes else ()
 
 
-def tensor_parallel(workload: Workload, tp: int, sequence_parallel: bool = False
+def tensor_parallel(workload: Workload, tp: int, sequence_parallel: bool = False,
+                    uneven: str = "raise", vocab_parallel: bool = False
                     ) -> tuple[Workload, set[str]]:
     """The graph one of ``tp`` tensor-parallel ranks runs (all ranks run the same graph) and
-    the ops every rank computes in full."""
+    the ops every rank computes in full. ``uneven``: what a weight matmul whose output
+    features ``tp`` does not divide does: ``raise`` (:class:`InfeasibleDesign`) or
+    ``replicate`` (it runs whole on every rank, as an unpadded vocabulary's head).
+    ``vocab_parallel``: embedding tables are split by rows (Megatron's vocab-parallel
+    embedding: each rank looks up its rows, the partial sums all-reduced; its gradient is
+    the rank's rows)."""
     if tp == 1:
         return workload, set()
     tokens = workload.batch * max(workload.seq, 1) if workload.phase != "decode" else workload.batch
     if sequence_parallel and tokens % tp:
         raise InfeasibleDesign(f"sequence parallelism splits the {tokens} tokens of a step over "
                                f"tp={tp} ranks: they must divide")
-    t = _TensorParallel(workload, tp, sequence_parallel)
+    t = _TensorParallel(workload, tp, sequence_parallel, uneven, vocab_parallel)
     out = t.run()
     return out, t.replicated
 

@@ -22,6 +22,7 @@ _REPRODUCTIONS = {
     "melange": "dse.reproduce.melange",
     "distserve": "dse.reproduce.distserve",
     "speculative": "dse.reproduce.speculative",
+    "megatron": "dse.reproduce.megatron",
 }
 
 

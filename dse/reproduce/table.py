@@ -26,6 +26,8 @@ class Row:
     note: str = ""
     source: str = ""
     fitted: bool = False
+    #: The criterion this row is held to (a reproduction may ask for a tighter one).
+    tolerance: float = TOLERANCE
 
     @property
     def ratio(self) -> float:
@@ -36,11 +38,12 @@ class Row:
             return self.ours / (low if self.ours < low else high)
         return self.ours / self.paper if self.paper else float("inf")
 
-    def within(self, tolerance: float = TOLERANCE) -> bool:
-        """Within ``tolerance`` of a number; inside a range (the ends included)."""
+    def within(self, tolerance: float | None = None) -> bool:
+        """Within ``tolerance`` (default: the row's own criterion) of a number; inside a range
+        (the ends included)."""
         if isinstance(self.paper, (tuple, list)):
             return self.paper[0] <= self.ours <= self.paper[1]
-        return abs(self.ratio - 1.0) <= tolerance
+        return abs(self.ratio - 1.0) <= (self.tolerance if tolerance is None else tolerance)
 
     def paper_text(self) -> str:
         if isinstance(self.paper, (tuple, list)):
@@ -49,14 +52,17 @@ class Row:
 
     def to_dict(self) -> dict[str, Any]:
         paper = list(self.paper) if isinstance(self.paper, (tuple, list)) else self.paper
-        return {"metric": self.metric, "paper": paper, "ours": self.ours, "ratio": self.ratio,
-                "within_35pct": self.within(), "note": self.note, "source": self.source,
-                "fitted": self.fitted}
+        d = {"metric": self.metric, "paper": paper, "ours": self.ours, "ratio": self.ratio,
+             "within_35pct": self.within(TOLERANCE), "note": self.note, "source": self.source,
+             "fitted": self.fitted}
+        if self.tolerance != TOLERANCE:       # a row held to its own criterion says so
+            d.update(within=self.within(), tolerance=self.tolerance)
+        return d
 
 
 def summary(rows: list[Row]) -> dict[str, int]:
     """How many rows are predictions (not ``fitted``) and how many of those are within
-    +-35 %; ``fitted``: the rows left out of both counts."""
+    their criterion; ``fitted``: the rows left out of both counts."""
     predictions = [r for r in rows if not r.fitted]
     return {"predictions": len(predictions),
             "within": sum(r.within() for r in predictions),

@@ -272,9 +272,11 @@ class Evaluator:
             fm = _formats(w, point)
             akey = _arch_key(w.label, point.arch[w.label], fm)
             try:
-                wl = self._batch_workloads.get(akey) or api.workload(
-                    w.model, phase=w.phase, batch=w.batch, seq=w.seq, context=w.context,
-                    dtype=w.dtype, arch=point.arch[w.label], formats=fm)
+                wl = self._batch_workloads.get(akey) or (
+                    self._train_workload(w, point.arch[w.label], layout)
+                    if study.spec.training is not None else api.workload(
+                        w.model, phase=w.phase, batch=w.batch, seq=w.seq, context=w.context,
+                        dtype=w.dtype, arch=point.arch[w.label], formats=fm))
             except DSEError as exc:
                 return infeasible(f"{w.label}: {exc}")
             described["arch"][w.label] = dict(wl.arch)
@@ -285,7 +287,9 @@ class Evaluator:
                 design = combined.with_assignment(self._assignment(w.label, wl,
                                                                    point.assign[w.label]))
             try:
-                if study.spec.serving is not None:
+                if study.spec.training is not None:
+                    result_metrics = self._train(w, point.arch[w.label], system, layout)
+                elif study.spec.serving is not None:
                     result_metrics = self._serve(wl, design, system, layout)
                 elif study.spec.disaggregated is not None:
                     result_metrics, pooled = self._disaggregate(wl, designs, point, described)
@@ -308,8 +312,8 @@ class Evaluator:
                 quality = q.value
                 described.setdefault("quality", {})[w.label] = {
                     "method": q.method, "raw": q.raw, "value": q.value, "detail": q.detail}
-            per_workload[w.label] = obj.workload_metrics(result_metrics, wl.params, wl.flops,
-                                                         quality)
+            per_workload[w.label] = obj.workload_metrics(
+                result_metrics, wl.params, result_metrics.pop("model_flops", wl.flops), quality)
         extra = {}
         if isinstance(combined, Heterogeneous):
             pes = [pe_count(d) for d in designs.values()]
@@ -433,11 +437,43 @@ class Evaluator:
                 "avg_power_w": float("nan"), "edp": float("nan"),
                 "throughput": c.get("throughput_tok_s", float(fs.rate or 0.0))}
 
+    def _train_workload(self, w, arch, layout):
+        """The joint graph of one micro-batch of the training study's model (its first two
+        blocks captured: :func:`workloads.train_build.zoo_train_workload`)."""
+        from workloads.train_build import TEMPLATE_BLOCKS, zoo_train_workload
+        from workloads.train_step import precision_from
+        prec = precision_from(self.study.spec.training.precision)
+        weights = prec.weights if prec.weights != prec.activations else None
+        return zoo_train_workload(w.model, batch=layout.micro_batch, seq=w.seq,
+                                  dtype=prec.activations, arch=arch, blocks=TEMPLATE_BLOCKS,
+                                  weights=weights)
+
+    def _train(self, w, arch, system, layout) -> dict[str, float]:
+        """A training study's metrics (:mod:`simulators.training`): the step's, read as the
+        usual metrics too (``latency_s`` the step time, ``energy_j`` its energy,
+        ``throughput`` tokens/s)."""
+        from simulators.training import simulate_training
+        tr = self.study.spec.training
+        r = simulate_training(self._train_workload(w, arch, layout), system, layout,
+                              precision=tr.precision, optimizer=tr.optimizer,
+                              optimizer_impl=tr.optimizer_impl, host=tr.host,
+                              train_tokens=tr.tokens)
+        m = r.metrics()
+        return {**m, "latency_s": r.step_time_s, "energy_j": r.energy_per_step_j,
+                "avg_power_w": r.avg_power_w, "edp": r.energy_per_step_j * r.step_time_s,
+                "throughput": r.tokens_per_s, "model_flops": r.model_flops_per_step}
+
     def _system(self, design, point: Point):
         """The system of ``design`` and the layout of ``point``: the device count is the
         layout's unless ``sys.devices`` is fixed or searched."""
         from accelerators.system import System
         from workloads.parallel import layout_from
+        if self.study.spec.training is not None:
+            from workloads.train_parallel import train_layout_from
+            layout = train_layout_from({**point.parallel,
+                                        "global_batch": self.study.spec.training.global_batch})
+            values = {"devices": layout.devices, **point.sys}
+            return System(design, self.study.spec.system.preset, **values), layout
         layout = layout_from(dict(point.parallel))
         values = {"devices": layout.devices, **point.sys}
         return System(design, self.study.spec.system.preset, **values), layout

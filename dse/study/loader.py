@@ -366,7 +366,8 @@ def resolve(data: Any, source: str | None = None) -> ResolvedStudy:
     labels = [w.label for w in workloads]
     allowed = obj.allowed_metrics(labels, spec.heterogeneous, spec.system is not None,
                                   spec.serving is not None,
-                                  form if form in ("disaggregated", "fleet") else "")
+                                  form if form in ("disaggregated", "fleet") else "",
+                                  training=spec.training is not None)
     objectives = [obj.parse_objective(o, f"objectives[{i}]", allowed)
                   for i, o in enumerate(spec.objectives)]
     if len({o.metric for o in objectives}) != len(objectives):
@@ -482,6 +483,8 @@ def _check_forms(spec: StudySpec) -> None:
         # the served model's iterations are built from its decode step of batch 1
         spec.workloads = [WorkloadSpec(model=sv.model, phase="decode", batch=1, context=1,
                                        dtype=sv.dtype, formats=sv.formats)]
+    if spec.training is not None:
+        _check_training(spec)
     given = [k for k in ("accelerator", "accelerators", "sub_accelerators")
              if getattr(spec, k) is not None]
     if len(given) != 1:
@@ -505,6 +508,24 @@ def _check_forms(spec: StudySpec) -> None:
         for i, n in enumerate(names):
             if n in names[:i]:
                 raise bad(f"{group}[{i}].name", n, "expected a name of its own")
+
+
+def _check_training(spec: StudySpec) -> None:
+    """A training study: one workload, on a system, its batch and phase the layout's."""
+    tr = spec.training
+    if spec.serving is not None or spec.workloads is None or len(spec.workloads) != 1:
+        raise bad("training", tr.model_dump(), "expected exactly one workload (and no "
+                  "serving) in a training study")
+    if spec.system is None:
+        raise bad("training", tr.model_dump(), "expected a `system:` section (the devices "
+                  "and the training layout)")
+    if spec.sub_accelerators is not None:
+        raise bad("training", tr.model_dump(), "expected accelerator or accelerators")
+    w = spec.workloads[0]
+    for key in ("phase", "batch", "context"):
+        if getattr(w, key) is not None:
+            raise bad(f"workloads[0].{key}", getattr(w, key), "expected none in a training "
+                      "study (the step is a training step; micro_batch is a layout key)")
 
 
 def _check_quality_source(spec: StudySpec) -> None:
@@ -802,6 +823,30 @@ def _parallel_params():
               1.0, 4096.0))}
 
 
+#: A training layout's keys as parameters (:class:`workloads.train_parallel.TrainLayout`).
+def _train_parallel_params():
+    from accelerators.base import Param
+    from workloads.train_parallel import OFFLOAD_TARGETS, SCHEDULES
+    from workloads.train_step import RECOMPUTE_MODES
+    return {p.name: p for p in (
+        Param("dp", int, "replicas", 1, "data-parallel replicas", 1, 65536, log=True),
+        Param("tp", int, "ranks", 1, "tensor-parallel ranks", 1, 1024, log=True),
+        Param("pp", int, "stages", 1, "pipeline stages", 1, 1024, log=True),
+        Param("cp", int, "ranks", 1, "context-parallel ranks", 1, 1024, log=True),
+        Param("sp", bool, "", False, "sequence parallelism (with tp)"),
+        Param("zero", int, "", 0, "ZeRO stage", 0, 3),
+        Param("micro_batch", int, "samples", 1, "samples per micro-batch", 1, 65536, log=True),
+        Param("schedule", str, "", "1f1b", "pipeline schedule", choices=SCHEDULES),
+        Param("chunks", int, "", 1, "model chunks per stage (interleaved)", 1, 64),
+        Param("recompute", str, "", "none", "activation recomputation",
+              choices=RECOMPUTE_MODES),
+        Param("bucket_mb", float, "MB", 25.0, "gradient bucket", 1.0, 10000.0),
+        Param("overlap_grad_reduce", bool, "", True, "overlap the gradient reduction"),
+        Param("offload_optimizer", str, "", "none", "optimizer offload",
+              choices=OFFLOAD_TARGETS),
+        Param("offload_params", str, "", "none", "parameter offload", choices=OFFLOAD_TARGETS))}
+
+
 def _add_system_space(spec: StudySpec, space: SearchSpace) -> None:
     """The system's fixed values and searched dimensions (``sys.*``, ``par.*``)."""
     from accelerators.system import SYSTEM_PRESETS, System
@@ -823,8 +868,9 @@ def _add_system_space(spec: StudySpec, space: SearchSpace) -> None:
     if sysspec.preset is not None and sysspec.preset not in SYSTEM_PRESETS:
         raise bad("system.preset", sysspec.preset, "expected a system preset: "
                   + ", ".join(sorted(SYSTEM_PRESETS)))
+    layout_params = _train_parallel_params() if spec.training is not None else _parallel_params()
     groups = (("sys", System.params(), sysspec.sys, spec.search.system, "system"),
-              ("par", _parallel_params(), sysspec.parallel, spec.search.parallel, "parallel"))
+              ("par", layout_params, sysspec.parallel, spec.search.parallel, "parallel"))
     for prefix, params, fixed_raw, search_raw, word in groups:
         fixed = {}
         for key, value in fixed_raw.items():

@@ -75,6 +75,15 @@ FLEET_METRICS = {
     "saving_vs_best_single": ("maximize", "share"),
     "design_share": ("maximize", "share of requests"),
     "slo_attainment": ("maximize", "share of requests (with confirm)")}
+#: Metrics of a training study (``training:``, :meth:`simulators.training.TrainResult.metrics`):
+#: one step's time (s), tokens/s, MFU and HFU (0-1), the busiest device's memory (B), energy
+#: per step (J) and the time (s, days), cost (US$) and energy (J) to train the study's tokens.
+TRAINING_METRICS = {
+    "step_time_s": ("minimize", "s"), "tokens_per_s": ("maximize", "tokens/s"),
+    "mfu": ("maximize", "fraction"), "hfu": ("maximize", "fraction"),
+    "peak_memory_bytes": ("minimize", "B"), "energy_per_step_j": ("minimize", "J"),
+    "train_time_s": ("minimize", "s"), "train_time_days": ("minimize", "days"),
+    "train_cost_usd": ("minimize", "US$"), "train_energy_j": ("minimize", "J")}
 #: Metrics of a heterogeneous design's shared budgets.
 BUDGET_METRICS = {"total_pes": ("minimize", "PEs"),
                   "total_bandwidth_Bps": ("minimize", "B/s")}
@@ -85,13 +94,15 @@ _CONSTRAINT_RE = re.compile(r"^\s*([A-Za-z][\w\-]*(?:\.[A-Za-z_]\w*)?)\s*(<=|>=|
 
 
 def allowed_metrics(workload_labels: Sequence[str], heterogeneous: bool,
-                    system: bool = False, serving: bool = False, form: str = "") -> list[str]:
+                    system: bool = False, serving: bool = False, form: str = "",
+                    training: bool = False) -> list[str]:
     """Every metric name a study with these workloads may use (``form``: ``disaggregated`` or
     ``fleet`` for those studies)."""
     extra = {"disaggregated": list(SERVING_METRICS) + [
         m for m in DISAGGREGATED_METRICS if m not in SERVING_METRICS],
         "fleet": list(FLEET_METRICS)}.get(form, [])
-    names = (list(SERVING_METRICS) if serving else []) + extra + list(METRICS) + (
+    names = (list(SERVING_METRICS) if serving else []) + extra + (
+        list(TRAINING_METRICS) if training else []) + list(METRICS) + (
         list(SYSTEM_METRICS) if system else [])
     if len(workload_labels) > 1:
         names += [f"{w}.{m}" for w in workload_labels for m in WORKLOAD_METRICS]
@@ -175,7 +186,7 @@ def _usual_direction(metric: str) -> str:
     base = base_metric(metric)
     return (METRICS.get(base) or BUDGET_METRICS.get(base) or SYSTEM_METRICS.get(base)
             or SERVING_METRICS.get(base) or DISAGGREGATED_METRICS.get(base)
-            or FLEET_METRICS.get(base) or ("minimize",))[0]
+            or FLEET_METRICS.get(base) or TRAINING_METRICS.get(base) or ("minimize",))[0]
 
 
 def parse_constraint(raw: Any, field: str, allowed: Sequence[str]) -> Constraint:
@@ -239,7 +250,8 @@ def totals(per_workload: Mapping[str, Mapping[str, float]], weights: Mapping[str
         out["edp"] = own.get("edp", out["edp"])
     else:
         out["throughput"] = 1.0 / latency if latency > 0 else 0.0
-    for key in {**SERVING_METRICS, **DISAGGREGATED_METRICS, **FLEET_METRICS}:
+    for key in {**SERVING_METRICS, **DISAGGREGATED_METRICS, **FLEET_METRICS,
+                **TRAINING_METRICS}:
         if all(key in per_workload[w] for w in labels):
             out[key] = sum(per_workload[w][key] for w in labels)
     if all("communication_s" in per_workload[w] for w in labels):

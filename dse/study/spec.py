@@ -274,6 +274,25 @@ class FleetSpec(_Strict):
     dtype: Literal[DTYPES] = Field("bf16", description="element type of the model")
 
 
+class TrainingSpec(_Strict):
+    """Score each design by one training step of the (one) workload's model (see `dse
+    train`): a system with a training layout (``search.parallel``: dp, tp, pp, cp, sp, zero,
+    micro_batch, recompute, schedule, chunks, ...), with metrics ``step_time_s``,
+    ``tokens_per_s``, ``mfu``, ``peak_memory_bytes``, ``train_time_days``,
+    ``train_cost_usd`` and more (docs/study.md, "Training"). A layout whose memory does not
+    fit a device is a pruned trial with the numbers."""
+
+    tokens: Annotated[float, Field(gt=0, le=1e16, allow_inf_nan=False)] = Field(
+        description="tokens to train: the time, cost and energy metrics are for these")
+    global_batch: Annotated[int, Field(ge=1, le=2**24)] = Field(
+        description="samples (sequences) per optimizer step")
+    precision: Literal["mixed", "mixed-fp32-grads", "amp", "bf16", "fp32"] = Field(
+        "mixed", description="precision of each tensor role (see `dse train --precision`)")
+    optimizer: Literal["adamw", "adam", "momentum", "sgd"] = Field("adamw")
+    optimizer_impl: Literal["fused", "foreach", "for-loop"] = Field("fused")
+    host: Optional[str] = Field(None, description="host preset for offload (accelerators/host.py)")
+
+
 class BudgetsSpec(_Strict):
     """Shared budgets of a heterogeneous design (constraints on the sum over sub-accelerators)."""
 
@@ -438,6 +457,8 @@ class StudySpec(_Strict):
                           "assigned to them by the search")
     system: Optional[SystemSpec] = Field(None, description="run the design as the devices "
                                           "of a system with a parallel layout")
+    training: Optional[TrainingSpec] = Field(None, description="score each design by a "
+                                             "training step of the workload (with `system`)")
     budgets: Optional[BudgetsSpec] = None
     assignment: Optional[AssignmentSpec] = None
     search: SearchSpec = Field(default_factory=SearchSpec)
