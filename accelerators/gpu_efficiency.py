@@ -472,7 +472,8 @@ KNOB_TRANSFER: dict[str, str] = {
         "align8_memory", "align4_memory", "align2_memory", "attention_efficiency",
         "attention_q_block", "attention_causal_tail", "decode_bandwidth_efficiency",
         "decode_split_keys", "conv_efficiency", "conv1x1_efficiency",
-        "conv_small_channel_efficiency", "conv_transform", "bandwidth_efficiency")},
+        "conv_small_channel_efficiency", "conv_transform", "bandwidth_efficiency",
+        "scalar_copy_elements_per_sm_cycle")},
     **{k: "cycles" for k in (
         "tile_overhead_s", "gemm_launch_s", "splitk_overhead_s", "gemm_ramp_s",
         "attention_score_s", "attention_tile_s", "attention_launch_s", "decode_launch_s",

@@ -624,8 +624,7 @@ class NPU(Template):
             levels=(MemoryLevel("dram", self.memory.bandwidth_Bps, self.memory.capacity_bytes,
                                 self.memory.energy_j_per_byte, resident=True),
                     MemoryLevel("sram", math.inf, sram, min(self._sram_j.values()))),
-            energy_per_flop_j=min(tech.mac_energy_j(hw.dtype, node) / 2,
-                                  tech.vector_op_energy_j(hw.dtype, node)))
+            energy_per_flop_j=min(self._mac_j / 2, self._vec_j))
 
     def floorplan(self) -> Floorplan:
         """Systolic PEs (:func:`technology.pe_area_mm2`) and vector lanes, the three

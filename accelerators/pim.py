@@ -703,10 +703,10 @@ def pim_peaks(hw, pim_clock_hz: float, bus_Bps: float, capacity_bytes: float,
     in-bank read energy, ``onchip_bytes`` inside it; the cheapest FLOP of any of them."""
     pim_rate = macs * pim_clock_hz / hw.dot_cycles
     flops = {"pim": 2.0 * pim_rate}
-    energy = tech.mac_energy_j(hw.dtype, hw.pim_node_nm) / 2
+    energy = mac_formats.mac_energy_j(hw.dtype, hw.pim_node_nm) / 2
     for unit, lanes, clock, node in hosts:
         flops[unit] = 2.0 * lanes * clock
-        energy = min(energy, tech.vector_op_energy_j(hw.dtype, node))
+        energy = min(energy, tech.vector_op_energy_j(mac_formats.vector_format(hw.dtype), node))
     flops.update(host_flops or {})
     return Peaks(flops_per_s=flops,
                  levels=(MemoryLevel("dram", max(pim_rate * element_bytes, bus_Bps),

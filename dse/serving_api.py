@@ -110,7 +110,7 @@ def derived_price_usd_per_h(target, lifetime_years: float | None = None,
     :mod:`accelerators.physical`) over ``lifetime_years`` of continuous use plus its TDP's
     energy, US$/h (a manufacturing cost, not a cloud price: give ``price_usd_per_h`` to
     compare with rented GPUs)."""
-    from simulators.serving import LIFETIME_YEARS, USD_PER_KWH
+    from simulators.economics import AMORTISATION_YEARS as LIFETIME_YEARS, USD_PER_KWH
     lifetime_years = LIFETIME_YEARS if lifetime_years is None else lifetime_years
     usd_per_kwh = USD_PER_KWH if usd_per_kwh is None else usd_per_kwh
     phys = (target.design or target.system).physical()

@@ -44,7 +44,8 @@ from dse.errors import BadInput
 from simulators.channel import FluidChannel
 from simulators.iteration_cost import IterationCostModel
 from simulators.replicas import Outcome, percentiles
-from simulators.serving import BLOCK_SIZE, LIFETIME_YEARS, USD_PER_KWH
+from simulators.economics import AMORTISATION_YEARS as LIFETIME_YEARS, USD_PER_KWH
+from simulators.serving import BLOCK_SIZE
 from workloads.traces import Trace
 
 _YEAR_S = 365.25 * 86400

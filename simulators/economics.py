@@ -43,16 +43,21 @@ from typing import Any, Mapping
 from dse.errors import BadInput
 
 HOURS_PER_YEAR = 8766.0   #: 365.25 days
+YEAR_S = HOURS_PER_YEAR * 3600.0
+#: Default amortisation period of hardware, years, and electricity price, US$/kWh (sources
+#: in the module docstring); the one default every cost in the project uses.
+AMORTISATION_YEARS = 5.0
+USD_PER_KWH = 0.0806
 
 #: Parameter -> (default, lowest allowed, highest allowed, unit) [sources in the docstring].
 PARAMETERS: dict[str, tuple[float | None, float, float, str]] = {
     "utilisation": (None, 1e-6, 1.0, "share of hours serving (default: measured)"),
-    "amortisation_years": (5.0, 0.1, 50.0, "years"),
+    "amortisation_years": (AMORTISATION_YEARS, 0.1, 50.0, "years"),
     "hardware_usd": (None, 0.0, 1e9, "US$ (default: the design's manufacturing cost)"),
     "host_usd": (4000.0, 0.0, 1e9, "US$ per accelerator"),
     "host_w": (575.0, 0.0, 1e5, "W per accelerator"),
     "pue": (1.58, 1.0, 5.0, "facility power over IT power"),
-    "usd_per_kwh": (0.0806, 0.0, 10.0, "US$/kWh"),
+    "usd_per_kwh": (USD_PER_KWH, 0.0, 10.0, "US$/kWh"),
 }
 
 
@@ -62,12 +67,12 @@ class Economics:
     None: the default (``utilisation``: measured; ``hardware_usd``: the design's cost)."""
 
     utilisation: float | None = None
-    amortisation_years: float = 5.0
+    amortisation_years: float = AMORTISATION_YEARS
     hardware_usd: float | None = None
     host_usd: float = 4000.0
     host_w: float = 575.0
     pue: float = 1.58
-    usd_per_kwh: float = 0.0806
+    usd_per_kwh: float = USD_PER_KWH
 
     def __post_init__(self):
         for name, (_, lo, hi, unit) in PARAMETERS.items():

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import numpy as np
 
 from dse.errors import BadInput
-from simulators.serving import LIFETIME_YEARS, USD_PER_KWH
+from simulators.economics import AMORTISATION_YEARS as LIFETIME_YEARS, USD_PER_KWH
 from simulators.serving import _percentiles as percentiles
 from workloads.traces import Trace
 
@@ -140,8 +140,8 @@ def serve_instances(trace: Trace, assignment: np.ndarray, serve: Callable[[int, 
     instances with ``serve(k, sub_trace) -> ServingResult`` and gather them: per-request
     times back in trace order, energy (each result's dynamic energy plus every instance's
     static power ``static_w(k)`` over the whole span: an instance with no request still idles)
-    and cost (``capital_usd(k)`` amortised over :data:`simulators.serving.LIFETIME_YEARS` for
-    the span, plus energy at :data:`simulators.serving.USD_PER_KWH`)."""
+    and cost (``capital_usd(k)`` amortised over :data:`simulators.economics.AMORTISATION_YEARS` for
+    the span, plus energy at :data:`simulators.economics.USD_PER_KWH`)."""
     n = len(trace)
     first, finish = np.full(n, np.nan), np.full(n, np.nan)
     generated = np.zeros(n, dtype=np.int64)

@@ -50,7 +50,7 @@ from accelerators.host import Host, host_from
 from dse.errors import BadInput, InfeasibleDesign
 from simulators.engine import simulate as _simulate
 from simulators.pipeline import F, run_schedule, schedule
-from simulators.serving import LIFETIME_YEARS, USD_PER_KWH, _YEAR_S
+from simulators.economics import AMORTISATION_YEARS as LIFETIME_YEARS, USD_PER_KWH, YEAR_S as _YEAR_S
 from workloads import ir
 from workloads.gna import dense_equivalent
 from workloads.ir import Op, Workload, op_signature

@@ -238,8 +238,8 @@ def test_one_sustained_bandwidth_rule_per_memory_standard():
     assert hbm == pytest.approx(GPU("h200").knobs["bandwidth_efficiency"], abs=1e-3)
     npu = NPU(dram="hbm3", dram_devices=2)
     assert npu.resources().channels["dram"] == pytest.approx(2 * 819.2e9 * hbm)
-    a100 = GPU("a100")    # uncalibrated: the standard's share
-    assert a100.model.copy_Bps == pytest.approx(a100.hw.memory_bandwidth_Bps * hbm)
+    mi300x = GPU("mi300x")    # uncalibrated (the A100 now has its own calibration)
+    assert mi300x.model.copy_Bps == pytest.approx(mi300x.hw.memory_bandwidth_Bps * hbm)
     d = NeuPIMs()
     assert d.resources().channels["dram"] == pytest.approx(d.pin_Bps * hbm)
     p = PIM()

@@ -252,7 +252,8 @@ def test_pim_logic_costs_die_area_price_and_power():
         4 * pf.area_breakdown_mm2["pim_logic"])
     assert pf.cost_breakdown_usd["memory"] < pm.cost_breakdown_usd["memory"]
     # the price is by area: 16 lanes per bank make the 8 Gb GDDR6 dies 25 % bigger
-    plain = many.hw.channels * many.hw.channel_capacity_gib * 2**30 / 1e9 * \
+    # (DRAM is priced per binary gigabyte: a "1 GB" device holds 2**30 bytes)
+    plain = many.hw.channels * many.hw.channel_capacity_gib * \
         get_standard("gddr6").price_usd_per_gb
     assert pm.cost_breakdown_usd["memory"] == pytest.approx(plain * 1.25)
     assert pf.tdp_w < pm.tdp_w

@@ -106,10 +106,12 @@ def test_a_model_without_a_size_rule_or_a_refused_fit_is_captured():
 
 
 def test_sizes_the_model_or_torch_refuses_are_left_to_the_capture():
-    too_long = build.resolve("llama2-7b", "decode", 1, None, 4096, "bf16", {"n_layer": 1})
+    from dse.errors import BadInput
+    with pytest.raises(BadInput, match="context"):   # refused before any re-shape
+        build.resolve("llama2-7b", "decode", 1, None, 4096, "bf16", {"n_layer": 1})
     huge = build.resolve("gpt2", "prefill", 2**31, 2**20, None, "bf16",
                          {"d_model": 2**20, "max_seq": 2**20, "n_head": 1, "n_layer": 1})
-    assert reshape.reshaped(too_long) is None and reshape.reshaped(huge) is None
+    assert reshape.reshaped(huge) is None
 
 
 

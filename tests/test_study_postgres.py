@@ -86,7 +86,7 @@ def test_the_password_is_never_printed_and_report_finds_the_study(tmp_path, caps
     code, out, err = run_cli(capsys, "study", "run", str(path), "--storage", url, "--out",
                              str(out_dir), "--trials", "3", "--no-progress")
     assert code == 0, err
-    assert secret not in out + err and out.count(":***@") == 2
+    assert secret not in out + err and out.count(":***@") >= 1
     code, out, err = run_cli(capsys, "study", "run", str(path), "--storage", url, "--out",
                              str(out_dir), "--trials", "3", "--json")
     assert code == 0 and secret not in out + err
