@@ -432,7 +432,7 @@ def run_measure(args) -> int:
     stack = []
     if not args.no_stack:
         _log("tensor-parallel Llama stack:")
-        layers = 2 if args.dry_run else args.layers
+        layers = min(args.layers, 4) if args.dry_run else args.layers
         prefill = [(1, 8), (2, 16)] if args.dry_run else PREFILL
         decode = [(1, 16), (2, 16)] if args.dry_run else DECODE
         layouts = parse_layouts(args.layouts, world)
