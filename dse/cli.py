@@ -118,6 +118,7 @@ def _workload_from_flags(model, phase, batch, seq, context, dtype, arch, hf_conf
     if formats is not None:
         from workloads.formats import formatted, parse_formats
         spec = parse_formats(formats, dtype, "--formats")   # a bad value fails before capture
+        api._no_train_formats(phase, formats, "--formats")
         return formatted(_workload_from_flags(model, phase, batch, seq, context, dtype, arch,
                                               hf_config, kv_update, module, strict,
                                               media=media), spec)
