@@ -661,7 +661,9 @@ def reproduce(name: str = typer.Argument(..., help="pim-gpt | neupims | ngpc | w
         t.add_row(r.metric, r.source, r.paper_text(), f"{r.ours:.4g}", f"{r.ratio:.3f}",
                   "fitted" if r.fitted else ("yes" if r.within() else "NO"))
     out.print(t)
-    out.print(f"{counts['within']} of {counts['predictions']} predictions within +-35 %"
+    tols = sorted({r.tolerance for r in rows if not r.fitted}) or [0.35]
+    out.print(f"{counts['within']} of {counts['predictions']} predictions within "
+              + " / ".join(f"+-{100 * t:g} %" for t in tols)
               + (f" ({counts['fitted']} fitted rows not counted)" if counts["fitted"] else ""))
 
 
