@@ -425,6 +425,12 @@ def test_fp8_precision_puts_the_blocks_gemms_in_fp8_as_transformer_engine(gpt2_m
         assert b.weight_bytes == (a.weight_bytes - a.attrs["k"] * a.attrs["n"]
                                   if a.weight_bytes else 0)     # K x N at 1 B, a bias at 2 B
     assert kinds["fwd"] == kinds["dgrad"] == kinds["wgrad"] == 6 * layers   # q k v o fc proj
+    from workloads.train_build import TEMPLATE_BLOCKS
+    deep = zoo_train_workload("gpt2", batch=1, seq=16, dtype="bf16", arch={"n_layer": 6},
+                              blocks=TEMPLATE_BLOCKS)         # 2 of 6 blocks captured
+    head = [op for op in gemm_formatted(deep, "fp8").ops if op.kind == ir.MATMUL
+            and op.attrs["layer"] >= deep.train["captured_layers"]]
+    assert head and all(op_formats(op).w.name == "bf16" for op in head)
     h100 = make_accelerator("gpu:h100")
     bf, fp = (simulate_training(gpt2_mb8, h100, {"micro_batch": 4}, precision=p)
               for p in ("mixed", "fp8"))

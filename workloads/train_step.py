@@ -159,10 +159,9 @@ def precision_from(value: str | Precision | dict | None) -> Precision:
     raise BadInput("precision", value, "expected a preset name or a mapping of roles")
 
 
-
 def gemm_formatted(joint: Workload, gemm: str | None) -> Workload:
-    """``joint`` with the matmuls of its blocks (``0 <= layer < layers``) in ``gemm`` (see
-    the module docstring): forward and data-gradient GEMMs through the formats pass
+    """``joint`` with the matmuls of its captured blocks (``0 <= layer < captured``) in
+    ``gemm`` (see the module docstring): forward and data-gradient GEMMs through the formats pass
     (:func:`workloads.formats.format_op`: weights and activations), weight-gradient GEMMs
     (a backward matmul without a weight operand whose output leaves the graph) with both
     operands in it; every other op in the compute dtype. ``joint`` itself for None (or a
@@ -181,7 +180,7 @@ def _gemm_formatted(joint: Workload, gemm: str) -> Workload:
     f = fmts.get_format(gemm)
     base = fmts.parse_formats({}, joint.dtype)
     blocks = fmts.parse_formats({"weights": f.name, "activations": f.name}, joint.dtype)
-    layers = int(joint.train.get("layers", 0))
+    layers = layers_of(joint)[1]        # the blocks captured (the head's layer comes after)
     g = joint.graph.copy()
     for name, data in g.nodes(data=True):
         op = data["op"]
