@@ -524,7 +524,8 @@ def test_fleet_files_are_regular_files(tmp_path, capsys, flag):
 def test_disaggregated_study_link_checked_at_load(tmp_path, capsys):
     s = tmp_path / "s.yaml"
     s.write_text("name: t_link\ndisaggregated: {model: llama2-7b, rate: 2, link: bogus}\n"
-                 "accelerators: [{name: a100, template: gpu, preset: a100}]\n"
+                 "accelerators: [{name: a100, template: gpu, preset: a100},\n"
+                 "               {name: h100, template: gpu, preset: h100}]\n"
                  "search: {pools: {prefill_count: [1, 2]}}\nobjectives: [slo_attainment]\n"
                  "trials: 2\n")
     one_line_error(capsys, "study", "validate", str(s), expect=("disaggregated.link", "bogus"))
