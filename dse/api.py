@@ -572,6 +572,13 @@ def train(model: str | Workload | torch.nn.Module | None = None, *,
     from simulators.training import simulate_training
     from workloads.train_parallel import train_layout_from
     from workloads.train_step import precision_from
+    if loss is not None and not isinstance(model, torch.nn.Module):
+        raise BadInput("loss", loss, "a loss for your own module only (zoo models and Hugging "
+                       "Face configs train with their task's loss)")
+    if (isinstance(train_tokens, bool) or not isinstance(train_tokens, (int, float))
+            or not 0 <= train_tokens < 1e30):
+        raise BadInput("train_tokens", train_tokens, "expected a number of tokens in [0, 1e30) "
+                       "(0: none)")
     prec = precision_from(precision)
     weights = prec.weights if prec.weights != prec.activations else None   # AMP
     lay_in = dict(parallel or {})

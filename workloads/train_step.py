@@ -283,7 +283,7 @@ class Optimizer:
 def optimizer_from(name: str | Optimizer | None, impl: str | None = None) -> Optimizer:
     if isinstance(name, Optimizer):
         return name
-    return Optimizer(name or "adamw", impl or "fused")
+    return Optimizer("adamw" if name is None else name, "fused" if impl is None else impl)
 
 
 # ------------------------------------------------------------------------------ parameters
