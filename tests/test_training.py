@@ -449,6 +449,7 @@ def test_fp8_precision_puts_the_blocks_gemms_in_fp8_as_transformer_engine(gpt2_m
     (["--precision", "mixed,gemm=nvfp5"], "precision.gemm"),
     (["--precision", "mixed,optimizer=fp8"], "precision.optimizer"),
     (["--precision", "mixed,gemm"], "precision"),
+    (["--precision", "mixed,gemm=fp8,gemm=nvfp4"], "precision"),
 ])
 def test_train_precision_text_bad_input_is_one_line(capsys, argv, fragment):
     from tests.test_bad_input import one_line_error

@@ -138,7 +138,10 @@ def precision_from(value: str | Precision | dict | None) -> Precision:
         if "=" in name or any("=" not in p for p in pairs):
             raise BadInput("precision", value, "expected PRESET[,role=format...], e.g. "
                            "mixed,gemm=nvfp4")
-        return precision_from({"name": name, **dict(p.split("=", 1) for p in pairs)})
+        roles = [p.split("=", 1) for p in pairs]
+        if len({r.strip() for r, _ in roles}) < len(roles):
+            raise BadInput("precision", value, "expected each role once")
+        return precision_from({"name": name, **{r.strip(): f.strip() for r, f in roles}})
     if isinstance(value, str):
         if value not in PRECISIONS:
             raise BadInput("precision", value, "expected one of " + ", ".join(PRECISIONS)
