@@ -684,35 +684,49 @@ def cost_many(designs: Sequence[NPU] | DesignArrays, ops: Sequence[Op], device: 
         static = np.array([d.static_power_w() for d in designs], dtype=np.float64)
     if not on_device:
         lat, energy = xp.to_numpy(lat), xp.to_numpy(energy)
-    traffic, holds = ({"dram": side.dram}, side.holds) if on_device else side.numpy()
-    return ManyCosts(lat, energy, err, area, static, traffic, holds)
+    dram = side.dram if on_device else xp.to_numpy(side.dram)
+    return ManyCosts(lat, energy, err, area, static, {"dram": dram}, side.holds(on_device))
 
 
 class _Side:
     """What the resource floors read besides latency and energy (:mod:`simulators.floors`):
-    DRAM bytes and the units held, per (op, design), arrays of the namespace ``xp``."""
+    DRAM bytes per (op, design), arrays of the namespace ``xp``, and the units each op holds:
+    per op for the vectorised blocks (every design runs the op on the same units), per (op,
+    design) only where the scalar code ran an op."""
 
     def __init__(self, n_ops: int, n: int, xp: Any):
         self.xp, self.shape = xp, (n_ops, n)
         self.dram = xp.zeros(self.shape)
-        self.holds = {u: xp.zeros(self.shape, xp.bool_) for u in ("array", "vector")}
+        self.rows = {u: np.zeros(n_ops, dtype=bool) for u in ("array", "vector")}
+        self.cells: dict[str, np.ndarray] = {}
 
-    def hold(self, rows, units: tuple[str, ...], col=slice(None)) -> None:
+    def hold_cell(self, j: int, i: int, units: tuple[str, ...]) -> None:
         for u in units:
-            if u not in self.holds:
-                self.holds[u] = self.xp.zeros(self.shape, self.xp.bool_)
-            self.holds[u][rows, col] = True
+            self.rows.setdefault(u, np.zeros(self.shape[0], dtype=bool))
+            if u not in self.cells:
+                self.cells[u] = np.zeros(self.shape, dtype=bool)
+            self.cells[u][j, i] = True
 
     def put(self, rows, dram, units: tuple[str, ...]) -> None:
         """Ops ``rows`` move ``dram`` bytes and hold ``units`` on every design."""
-        idx = self.xp.asarray(np.asarray(rows), np.int64)
-        self.dram[idx] = dram
-        self.hold(idx, units)
+        idx = np.asarray(rows)
+        self.dram[self.xp.asarray(idx, np.int64)] = dram
+        for u in units:
+            self.rows[u][idx] = True
 
-    def numpy(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        """``(traffic, holds)`` as numpy arrays."""
-        return ({"dram": self.xp.to_numpy(self.dram)},
-                {u: self.xp.to_numpy(h) for u, h in self.holds.items()})
+    def holds(self, on_device: bool) -> dict[str, Any]:
+        """Per unit, ``(M, N)`` booleans (a broadcast view where no scalar op ran)."""
+        xp = self.xp if on_device else None
+        out = {}
+        for u, flags in self.rows.items():
+            if xp is None:
+                h = np.broadcast_to(flags[:, None], self.shape)
+            else:
+                h = xp.broadcast_to(xp.asarray(flags[:, None].copy()), self.shape)
+            if u in self.cells:
+                h = h | (self.cells[u] if xp is None else xp.asarray(self.cells[u]))
+            out[u] = h
+        return out
 
 
 def fixed_costs(a: DesignArrays) -> tuple[np.ndarray, np.ndarray]:
@@ -741,7 +755,7 @@ def _scalar_into(design: NPU, i: int, ops: Sequence[Op], which, lat: np.ndarray,
             continue
         lat[row, i], energy[row, i] = c.latency_s, c.total_energy_j
         side.dram[j, i] = c.traffic.get("dram", 0.0)
-        side.hold(j, (c.unit, *c.also_holds), i)
+        side.hold_cell(j, i, (c.unit, *c.also_holds))
 
 
 def _cost_exact(a: DesignArrays, ops: Sequence[Op], lat, energy, err: _Errors,

@@ -103,6 +103,11 @@ class _Structure:
         pred_of = workload.graph._pred   # networkx's own dict: its views cost 3x
         self.preds = [[index[p] for p in pred_of[op.name]] for op in ops]
 
+    @property
+    def counts(self) -> np.ndarray:
+        """How many of the graph's ops each unique op stands for (float64)."""
+        return np.bincount(self.unique_of, minlength=len(self.unique_ops)).astype(np.float64)
+
 
 def _structure(workload: Workload, dedupe: bool = True, cls: type | None = None) -> _Structure:
     """The :class:`_Structure` of ``workload`` (for ``cls``'s op contexts when it has them),
@@ -190,25 +195,27 @@ def _unit_costs(cls: type, members: list[Template], st: _Structure, planned: Wor
     return lat, energy, errors, None, None, traffic, holds
 
 
-def _resource_floor(op_lat: np.ndarray, traffic: dict[str, np.ndarray] | None,
+def _resource_floor(unit_lat: np.ndarray, counts: np.ndarray,
+                    traffic: dict[str, np.ndarray] | None,
                     holds: dict[str, np.ndarray] | None,
                     designs: list[Template]) -> np.ndarray:
-    """Per design (columns of ``op_lat``, every op of the graph in rows), the longest of what
-    its shared resources impose whatever the overlap: each unit's busy time (the latencies
-    of the ops holding it over its slots) and each channel's bytes over its bandwidth. The
-    event simulation can never beat it (contention only adds), so neither may the fast
-    path (:mod:`simulators.floors`)."""
-    out = np.zeros(op_lat.shape[1])
+    """Per design (columns of ``unit_lat``, the graph's unique ops in rows, each standing
+    for ``counts`` ops), the longest of what its shared resources impose whatever the
+    overlap: each unit's busy time (the latencies of the ops holding it over its slots) and
+    each channel's bytes over its bandwidth. The event simulation can never beat it
+    (contention only adds), so neither may the fast path (:mod:`simulators.floors`)."""
+    out = np.zeros(unit_lat.shape[1])
     if not designs or traffic is None or holds is None:
         return out
     res = [d.resources() for d in designs]
+    w = counts[:, None]
     for u, mask in holds.items():
         slots = np.array([max(r.units.get(u, 1), 1) for r in res], dtype=float)
-        out = np.maximum(out, np.where(mask, op_lat, 0.0).sum(axis=0) / slots)
+        out = np.maximum(out, (w * np.where(mask, unit_lat, 0.0)).sum(axis=0) / slots)
     for ch, b in traffic.items():
         bw = np.array([r.channels.get(ch, 0.0) for r in res], dtype=float)
         with np.errstate(divide="ignore", invalid="ignore"):
-            t = np.where(bw > 0, b.sum(axis=0) / bw, 0.0)
+            t = np.where(bw > 0, (w * b).sum(axis=0) / bw, 0.0)
         out = np.maximum(out, t)
     return out
 
@@ -296,10 +303,7 @@ def evaluate_many(workload: Workload, designs: Sequence[Template],
             cols = slice(start, start + part.shape[1])
             sel = members[cols]
             crit[cols] = np.maximum(crit[cols], _resource_floor(
-                op_lat[:, cols],
-                None if traffic is None else {c: v[st.unique_of] for c, v in traffic.items()},
-                None if holds is None else {u: v[st.unique_of] for u, v in holds.items()},
-                [designs[d] for d in sel]))
+                part, st.counts, traffic, holds, [designs[d] for d in sel]))
             start += part.shape[1]
         if getattr(type(designs[members[0]]), "SERIAL_UNIT", False) and len(op_lat):
             crit = np.maximum(crit, op_lat.sum(axis=0))   # one unit: ops run one at a time

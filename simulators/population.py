@@ -94,16 +94,23 @@ def ordered_sum(xp: Any, unit: Any, unique_of: Sequence[int]):
     return total
 
 
-def resource_floor(xp: Any, many: Any, unique_of: Sequence[int], dram_Bps: Any):
+def resource_floor(xp: Any, many: Any, counts: np.ndarray, dram_Bps: Any):
     """What the npu's shared resources impose whatever the overlap, per design: each unit's
     busy time (one slot each, :meth:`accelerators.npu.NPU.resources`) and the DRAM's bytes
-    over its bandwidth, summed over the graph's ops in order, as
-    :func:`simulators.fast._resource_floor` does (:mod:`simulators.floors`)."""
+    over its bandwidth, the unique ops weighted by how many ops each stands for, summed in
+    order as :func:`simulators.fast._resource_floor` does (:mod:`simulators.floors`)."""
+    def weighted(x):
+        total = None
+        for u, c in enumerate(counts.tolist()):
+            term = c * x[u]
+            total = term + 0.0 if total is None else total + term
+        return total
+
     out = None
     for mask in many.holds.values():
-        busy = ordered_sum(xp, xp.where(mask, many.latency_s, 0.0), unique_of) / 1.0
+        busy = weighted(xp.where(mask, many.latency_s, 0.0)) / 1.0
         out = busy if out is None else xp.maximum(out, busy)
-    dram = xp.div(ordered_sum(xp, many.traffic["dram"], unique_of), dram_Bps)
+    dram = xp.div(weighted(many.traffic["dram"]), dram_Bps)
     return dram if out is None else xp.maximum(out, dram)
 
 
@@ -125,7 +132,7 @@ def evaluate_designs(workload: Workload, designs: DesignArrays,
     n = designs.n
     if unique_of:
         crit = critical_path(xp, many.latency_s, unique_of, st.preds)
-        crit = xp.maximum(crit, resource_floor(xp, many, unique_of, designs.bw[0]))
+        crit = xp.maximum(crit, resource_floor(xp, many, st.counts, designs.bw[0]))
         dyn = ordered_sum(xp, many.energy_j, unique_of)
     else:
         crit, dyn = xp.zeros((n,)), xp.zeros((n,))
