@@ -49,7 +49,6 @@ from simulators.serving import BLOCK_SIZE
 from workloads.traces import Trace
 
 
-
 def check_count(field_name: str, value: Any, low: int = 1, high: int = 4096) -> int:
     """``value`` as an instance count; one :class:`BadInput` line otherwise."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \

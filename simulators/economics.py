@@ -106,7 +106,8 @@ def usd_per_hour(econ: Economics, hardware_usd: float, accelerator_w: float,
     """What owning and running ``devices`` accelerators costs an hour, US$/h, split into
     ``hardware`` (``hardware_usd`` amortised), ``host`` (``econ.host_usd`` a device, amortised)
     and ``energy`` (``accelerator_w`` plus ``econ.host_w`` a device, at the facility's PUE):
-    the one formula every price and cost per token of the project uses (module docstring)."""
+    the one formula of serving's cost per token, replicas', fleets' and disaggregated pools'
+    run costs and a fleet design's default price (module docstring)."""
     hours = econ.amortisation_years * HOURS_PER_YEAR
     return {"hardware": hardware_usd / hours, "host": econ.host_usd * devices / hours,
             "energy": econ.pue * (accelerator_w + econ.host_w * devices) / 1000.0
