@@ -104,20 +104,21 @@ def _positive(field: str, value: Any, high: float = 1e9) -> float:
     return float(value)
 
 
-def derived_price_usd_per_h(target, lifetime_years: float | None = None,
-                            usd_per_kwh: float | None = None) -> float:
-    """A device's price when the menu gives none: its capital cost (die, memory, package:
-    :mod:`accelerators.physical`) over ``lifetime_years`` of continuous use plus its TDP's
-    energy, US$/h (a manufacturing cost, not a cloud price: give ``price_usd_per_h`` to
-    compare with rented GPUs)."""
-    from simulators.economics import AMORTISATION_YEARS as LIFETIME_YEARS, USD_PER_KWH
-    lifetime_years = LIFETIME_YEARS if lifetime_years is None else lifetime_years
-    usd_per_kwh = USD_PER_KWH if usd_per_kwh is None else usd_per_kwh
+def derived_price_usd_per_h(target, economics: Any = None) -> float:
+    """A device's price when the menu gives none: what owning and running it an hour costs at
+    its TDP (:func:`simulators.economics.usd_per_hour`: its manufacturing cost (die, memory,
+    package: :mod:`accelerators.physical`) and its hosts amortised, energy at the facility),
+    US$/h: a cost to build and run, not a cloud price (give ``price_usd_per_h`` to compare with
+    rented GPUs). ``economics``: :class:`simulators.economics.Economics` or a dict of its
+    parameters (default: the project's defaults)."""
+    from simulators.economics import Economics, usd_per_hour
     phys = (target.design or target.system).physical()
     if phys is None or not math.isfinite(float(phys.cost_usd)):
         raise BadInput("price_usd_per_h", None, f"expected a price: {target.device.name} "
                        "models no cost")
-    return float(phys.cost_usd) / (lifetime_years * 8766.0) + phys.tdp_w / 1000 * usd_per_kwh
+    econ = Economics.of(economics)
+    hardware = econ.hardware_usd if econ.hardware_usd is not None else float(phys.cost_usd)
+    return sum(usd_per_hour(econ, hardware, phys.tdp_w, target.devices).values())
 
 
 def menu_devices(menu: Any, base, max_tokens: int, memory_utilization: float = 0.9,

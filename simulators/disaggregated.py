@@ -44,11 +44,9 @@ from dse.errors import BadInput
 from simulators.channel import FluidChannel
 from simulators.iteration_cost import IterationCostModel
 from simulators.replicas import Outcome, percentiles
-from simulators.economics import AMORTISATION_YEARS as LIFETIME_YEARS, USD_PER_KWH
+from simulators.economics import Economics, run_usd
 from simulators.serving import BLOCK_SIZE
 from workloads.traces import Trace
-
-_YEAR_S = 365.25 * 86400
 
 
 def check_count(field_name: str, value: Any, low: int = 1, high: int = 4096) -> int:
@@ -181,8 +179,7 @@ def _blocks(tokens: int, block_size: int) -> int:
 def simulate_disaggregated(prefill: PoolModel, decode: PoolModel, link: KVLink, trace: Trace,
                            slo_ttft_s: float | None = None, slo_tpot_s: float | None = None,
                            memory_utilization: float = 0.9, block_size: int = BLOCK_SIZE,
-                           lifetime_years: float = LIFETIME_YEARS,
-                           usd_per_kwh: float = USD_PER_KWH) -> DisaggregatedResult:
+                           economics: Economics | None = None) -> DisaggregatedResult:
     """Serve ``trace`` on a prefill pool and a decode pool joined by ``link`` (see the module
     docstring)."""
     check_count("prefill.count", prefill.count)
@@ -346,9 +343,9 @@ def simulate_disaggregated(prefill: PoolModel, decode: PoolModel, link: KVLink, 
     capital = (prefill.count * prefill.cost.target.cost_usd()
                + decode.count * decode.cost.target.cost_usd()
                + link.links * link.standard.price_usd)
-    out.usd = capital * span / (lifetime_years * _YEAR_S) + out.energy_j / 3.6e6 * usd_per_kwh
     devices = (prefill.count * prefill.cost.target.devices
                + decode.count * decode.cost.target.devices)
+    out.usd = run_usd(economics or Economics(), capital, out.energy_j, span, devices)
 
     def pool_stats(instances: list[_Instance]) -> dict[str, Any]:
         return {"busy": [i.busy_s / span if span > 0 else 0.0 for i in instances],

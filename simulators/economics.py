@@ -101,6 +101,30 @@ class Economics:
         return asdict(self)
 
 
+def usd_per_hour(econ: Economics, hardware_usd: float, accelerator_w: float,
+                 devices: int = 1) -> dict[str, float]:
+    """What owning and running ``devices`` accelerators costs an hour, US$/h, split into
+    ``hardware`` (``hardware_usd`` amortised), ``host`` (``econ.host_usd`` a device, amortised)
+    and ``energy`` (``accelerator_w`` plus ``econ.host_w`` a device, at the facility's PUE):
+    the one formula of serving's cost per token, replicas', fleets' and disaggregated pools'
+    run costs and a fleet design's default price (module docstring)."""
+    hours = econ.amortisation_years * HOURS_PER_YEAR
+    return {"hardware": hardware_usd / hours, "host": econ.host_usd * devices / hours,
+            "energy": econ.pue * (accelerator_w + econ.host_w * devices) / 1000.0
+            * econ.usd_per_kwh}
+
+
+def run_usd(econ: Economics, hardware_usd: float, energy_j: float, span_s: float,
+            devices: int = 1) -> float:
+    """What a run of ``span_s`` seconds on ``devices`` accelerators worth ``hardware_usd``
+    that drew ``energy_j`` (accelerators only) costs, US$ (:func:`usd_per_hour` over the
+    span)."""
+    if span_s <= 0:
+        return 0.0
+    return sum(usd_per_hour(econ, hardware_usd, energy_j / span_s, devices).values()) \
+        * span_s / 3600.0
+
+
 def token_cost(econ: Economics, tokens: int, span_s: float, busy_s: float,
                dynamic_energy_j: float, static_w: float, cost_usd: float,
                devices: int = 1) -> dict[str, Any]:
@@ -111,11 +135,9 @@ def token_cost(econ: Economics, tokens: int, span_s: float, busy_s: float,
     measured = busy_s / span_s if span_s > 0 else 0.0
     u = econ.utilisation if econ.utilisation is not None else measured
     hardware = econ.hardware_usd if econ.hardware_usd is not None else cost_usd
-    hours = econ.amortisation_years * HOURS_PER_YEAR
     accel_w = (dynamic_energy_j / busy_s * u if busy_s > 0 else 0.0) + static_w
     host_w = econ.host_w * devices
-    per_hour = {"hardware": hardware / hours, "host": econ.host_usd * devices / hours,
-                "energy": econ.pue * (accel_w + host_w) / 1000.0 * econ.usd_per_kwh}
+    per_hour = usd_per_hour(econ, hardware, accel_w, devices)
     tokens_per_hour = tokens / busy_s * u * 3600.0 if busy_s > 0 else 0.0
     total = sum(per_hour.values())
     return {"cost_per_mtok_usd": total / tokens_per_hour * 1e6 if tokens_per_hour > 0

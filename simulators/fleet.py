@@ -379,7 +379,8 @@ def simulate_fleet(devices: list[MenuDevice], counts: dict[str, int], weights: n
         lambda k, tr: simulate_serving(flat[k].cost, tr, scheduler(),
                                        memory_utilization=memory_utilization),
         len(flat), lambda k: flat[k].cost.static_w if flat[k].cost else 0.0,
-        lambda k: flat[k].cost.target.cost_usd() if flat[k].cost else 0.0)
+        lambda k: flat[k].cost.target.cost_usd() if flat[k].cost else 0.0,
+        lambda k: flat[k].cost.target.devices if flat[k].cost else 0)
 
 
 def fleet_cost_usd_per_h(counts: dict[str, int], devices: list[MenuDevice]) -> float:

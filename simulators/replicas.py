@@ -23,7 +23,7 @@ from typing import Any, Callable
 import numpy as np
 
 from dse.errors import BadInput
-from simulators.economics import AMORTISATION_YEARS as LIFETIME_YEARS, USD_PER_KWH
+from simulators.economics import Economics, run_usd
 from simulators.serving import _percentiles as percentiles
 from workloads.traces import Trace
 
@@ -135,13 +135,14 @@ def sub_trace(trace: Trace, mask: np.ndarray, name: str) -> Trace:
 
 def serve_instances(trace: Trace, assignment: np.ndarray, serve: Callable[[int, Trace], Any],
                     instances: int, static_w: Callable[[int], float],
-                    capital_usd: Callable[[int], float]) -> Outcome:
+                    capital_usd: Callable[[int], float],
+                    devices: Callable[[int], int] = lambda _k: 1) -> Outcome:
     """Serve the requests of ``trace`` that ``assignment`` gives each of ``instances``
     instances with ``serve(k, sub_trace) -> ServingResult`` and gather them: per-request
     times back in trace order, energy (each result's dynamic energy plus every instance's
     static power ``static_w(k)`` over the whole span: an instance with no request still idles)
-    and cost (``capital_usd(k)`` amortised over :data:`simulators.economics.AMORTISATION_YEARS` for
-    the span, plus energy at :data:`simulators.economics.USD_PER_KWH`)."""
+    and cost (:func:`simulators.economics.run_usd` at the default economics: ``capital_usd(k)``
+    and the hosts of ``devices(k)`` accelerators amortised over the span, plus their energy)."""
     n = len(trace)
     first, finish = np.full(n, np.nan), np.full(n, np.nan)
     generated = np.zeros(n, dtype=np.int64)
@@ -166,8 +167,8 @@ def serve_instances(trace: Trace, assignment: np.ndarray, serve: Callable[[int, 
     span = out.span_s
     static = sum(static_w(k) for k in range(instances))
     out.energy_j = dyn + static * span
-    out.usd = (sum(capital_usd(k) for k in range(instances)) * span
-               / (LIFETIME_YEARS * 365.25 * 86400) + out.energy_j / 3.6e6 * USD_PER_KWH)
+    out.usd = run_usd(Economics(), sum(capital_usd(k) for k in range(instances)), out.energy_j,
+                      span, sum(devices(k) for k in range(instances)))
     out.extra = {"preemptions": preempt}
     return out
 
@@ -183,4 +184,5 @@ def serve_replicas(cost, trace: Trace, count: int, scheduler: Callable[[], Any],
         trace, assignment,
         lambda _k, tr: simulate_serving(cost, tr, scheduler(),
                                         memory_utilization=memory_utilization),
-        count, lambda _k: cost.static_w, lambda _k: cost.target.cost_usd())
+        count, lambda _k: cost.static_w, lambda _k: cost.target.cost_usd(),
+        lambda _k: cost.target.devices)

@@ -5,7 +5,7 @@ import pytest
 
 from dse import api
 from dse.errors import BadInput
-from simulators.economics import HOURS_PER_YEAR, Economics, token_cost
+from simulators.economics import HOURS_PER_YEAR, Economics, run_usd, token_cost
 
 ARCH = {"n_layer": 2, "d_model": 512, "n_head": 8, "n_kv_head": 8, "d_ff": 1024,
         "vocab_size": 1024, "max_seq": 4096}
@@ -29,6 +29,9 @@ def test_cost_per_token_by_hand():
                       dynamic, static, r.cost_usd)
     assert slow["usd_per_hour"]["hardware"] == pytest.approx(ec["usd_per_hour"]["hardware"])
     assert slow["cost_per_mtok_usd"] > 5 * r.cost_per_mtok_usd
+    # replicas, fleets and disaggregated pools cost a run with the same formula (run_usd)
+    assert run_usd(e, r.cost_usd, r.energy_j, r.span_s) / r.output_tokens * 1e6 == \
+        pytest.approx(r.cost_per_mtok_usd, rel=1e-9)
 
 
 def test_economics_parameters_are_checked():
@@ -37,3 +40,17 @@ def test_economics_parameters_are_checked():
     with pytest.raises(BadInput, match="economics.bogus"):
         Economics.of({"bogus": 1})
     assert Economics.of({"pue": None}).pue == Economics().pue
+
+
+def test_a_fleet_design_s_derived_price_is_its_hour_at_tdp():
+    """api.fleet's default price of a design (and a fleet study's price basis): the economics'
+    hour of ownership at the design's TDP, host included, by hand."""
+    from dse.serving_api import derived_price_usd_per_h
+    from simulators.iteration_cost import Target
+    d = api.accelerator("gpu:a100")
+    p, e = d.physical(), Economics()
+    hours = e.amortisation_years * HOURS_PER_YEAR
+    by_hand = (p.cost_usd + e.host_usd) / hours + e.pue * (p.tdp_w + e.host_w) / 1e3 \
+        * e.usd_per_kwh
+    assert derived_price_usd_per_h(Target(design=d)) == pytest.approx(by_hand, rel=1e-12)
+    assert derived_price_usd_per_h(Target(design=d), {"pue": 1.0}) < by_hand
