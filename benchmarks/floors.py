@@ -209,7 +209,8 @@ def _population(template, rng, tally, size: int = 16):
     tally.pairs += len(designs) - 1
     if not ok:
         raise DSEError("no design of the population runs the workload")
-    vs = _where(fl.check_fast(r, w, designs, "population"), case, None)
+    vs = [_where([v], case, designs[int(v.where.split()[-1])])[0]   # "design i"
+          for v in fl.check_fast(r, w, designs, "population")]
     tally.checked += len(ok) - 1
     margins = [fl.floors(w, designs[i]).worst_margin(float(r.latency_s[i]),
                                                       float(r.energy_j[i])) for i in ok]

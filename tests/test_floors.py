@@ -117,6 +117,24 @@ def test_moe_iteration_routes_its_tokens():
     assert sum(n * p.flops for n, p in parts(moe)) == pytest.approx(moe.flops, rel=1e-3)
 
 
+@pytest.mark.parametrize("dtype", ["fp32", "fp8"])
+def test_a_gpus_hungriest_datapath_stays_within_its_tdp(dtype):
+    """The L40S's fp32 CUDA cores (peak x fp32 FMA energy, ~3x its fp16 tensor MACs') on GNA's
+    sparse attention drew 375 W against a TDP of 358 W that counted the fp16 tensor MACs
+    only; a design declaring an fp8 peak far beyond its SMs drew past its TDP too
+    (benchmarks/floors.py, population path, issue 27). The TDP takes the hungriest
+    datapath at its peak, and an impossible peak overheats the die (infeasible)."""
+    from accelerators.gpu import GPU
+    w = _workload("gna", dtype=dtype)
+    d = GPU("l40s")
+    r = evaluate_many(w, [d])
+    assert r.infeasible[0] is None
+    assert r.energy_j[0] / r.latency_s[0] <= d.physical().tdp_w
+    assert d.datapath_power_w() < d.physical().tdp_w
+    fast = GPU("l4", peak_fp8_flops=5.85e15)   # 24x what its 58 SMs do
+    assert "W/mm²" in evaluate_many(w, [fast]).infeasible[0]
+
+
 def test_floors_catch_a_result_below_them():
     """The check is not vacuous: a result at 90 % of the largest floor is reported, with
     the floor's name; an energy below the energy floor and a power above the TDP too."""
