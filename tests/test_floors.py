@@ -135,6 +135,25 @@ def test_a_gpus_hungriest_datapath_stays_within_its_tdp(dtype):
     assert "W/mm²" in evaluate_many(w, [fast]).infeasible[0]
 
 
+def test_a_moe_step_in_number_formats_keeps_its_bytes_per_weight():
+    """An iteration re-routes a moe op's tokens (workloads.moe.with_tokens) and re-counted its
+    weight bytes at the base dtype's 2 bytes, not the fp8 format's 1: Mixtral's batch-4
+    step read 2x the weights it has, and the fast path (right) was 35 % below that floor
+    (benchmarks/floors.py, generation path, issue 27)."""
+    from accelerators.npu import NPU
+    from workloads.iteration import iteration_workload
+    base = _workload("mixtral-8x7b", phase="decode", batch=1, context=1, dtype="bf16",
+                     arch={"n_layer": 1}, formats="weights=fp8_e4m3,activations=fp8_e4m3")
+    w = iteration_workload(base, [65] * 4)
+    moe = next(op for op in w.ops if op.kind == "moe")
+    a = moe.attrs
+    assert moe.weight_bytes == pytest.approx(a["experts_touched"] * a["params_per_expert"],
+                                             rel=1e-6)   # fp8: one byte per weight
+    d = NPU("tpu-v4i")
+    r = evaluate_many(w, [d])
+    assert not fl.floors(w, d).check("fast", float(r.latency_s[0]), float(r.energy_j[0]))
+
+
 def test_floors_catch_a_result_below_them():
     """The check is not vacuous: a result at 90 % of the largest floor is reported, with
     the floor's name; an energy below the energy floor and a power above the TDP too."""
