@@ -154,6 +154,24 @@ def test_a_moe_step_in_number_formats_keeps_its_bytes_per_weight():
     assert not fl.floors(w, d).check("fast", float(r.latency_s[0]), float(r.energy_j[0]))
 
 
+def test_bytes_in_number_formats_are_not_rescaled_by_the_floor():
+    """An op in number formats moves its own bytes (every template costs it so); the floors
+    rescaled them to the design's dtype too (bf16 pim on an fp8 workload: mxfp4 weights
+    counted at 2x), and flagged a right fast path 31 % below a wrong energy floor
+    (benchmarks/floors.py, serving path, issue 27)."""
+    from accelerators.registry import get_template
+    w = _workload("llama3-8b", phase="decode", batch=1, context=64, dtype="fp8",
+                  arch={"n_layer": 1}, formats="weights=mxfp4,kv=fp8_e4m3")
+    d = get_template("pim")()
+    assert d.hw.dtype == "bf16" and fl.element_scale(w, d) == 2
+    f = fl.floors(w, d)
+    level = d.peaks(w.dtype).resident
+    read = sum(op.weight_bytes + op.kv_bytes_read for op in w.ops)
+    assert f.latency_s[f"bytes@{level.name}"] <= read / level.bandwidth_Bps * (1 + 1e-12)
+    r = evaluate_many(w, [d])
+    assert not f.check("fast", float(r.latency_s[0]), float(r.energy_j[0]))
+
+
 def test_floors_catch_a_result_below_them():
     """The check is not vacuous: a result at 90 % of the largest floor is reported, with
     the floor's name; an energy below the energy floor and a power above the TDP too."""
