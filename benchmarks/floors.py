@@ -323,12 +323,18 @@ def _system(template, rng, tally):
     from dse import api
     from simulators.system_engine import simulate_system
     case = random_case(rng, llm_only=rng.random() < 0.8, pool=_POOL[0])
-    w = case.build()
-    d = random_design(template, rng)
     devices = rng.choice([2, 4])
     par = rng.choice([{"tp": devices}, {"pp": devices, "microbatches": 2},
                       {"tp": 2, "pp": devices // 2}])
-    sysm = api.system(rng.choice(["npu-ring", None]), devices=devices, accelerator=d)
+    arch = case.kwargs.get("arch") or {}
+    if "n_layer" in arch:   # a stage holds a layer at least
+        case.kwargs["arch"] = dict(arch, n_layer=max(arch["n_layer"], par["pp"])) \
+            if "pp" in par else arch
+    w = case.build()
+    # a device of a system: at most 2 parameters drawn (a gpu with 4 drawn is mostly refused)
+    d = random_design(template, rng, changes=rng.randint(0, 2))
+    links = ["pcie-4x", None] if template == "gpu" else ["npu-ring", None]   # gpus: no serdes
+    sysm = api.system(rng.choice(links), devices=devices, accelerator=d)
     from workloads.parallel import layout_from
     lay = layout_from(par)
     r = simulate_system(w, sysm, lay)
