@@ -768,8 +768,8 @@ class GPU(Template):
         overhead). Power bottom-up, as every template's: every enabled SM's tensor MACs busy
         each cycle in fp16 with their register-file operands (or the hungriest datapath at
         its datasheet peak, :meth:`datapath_power_w`, where that draws more), the L2 passing
-        the memory's full bandwidth, leakage of the logic and SRAM (``physical.assess`` adds the memory, the
-        uncounted logic at ``clock_hz`` and the memory's background)."""
+        the memory's full bandwidth, leakage of the logic and SRAM (``physical.assess`` adds
+        the memory, the uncounted logic at ``clock_hz`` and the memory's background)."""
         hw = self.hw
         node, sms = hw.node_nm, hw.sms_on_die or hw.sms
         sm_sram = REGISTER_FILE_BYTES_PER_SM + hw.l1_kb_per_sm * 1024
