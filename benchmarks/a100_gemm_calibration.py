@@ -12,7 +12,8 @@ Fitted: the ``gpu`` template's ``tensor_efficiency`` (the share of the dense pea
 sustains) and ``tile_cost`` (how much smaller tiles lose), on compute-bound rows (T >= 512
 tokens) of the FIT models; reported on the HELD-OUT models (the 70B-class ones: the Vidur
 comparison's Llama-2-70B among them) and, unchanged by these knobs, on memory-bound rows
-(T <= 64). ``--write`` stores the fit as ``accelerators/calibration/a100.json``.
+(T <= 64) and mid-size rows (96-448 tokens, a batched decode step's GEMMs). ``--write``
+stores the fit as ``accelerators/calibration/a100.json``.
 
 Usage: python benchmarks/a100_gemm_calibration.py --vidur PATH_TO_VIDUR_CHECKOUT [--write] [--json]
 """
@@ -34,6 +35,8 @@ FIT = ("meta-llama/Llama-2-7b-hf", "meta-llama/Meta-Llama-3-8B", "microsoft/phi-
 HELD_OUT = ("meta-llama/Llama-2-70b-hf", "meta-llama/Meta-Llama-3-70B", "Qwen/Qwen-72B")
 COMPUTE_TOKENS = (512, 768, 1024, 1536, 2048, 3072, 4096)
 MEMORY_TOKENS = (1, 8, 16, 32, 64)
+#: Between the two: a decode step's GEMMs at batch 96-448 (NeuPIMs' grid), not fitted.
+MID_TOKENS = (96, 128, 160, 192, 224, 256, 288, 320, 384, 448)
 GEMMS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 EFFICIENCIES = [round(0.60 + 0.01 * i, 2) for i in range(41)]
 TILE_COSTS = [0.0, 1.0, 2.0, 4.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0]   # elements
@@ -85,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     fit = [r for m in FIT for r in rows(vidur, m, COMPUTE_TOKENS)]
     held = [r for m in HELD_OUT for r in rows(vidur, m, COMPUTE_TOKENS)]
     mem = [r for m in FIT + HELD_OUT for r in rows(vidur, m, MEMORY_TOKENS)]
+    mid = [r for m in FIT + HELD_OUT for r in rows(vidur, m, MID_TOKENS)]
     base = GPU("a100", calibration="")            # the preset before this calibration
     chip, knobs = base.model.chip, dict(base.knobs)
 
@@ -101,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     before, after = base.model, model(eff, tile)
     table = {}
     for name, data in (("fit, compute-bound", fit), ("held-out, compute-bound", held),
-                       ("memory-bound (all models)", mem)):
+                       ("memory-bound (all models)", mem),
+                       ("mid-size (all models)", mid)):
         eb, ea = errors(before, data), errors(after, data)
         table[name] = {"rows": len(data), "before_median_abs": median_abs(eb),
                        "before_median": statistics.median(eb) if eb else math.nan,

@@ -1,6 +1,7 @@
 """``dse train`` against the training steps ``benchmarks/train_measure.py`` measured on the lent
 GPUs (``tests/data/train_measure_h200.json``: one H200; ``train_measure_2xh200.json``: DDP and
-FSDP on two H200s), printed as a table with the errors and their medians.
+FSDP on two H200s; ``train_dist_h100x4.json``: on four H100s), printed as a table with the
+errors and their medians.
 
     python benchmarks/train_validation.py [--runtime kernels|eager] [--json out.json]
 
@@ -9,10 +10,10 @@ Each measured case is predicted with nothing fitted to it: the same Hugging Face
 same architecture, the measured precision (``bf16``: weights, gradients and AdamW states in
 bf16; ``amp``: fp32 weights, gradients and states, bf16 compute), AdamW foreach or fused,
 Hugging Face's gradient checkpointing as full recompute, on ``gpu:h200`` (its shipped H200
-calibration) or a two-H200 ``hgx-h200`` system (DDP: ZeRO 0 with 25 MB buckets overlapped
-with the backward; FSDP2: ZeRO 3). The step is compared with the measured step time (CUDA
-events) and, for single-GPU cases, with the sum of the step's kernels; peak memory with
-``torch.cuda.max_memory_allocated`` over a steady-state step.
+calibration), a two-H200 ``hgx-h200`` system or four GPUs of a ``dgx-h100`` (DDP: ZeRO 0 with
+25 MB buckets overlapped with the backward; FSDP2: ZeRO 3). The step is compared with the
+measured step time (CUDA events) and, for single-GPU cases, with the sum of the step's
+kernels; peak memory with ``torch.cuda.max_memory_allocated`` over a steady-state step.
 """
 
 from __future__ import annotations
@@ -31,7 +32,13 @@ DATA = ROOT / "tests" / "data"
 ZOO = {"timm:resnet50": "resnet50", "timm:vit_base_patch16_224": "vit-b16"}
 
 
-def predict(case: dict, runtime: str, devices: int = 1, wrapper: str | None = None):
+#: Multi-GPU measurements: file, the design and system preset they are predicted on.
+DIST = (("train_measure_2xh200.json", "gpu:h200", "hgx-h200"),
+        ("train_dist_h100x4.json", "gpu:h100", "dgx-h100"))
+
+
+def predict(case: dict, runtime: str, devices: int = 1, wrapper: str | None = None,
+            accelerator: str = "gpu:h200", system: str = "hgx-h200"):
     from dse import api
     prec = {"bf16": "bf16", "amp": "amp"}[case.get("precision", "bf16")]
     impl = case.get("optimizer", "adamw-foreach").split("-", 1)[1]
@@ -41,10 +48,10 @@ def predict(case: dict, runtime: str, devices: int = 1, wrapper: str | None = No
               check=False)
     hw = {"runtime": runtime, **({"host_profile": "lent-h100-xeon"} if runtime == "eager"
                                  else {})}
-    kw.update(accelerator="gpu:h200", hw=hw)
+    kw.update(accelerator=accelerator, hw=hw)
     if devices > 1:
         parallel.update(dp=devices, zero=3 if wrapper == "fsdp" else 0, bucket_mb=25.0)
-        kw.update(system="hgx-h200", devices=devices)
+        kw.update(system=system, devices=devices)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if case.get("family") == "hf":
@@ -68,11 +75,20 @@ def rows(runtime: str = "kernels") -> list[dict]:
                     "predicted_peak_bytes": r.peak_memory_bytes,
                     "peak_error": r.peak_memory_bytes / c["peak_bytes"] - 1,
                     "memory": r.memory[0]})
-    dist = json.loads((DATA / "train_measure_2xh200.json").read_text())
+    for name, accelerator, system in DIST:
+        if (DATA / name).is_file():
+            out.extend(_dist_rows(json.loads((DATA / name).read_text()), runtime, accelerator,
+                                  system))
+    return out
+
+
+def _dist_rows(dist: dict, runtime: str, accelerator: str, system: str) -> list[dict]:
+    out = []
     for c in dist["cases"]:
         if "step_s" not in c:
             continue
-        r = predict(c, runtime, devices=c["gpus"], wrapper=c["wrapper"])
+        r = predict(c, runtime, devices=c["gpus"], wrapper=c["wrapper"],
+                    accelerator=accelerator, system=system)
         out.append({"case": f"{_label(c)} {c['wrapper']} x{c['gpus']}", "gpus": c["gpus"],
                     "device": dist["device"], "measured_step_s": c["step_s"],
                     "predicted_step_s": r.step_time_s,
@@ -111,9 +127,14 @@ def main(argv=None) -> int:
     print(f"single GPU: median |step error| {100 * statistics.median(abs(r['step_error']) for r in one):.1f}% "
           f"(vs kernel sum {100 * statistics.median(abs(r['kernel_error']) for r in one):.1f}%), "
           f"median |peak error| {100 * statistics.median(abs(r['peak_error']) for r in one):.1f}%")
-    if many:
-        print(f"DDP/FSDP: median |step error| {100 * statistics.median(abs(r['step_error']) for r in many):.1f}%, "
-              f"median |peak error| {100 * statistics.median(abs(r['peak_error']) for r in many):.1f}%")
+    groups = [("DDP/FSDP", many)] + [
+        (f"  {n} x {d}", [r for r in many if (r["gpus"], r["device"]) == (n, d)])
+        for n, d in sorted({(r["gpus"], r["device"]) for r in many})]
+    for what, rows_ in groups if many else ():
+        print(f"{what}: median |step error| "
+              f"{100 * statistics.median(abs(r['step_error']) for r in rows_):.1f}%, median "
+              f"|peak error| {100 * statistics.median(abs(r['peak_error']) for r in rows_):.1f}%"
+              f" ({len(rows_)} cases)")
     if args.json:
         Path(args.json).write_text(json.dumps(rs, indent=1))
     return 0

@@ -69,6 +69,7 @@ def workload(model: str | torch.nn.Module | None = None, phase: str | None = Non
     (:mod:`workloads.training`; ``loss`` for your own module: ``cross_entropy``, ``mse``, a
     callable, or none when forward returns the loss).
     """
+    _no_train_formats(phase, formats)
     if formats is not None:
         from workloads.formats import formatted
         return formatted(workload(model, phase, batch, seq, context, dtype, arch, hf_config,
@@ -101,6 +102,16 @@ def workload(model: str | torch.nn.Module | None = None, phase: str | None = Non
                            dtype=dtype, arch=arch,
                            kv_update="in_place" if kv_update is None else kv_update)
     return check_unknown_ops(w, strict)
+
+
+def _no_train_formats(phase: str | None, formats: Any, field: str = "formats") -> None:
+    """:class:`BadInput` for number formats on a training step: the formats pass does not know
+    a joint graph (its LM head feeds the loss, its weight-gradient GEMMs have no weight
+    operand, its stored roles are the precision's), so they go through ``precision``."""
+    if formats is not None and phase == "train":
+        raise BadInput(field, formats, "no formats on a training step: its number formats "
+                       "are its precision (api.train(precision='fp8' or 'mixed,gemm=nvfp4'), "
+                       "dse train --precision)")
 
 
 def _train_workload(model, hf_config, module, inputs, loss, batch, seq, dtype, arch) -> Workload:
@@ -163,6 +174,7 @@ def simulate(model: str | Workload | torch.nn.Module | None = None,
         hf_config=hf_config, inputs=inputs, kv_input=kv_input, kv_update=kv_update)
     if formats is not None:
         from workloads.formats import formatted
+        _no_train_formats(w.phase, formats)
         w = formatted(w, formats)
     design, sysm, lay = _design_or_system(accelerator, hw, system, devices, parallel, sys)
     if design is not None:
@@ -560,6 +572,13 @@ def train(model: str | Workload | torch.nn.Module | None = None, *,
     from simulators.training import simulate_training
     from workloads.train_parallel import train_layout_from
     from workloads.train_step import precision_from
+    if loss is not None and not isinstance(model, torch.nn.Module):
+        raise BadInput("loss", loss, "a loss for your own module only (zoo models and Hugging "
+                       "Face configs train with their task's loss)")
+    if (isinstance(train_tokens, bool) or not isinstance(train_tokens, (int, float))
+            or not 0 <= train_tokens < 1e30):
+        raise BadInput("train_tokens", train_tokens, "expected a number of tokens in [0, 1e30) "
+                       "(0: none)")
     prec = precision_from(precision)
     weights = prec.weights if prec.weights != prec.activations else None   # AMP
     lay_in = dict(parallel or {})

@@ -19,18 +19,22 @@ SloTpotOpt = typer.Option(None, "--slo-tpot", help="TPOT SLO, s.")
 JsonOpt = typer.Option(False, "--json", help="Print JSON.")
 
 
+#: Largest menu or routing file read, bytes [E: a menu of 100 device types is ~10 KB].
+MAX_DATA_BYTES = 1 << 20
+
+
 def _read_data(path: Path, flag: str) -> Any:
-    """A YAML or JSON file's data (safe loading: no code runs)."""
-    import yaml
+    """A YAML or JSON file's data: a regular file (no pipe or device), at most
+    :data:`MAX_DATA_BYTES`, read as the study files are (safe types only, YAML 1.2 scalars,
+    aliases bounded; :func:`dse.study.loader.parse_yaml`)."""
+    from dse.safe_io import read_regular
+    from dse.study.loader import parse_yaml
+    data = read_regular(path, flag, MAX_DATA_BYTES, "a YAML or JSON file")
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(flag, str(path), f"expected a readable UTF-8 file ({exc})") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise BadInput(flag, str(path), "expected YAML or JSON: "
-                       + str(exc).splitlines()[0]) from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadInput(flag, str(path), "expected a UTF-8 YAML or JSON file") from None
+    return parse_yaml(text, flag)
 
 
 def _pool(text: Optional[str], flag: str) -> dict[str, Any]:

@@ -44,7 +44,9 @@ def train_command(
         seq: Optional[int] = typer.Option(None, "--seq", help="Sequence length."),
         arch: Optional[list[str]] = typer.Option(None, "--arch", help="Architecture KEY=VALUE."),
         precision: str = typer.Option("mixed", "--precision", help="mixed | mixed-fp32-grads | "
-                                      "amp | bf16 | fp32."),
+                                      "amp | bf16 | fp32 | fp8 (the blocks' GEMMs in FP8, "
+                                      "Transformer Engine's recipe); ROLE=FORMAT pairs may "
+                                      "follow: mixed,gemm=nvfp4."),
         optimizer: str = typer.Option("adamw", "--optimizer", help="adamw | adam | momentum | "
                                       "sgd."),
         optimizer_impl: str = typer.Option("fused", "--optimizer-impl", help="fused | foreach "

@@ -56,8 +56,8 @@ from workloads.gna import dense_equivalent
 from workloads.ir import Op, Workload, op_signature
 from workloads.train_parallel import (TrainLayout, TrainPlan, _segment_workload, plan_training,
                                       train_layout_from, workspace_bytes)
-from workloads.train_step import (Optimizer, Precision, _rebuild, optimizer_from,
-                                  optimizer_ops, precision_from)
+from workloads.train_step import (Optimizer, Precision, _rebuild, gemm_formatted,
+                                  optimizer_from, optimizer_ops, precision_from)
 from workloads.training import BWD, FWD
 
 #: Memory categories, in report order.
@@ -166,19 +166,41 @@ class TrainResult:
 
 
 # ------------------------------------------------------------------------------ helpers
-def peak_flops(design: Template, dtype: str) -> float:
+def peak_flops(design: Template, dtype: str, gemm: str | None = None) -> float:
     """The design's dense peak FLOP/s for ``dtype``: a GPU's datasheet peak, else the rate
-    its own cost model gives an 8192-cubed GEMM (the best any op can run at)."""
+    its own cost model gives an 8192-cubed GEMM (the best any op can run at). With ``gemm``
+    (a precision's GEMM format) the higher of that and the GEMM format's peak, so MFU and
+    HFU stay fractions of what the step's fastest datapath could do."""
     model = getattr(design, "model", None)
     if model is not None and hasattr(model, "peak"):
-        return float(model.peak(dtype))
+        peak = float(model.peak(dtype))
+        if gemm is not None:
+            from accelerators.gpu_formats import DATAPATH_OF, peaks
+            from workloads.formats import get_format
+            path = DATAPATH_OF.get(get_format(gemm).element_format.name, "")
+            peak = max(peak, float(peaks(design.hw).get(path, 0.0)))
+        return peak
+    peak = _gemm_rate(design, _peak_gemm(dtype))
+    if gemm is not None:
+        from workloads.formats import format_op, parse_formats
+        fm = parse_formats({"weights": gemm, "activations": gemm}, dtype)
+        peak = max(peak, _gemm_rate(design, format_op(_peak_gemm(dtype), fm, head=False)))
+    return peak
+
+
+def _peak_gemm(dtype: str) -> Op:
     n = 8192
     b = ir.DTYPE_BYTES[dtype]
-    op = Op(name="peak_gemm", kind=ir.MATMUL, target="mm", input_shapes=((n, n), (n, n)),
-            output_shapes=((n, n),), dtype=dtype, bytes_per_element=b, flops=2 * n ** 3,
-            weight_bytes=n * n * b, activation_bytes_read=n * n * b,
-            activation_bytes_written=n * n * b,
-            attrs={"m": n, "n": n, "k": n, "batch": 1, "weight_operand": True})
+    return Op(name="peak_gemm", kind=ir.MATMUL, target="mm", input_shapes=((n, n), (n, n)),
+              output_shapes=((n, n),), dtype=dtype, bytes_per_element=b, flops=2 * n ** 3,
+              weight_bytes=n * n * b, activation_bytes_read=n * n * b,
+              activation_bytes_written=n * n * b,
+              attrs={"m": n, "n": n, "k": n, "batch": 1, "weight_operand": True})
+
+
+def _gemm_rate(design: Template, op: Op) -> float:
+    """FLOP/s of ``op`` on ``design``: its FLOPs over its compute time (a GPU's datasheet
+    peak of the op's datapath when its kernel model says so)."""
     cost = design.cost(op)
     return op.flops / (cost.compute_s if cost.compute_s > 0 else cost.latency_s)
 
@@ -275,7 +297,7 @@ def simulate_training(joint: Workload, system, layout: TrainLayout | dict | None
             raise BadInput(f"parallel.{what}", "nvme", f"a host with NVMe drives (host "
                            f"{node.name} has none: give host: ddr5-pcie5-nvme or "
                            "host.nvme_drives)")
-    plan = plan_training(joint, lay)
+    plan = plan_training(gemm_formatted(joint, prec.gemm), lay)
     r = _run(plan, sysm, design, prec, opt, node, accumulate, float(train_tokens))
     if check:
         check_memory(r, node)
@@ -336,7 +358,7 @@ def _run(plan: TrainPlan, sysm, design: Template, prec: Precision, opt: Optimize
         node.cost_usd() * nodes if offloaded else 0.0)
     model_flops = float(plan.model_flops * m * lay.dp)
     hw_flops = float(plan.device_flops() * lay.tp * lay.cp * lay.dp)
-    peak = peak_flops(design, prec.activations)
+    peak = peak_flops(design, prec.activations, prec.gemm)
     tokens = lay.batch * max(plan.joint.seq, 1)
     busy = max(run.busy_s) if run.busy_s else 0.0
     breakdown = {"compute_s": busy, "bubble_s": max(run.end_s - busy, 0.0),

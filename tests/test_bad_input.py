@@ -494,3 +494,38 @@ def test_one_source_of_the_model(capsys, argv, fragment):
                                       "2"], ["serve", "gpt2", "--rate", "1", "--requests", "2"]])
 def test_bad_fidelity(capsys, command):
     one_line_error(capsys, *command, "--fidelity", "exact", expect=("fidelity", "fast or event"))
+
+
+# ----------------------------------------------------------------------------- round 3 surfaces
+@pytest.mark.parametrize("spec", ["", "weights=int4_g128,weights=fp8_e4m3", "weights=fp8_e4m3,",
+                                  ",,"])
+def test_formats_pairs_are_whole(capsys, spec):
+    one_line_error(capsys, "simulate", "gpt2", "--arch", "n_layer=2", "--formats", spec,
+                   expect=("--formats",))
+
+
+@pytest.mark.parametrize("extra, field", [(["--tokens", "nan"], "train_tokens"),
+                                          (["--tokens", "-1"], "train_tokens"),
+                                          (["--loss", "mse"], "loss"),
+                                          (["--optimizer", ""], "optimizer")])
+def test_train_numbers_and_options(capsys, extra, field):
+    one_line_error(capsys, "train", "gpt2", "--arch", "n_layer=2", "--seq", "64", *extra,
+                   expect=(field,))
+
+
+@pytest.mark.parametrize("flag", ["--menu", "--routing"])
+def test_fleet_files_are_regular_files(tmp_path, capsys, flag):
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    one_line_error(capsys, "fleet", "llama2-7b", "--rate", "2", "--requests", "20",
+                   "--no-confirm", flag, str(pipe), expect=(flag, "regular"))
+
+
+def test_disaggregated_study_link_checked_at_load(tmp_path, capsys):
+    s = tmp_path / "s.yaml"
+    s.write_text("name: t_link\ndisaggregated: {model: llama2-7b, rate: 2, link: bogus}\n"
+                 "accelerators: [{name: a100, template: gpu, preset: a100},\n"
+                 "               {name: h100, template: gpu, preset: h100}]\n"
+                 "search: {pools: {prefill_count: [1, 2]}}\nobjectives: [slo_attainment]\n"
+                 "trials: 2\n")
+    one_line_error(capsys, "study", "validate", str(s), expect=("disaggregated.link", "bogus"))

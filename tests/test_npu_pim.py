@@ -281,6 +281,9 @@ def test_spearman():
 NEUPIMS_KNOWN_MISSES = {
     "NeuPIMs throughput over GPU-only (A100 40GB), mean over the grid",
     "NeuPIMs throughput over NPU-only, mean over the grid",
+    # the calibrated A100 (Vidur's measured GEMMs) is faster than the paper's GPU-only
+    # baseline; docs/validation.md, "Why the misses"
+    "GPU-only throughput over NPU-only, mean over the grid",
     "gpt3-30b sharegpt: NeuPIMs over naive NPU+PIM (largest batch)",
     "gpt3-30b alpaca: NeuPIMs over naive NPU+PIM (largest batch)",
     "gpt3-7b sharegpt: dual row buffers alone over naive NPU+PIM, mean over batches",

@@ -394,3 +394,74 @@ def test_training_study_bad_input(tmp_path, capsys, changes, fragment):
     path.write_text(yaml.safe_dump(spec))
     one_line_error(capsys, "study", "run", str(path), "--out", str(tmp_path / "o"),
                    expect=(fragment,))
+
+
+# ----------------------------------------------------------------------------- fp8 / fp4 GEMMs
+def test_fp8_precision_puts_the_blocks_gemms_in_fp8_as_transformer_engine(gpt2_mb8):
+    """precision fp8: forward, data-gradient and weight-gradient GEMMs of the blocks in FP8
+    (both operands), the head, embeddings, attention and norms in bf16; FLOPs unchanged; the
+    step faster than bf16 but not below its own floor at the fp8 peak."""
+    from accelerators.registry import make_accelerator
+    from dse.errors import InfeasibleDesign
+    from simulators.training import simulate_training
+    from workloads.formats import op_formats
+    from workloads.train_step import gemm_formatted, precision_from
+    f8 = gemm_formatted(gpt2_mb8, "fp8")
+    assert f8 is gemm_formatted(gpt2_mb8, "fp8_e4m3")       # kept per format
+    layers = gpt2_mb8.train["layers"]
+    kinds = {"fwd": 0, "dgrad": 0, "wgrad": 0}
+    for a, b in zip(gpt2_mb8.ops, f8.ops):
+        assert a.flops == b.flops
+        f = op_formats(b)
+        block = a.kind == ir.MATMUL and 0 <= a.attrs["layer"] < layers
+        if not block:
+            assert f.a.name == f.w.name == "bf16" and b.total_bytes == a.total_bytes, a.name
+            continue
+        kind = "fwd" if a.attrs["pass"] == "fwd" else (
+            "dgrad" if a.attrs["weight_operand"] else "wgrad")
+        kinds[kind] += 1
+        assert f.a.name == f.w.name == "fp8_e4m3", a.name
+        assert b.activation_bytes_read == a.activation_bytes_read // 2
+        assert b.weight_bytes == (a.weight_bytes - a.attrs["k"] * a.attrs["n"]
+                                  if a.weight_bytes else 0)     # K x N at 1 B, a bias at 2 B
+    assert kinds["fwd"] == kinds["dgrad"] == kinds["wgrad"] == 6 * layers   # q k v o fc proj
+    from workloads.train_build import TEMPLATE_BLOCKS
+    deep = zoo_train_workload("gpt2", batch=1, seq=16, dtype="bf16", arch={"n_layer": 6},
+                              blocks=TEMPLATE_BLOCKS)         # 2 of 6 blocks captured
+    head = [op for op in gemm_formatted(deep, "fp8").ops if op.kind == ir.MATMUL
+            and op.attrs["layer"] >= deep.train["captured_layers"]]
+    assert head and all(op_formats(op).w.name == "bf16" for op in head)
+    h100 = make_accelerator("gpu:h100")
+    bf, fp = (simulate_training(gpt2_mb8, h100, {"micro_batch": 4}, precision=p)
+              for p in ("mixed", "fp8"))
+    assert (bf.peak_flops_per_device, fp.peak_flops_per_device) == (989e12, 1979e12)  # [D]
+    assert bf.step_time_s / 2 < fp.step_time_s < bf.step_time_s
+    assert fp.step_time_s >= fp.hardware_flops_per_step / fp.peak_flops_per_device
+    assert fp.memory == bf.memory                            # stored roles as the preset says
+    with pytest.raises(InfeasibleDesign, match="fp8"):      # the A100 has no fp8 datapath
+        simulate_training(gpt2_mb8, make_accelerator("gpu:a100"), {"micro_batch": 4},
+                          precision="fp8")
+    assert precision_from("mixed,gemm=nvfp4,gradients=fp32").to_dict() == {
+        **PRECISIONS["mixed"].to_dict(), "gemm": "nvfp4", "gradients": "fp32"}
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--precision", "mixed,gemm=nvfp5"], "precision.gemm"),
+    (["--precision", "mixed,optimizer=fp8"], "precision.optimizer"),
+    (["--precision", "mixed,gemm"], "precision"),
+    (["--precision", "mixed,gemm=fp8,gemm=nvfp4"], "precision"),
+])
+def test_train_precision_text_bad_input_is_one_line(capsys, argv, fragment):
+    from tests.test_bad_input import one_line_error
+    one_line_error(capsys, "train", "gpt2", "--arch", "n_layer=2", "--seq", "32", *argv,
+                   expect=(fragment,))
+
+
+def test_formats_on_a_training_step_point_to_its_precision(capsys):
+    from dse import api
+    from dse.errors import BadInput
+    from tests.test_bad_input import one_line_error
+    with pytest.raises(BadInput, match="precision"):
+        api.workload("gpt2", phase="train", seq=16, arch={"n_layer": 2}, formats="weights=fp8")
+    one_line_error(capsys, "simulate", "gpt2", "--phase", "train", "--arch", "n_layer=2",
+                   "--seq", "16", "--formats", "weights=fp8", expect=("--formats", "precision"))

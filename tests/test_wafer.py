@@ -504,3 +504,22 @@ def test_study_file_matches_the_study_schema():
     for key, rng in spec.search.hardware.items():
         p = params[key]
         assert p.low <= rng["low"] < rng["high"] <= p.high
+
+
+@pytest.mark.parametrize("formats", [None, "head=int8", "weights=int8", "weights=int8,head=int8"])
+def test_weights_per_core_sum_to_the_formats_footprint(formats):
+    """The wafer's weights per core, over its storage cores, are the workload's weight bytes
+    (workloads.formats.weights_bytes: GPT-2's table tied to a quantised head stored twice)
+    up to the tiles' rounding; without formats nothing is added."""
+    from dse import api
+    from workloads import formats as F
+    w = api.workload("gpt2", phase="decode", batch=1, context=64, arch={"n_layer": 1},
+                     dtype="fp16")
+    if formats:
+        w = F.apply_formats(w, formats)
+    side = {f"{p}_region_{a}": 64 for p in ("prefill", "decode") for a in ("width", "height")}
+    d = make_accelerator("wafer:wse2", {**side, "placement": "region"})
+    total = d.memory_per_core(w)["weights"] * d.storage_cores("decode")
+    want = F.weights_bytes(w) if formats else w.params * 2
+    assert want <= total <= want * 1.002
+    assert (d._memory_layout(w)["weights_extra_bytes"] == 0) == (formats is None)

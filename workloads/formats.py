@@ -296,12 +296,12 @@ def parse_formats(spec: "str | Mapping[str, str] | Formats | None", base: str = 
     if isinstance(spec, str):
         pairs: dict[str, str] = {}
         for part in (p.strip() for p in spec.split(",")):
-            if not part:
-                continue
             if "=" not in part:
-                raise BadInput(field, part, "expected role=format pairs separated by commas, "
+                raise BadInput(field, spec, "expected role=format pairs separated by commas, "
                                "e.g. weights=int4_g128,activations=fp8_e4m3,kv=fp8_e4m3")
             role, _, name = part.partition("=")
+            if role.strip() in pairs:
+                raise BadInput(f"{field}.{role.strip()}", spec, "expected each role once")
             pairs[role.strip()] = name.strip()
         spec = pairs
     if not isinstance(spec, Mapping):

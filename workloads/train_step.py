@@ -16,7 +16,23 @@ Presets (bytes per parameter with Adam: weights + gradients + master + 2 states)
   2 + 4 + 4 + 8 = 18 B [R Megatron-LM docs, distributed optimizer: "18 bytes per parameter"];
 * ``amp``: PyTorch autocast: fp32 weights, gradients and states, bf16 compute: 16 B;
 * ``bf16``: everything in bf16 (``model.to(bfloat16)`` + AdamW): 2 + 2 + 4 = 8 B;
-* ``fp32``: 4 + 4 + 8 = 16 B.
+* ``fp32``: 4 + 4 + 8 = 16 B;
+* ``fp8``: ``mixed`` with the transformer blocks' GEMMs in FP8 (``gemm``, below): 16 B.
+
+**Low-precision GEMMs** (``gemm``, a format of :mod:`workloads.formats`; None: the compute
+dtype): Transformer Engine's recipe [R NVIDIA TransformerEngine docs, "Using FP8 with
+Transformer Engine": ``te.Linear`` runs its forward GEMM, its data-gradient GEMM and its
+weight-gradient GEMM in FP8, each operand cast with its own scale (E4M3 forward, E5M2
+gradients in the HYBRID recipe: one byte and the same tensor-core datapath, so one format
+here); layers outside the blocks (embedding, LM head, loss) stay in higher precision, as
+Megatron-LM's ``--fp8-format`` applies to its transformer layers only]. :func:`gemm_formatted`
+puts every matmul of the blocks in it: the forward and data-gradient GEMMs (weights and
+activations) and the weight-gradient GEMMs (both activation operands); attention, norms and
+element-wise ops stay in the compute dtype. Not modelled (so the step time is an upper bound
+on this side): the cast kernels (TE fuses most into the norm and activation kernels) and the
+FP8 copies TE saves for backward (the activations kept are counted in the compute dtype); the
+stored roles (``weights`` ... ``optimizer_states``) are as the preset says, so TE's FP8
+weight cache (1 B per block parameter, when kept across micro-batches) is not counted.
 
 **Optimizers** (:data:`OPTIMIZERS`): each a list of element-wise passes as torch.optim
 implements them (``foreach`` / ``for-loop``: one kernel per pass; ``fused``: one kernel
@@ -38,13 +54,15 @@ A fused (flash) attention keeps no score matrix, so ``selective`` changes nothin
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import networkx as nx
 
 from dse.errors import BadInput
+from workloads import formats as fmts
 from workloads import ir
+from workloads.memo import per_workload
 from workloads.ir import Op, Workload
 from workloads.patterns import _activation_matmul
 from workloads.training import BWD, FWD, OPT, layer_multiplicity, layers_of, source_layer
@@ -64,8 +82,12 @@ class Precision:
     gradients: str = "bf16"
     master_weights: str | None = "fp32"
     optimizer_states: str = "fp32"
+    #: The format the blocks' GEMMs multiply in (:func:`gemm_formatted`); None: ``activations``.
+    gemm: str | None = None
 
     def __post_init__(self) -> None:
+        if self.gemm is not None:
+            object.__setattr__(self, "gemm", fmts.get_format(self.gemm, "precision.gemm").name)
         for role in ROLES:
             fmt = getattr(self, role)
             if fmt is None and role == "master_weights":
@@ -85,7 +107,11 @@ class Precision:
         return self.master_weights or self.weights
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, **{r: getattr(self, r) for r in ROLES}}
+        return {"name": self.name, **{r: getattr(self, r) for r in FIELDS}}
+
+
+#: What a precision mapping may set: the stored roles and the GEMM format.
+FIELDS = ROLES + ("gemm",)
 
 
 PRECISIONS: dict[str, Precision] = {
@@ -95,16 +121,27 @@ PRECISIONS: dict[str, Precision] = {
     "bf16": Precision("bf16", optimizer_states="bf16", master_weights=None),
     "fp32": Precision("fp32", activations="fp32", weights="fp32", gradients="fp32",
                       master_weights=None),
+    "fp8": Precision("fp8", gemm="fp8_e4m3"),
 }
 
 
 def precision_from(value: str | Precision | dict | None) -> Precision:
     """A :class:`Precision` from a preset name, a dict of roles (``{"name": ...,
-    "gradients": "fp32"}`` over the ``mixed`` preset) or itself."""
+    "gradients": "fp32"}`` over the ``mixed`` preset), the same as text
+    (``"mixed,gemm=nvfp4"``) or itself."""
     if value is None:
         return PRECISIONS["mixed"]
     if isinstance(value, Precision):
         return value
+    if isinstance(value, str) and ("," in value or "=" in value):
+        name, *pairs = [p.strip() for p in value.split(",")]
+        if "=" in name or any("=" not in p for p in pairs):
+            raise BadInput("precision", value, "expected PRESET[,role=format...], e.g. "
+                           "mixed,gemm=nvfp4")
+        roles = [p.split("=", 1) for p in pairs]
+        if len({r.strip() for r, _ in roles}) < len(roles):
+            raise BadInput("precision", value, "expected each role once")
+        return precision_from({"name": name, **{r.strip(): f.strip() for r, f in roles}})
     if isinstance(value, str):
         if value not in PRECISIONS:
             raise BadInput("precision", value, "expected one of " + ", ".join(PRECISIONS)
@@ -115,14 +152,57 @@ def precision_from(value: str | Precision | dict | None) -> Precision:
         if base is None:
             raise BadInput("precision.name", value.get("name"), "expected one of "
                            + ", ".join(PRECISIONS))
-        extra = [k for k in value if k not in (*ROLES, "name")]
+        extra = [k for k in value if k not in (*FIELDS, "name")]
         if extra:
             raise BadInput(f"precision.{extra[0]}", value[extra[0]], "expected one of "
-                           + ", ".join(("name",) + ROLES))
-        fields = {r: getattr(base, r) for r in ROLES}
-        fields.update({k: v for k, v in value.items() if k in ROLES})
+                           + ", ".join(("name",) + FIELDS))
+        fields = {r: getattr(base, r) for r in FIELDS}
+        fields.update({k: v for k, v in value.items() if k in FIELDS})
         return Precision(str(value.get("name", base.name)), **fields)
     raise BadInput("precision", value, "expected a preset name or a mapping of roles")
+
+
+def gemm_formatted(joint: Workload, gemm: str | None) -> Workload:
+    """``joint`` with the matmuls of its captured blocks (``0 <= layer < captured``) in
+    ``gemm`` (see the module docstring): forward and data-gradient GEMMs through the formats pass
+    (:func:`workloads.formats.format_op`: weights and activations), weight-gradient GEMMs
+    (a backward matmul without a weight operand whose output leaves the graph) with both
+    operands in it; every other op in the compute dtype. ``joint`` itself for None (or a
+    ``gemm`` equal to its dtype); kept beside ``joint`` per format (caches keyed by workload
+    keep working). FLOPs and edges are unchanged."""
+    name = None if gemm is None else fmts.get_format(gemm, "precision.gemm").name
+    if name is None or name == fmts.get_format(joint.dtype).name:
+        return joint
+    return per_workload(joint, ("train-gemm", name), lambda: _gemm_formatted(joint, name))
+
+
+def _gemm_formatted(joint: Workload, gemm: str) -> Workload:
+    if fmts.has_formats(joint):
+        raise BadInput("precision.gemm", gemm, "a joint graph without formats (give the "
+                       "number formats of a training step through precision, not formats)")
+    f = fmts.get_format(gemm)
+    base = fmts.parse_formats({}, joint.dtype)
+    blocks = fmts.parse_formats({"weights": f.name, "activations": f.name}, joint.dtype)
+    layers = layers_of(joint)[1]        # the blocks captured (the head's layer comes after)
+    g = joint.graph.copy()
+    for name, data in g.nodes(data=True):
+        op = data["op"]
+        in_block = op.kind == ir.MATMUL and 0 <= int(op.attrs.get("layer", -1)) < layers
+        if in_block and not op.attrs.get("weight_operand"):
+            if op.attrs.get("pass") != BWD or joint.graph.out_degree(name):
+                in_block = False            # attention's own matmuls (eager), not a wgrad
+            else:
+                b = max(op.bytes_per_element, 1)
+                data["op"] = replace(op, activation_bytes_read=fmts.tensor_bytes(
+                    f, op.activation_bytes_read // b, int(op.attrs.get("k") or 0) or None),
+                    attrs={**op.attrs, "formats": f"w={f.name},a={f.name},kv={base.base},"
+                                                  f"b={base.base}"})
+                continue
+        data["op"] = fmts.format_op(op, blocks if in_block else base, head=False)
+    out = replace(joint, graph=g)
+    out.__dict__.pop("ops", None)
+    per_workload(out, "formats", lambda: blocks)
+    return out
 
 
 # ------------------------------------------------------------------------------ optimizers
@@ -206,7 +286,7 @@ class Optimizer:
 def optimizer_from(name: str | Optimizer | None, impl: str | None = None) -> Optimizer:
     if isinstance(name, Optimizer):
         return name
-    return Optimizer(name or "adamw", impl or "fused")
+    return Optimizer("adamw" if name is None else name, "fused" if impl is None else impl)
 
 
 # ------------------------------------------------------------------------------ parameters

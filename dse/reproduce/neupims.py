@@ -22,8 +22,9 @@ Set-up, after NeuPIMs' public configurations [R casys-kaist/NeuPIMs]:
 * NeuPIMs: ``npu_pim`` preset ``neupims`` (dual row buffers, greedy channel balancing,
   sub-batch interleaving from batch 256 on, as its repository runs it [R README.md]); naive NPU+PIM: preset ``npu+pim`` (blocked PIM, no interleaving,
   round-robin channels [P Sec. 8.1]); NPU-only: preset ``npu-only`` (the same NPU and 32 HBM2
-  channels, attention on the NPU); GPU-only: ``gpu:a100`` with the 40 GB part's bandwidth and
-  capacity (1.555 TB/s, 40 GB) [P Sec. 8.1: A100 40 GB; D].
+  channels, attention on the NPU); GPU-only: ``gpu:a100-40gb`` (1.555 TB/s, 40 GB; its
+  GEMMs load the A100 calibration fitted on Vidur's measured A100 profiles)
+  [P Sec. 8.1: A100 40 GB; D].
 
 Nothing here is fitted: every number is the templates' as they are.
 """
@@ -72,8 +73,9 @@ BATCHES = (64, 128, 256, 384, 512)
 UTILISATION_AT = ("gpt3-30b", "sharegpt", 256)
 SEED = 0
 DTYPE = "fp16"
-#: A100 40 GB: 1.555 TB/s HBM2e, 40 GB [D NVIDIA A100 datasheet].
-A100_40GB = {"memory_bandwidth_Bps": 1.555e12, "memory_capacity_bytes": 40e9}
+#: The paper's GPU-only baseline, an A100 40 GB [P Sec. 8.1]: the preset (datasheet, and the
+#: calibration of accelerators/calibration/a100.json).
+GPU_BASELINE = "gpu:a100-40gb"
 #: Designs run at every point of the grid, and the ablation's (7B, ShareGPT only).
 GRID_DESIGNS = ("neupims", "npu+pim", "npu-only", "gpu")
 ABLATION = ("dual-buffers-only", "dual-buffers+balancing", "interleave-always")
@@ -93,7 +95,7 @@ def workload(model: str, batch: int, tp: int, pp: int, seed: int = SEED,
 
 def _design(name: str, hw: dict[str, Any] | None):
     if name == "gpu":
-        return make_accelerator("gpu:a100", A100_40GB)
+        return make_accelerator(GPU_BASELINE, {})
     if name == "interleave-always":   # NeuPIMs with sub-batches at every batch size
         return NeuPIMs("neupims", **{**(hw or {}), "sub_batch_min_requests": 2})
     preset = {"naive": "npu+pim", "npu": "npu-only"}.get(name, name)

@@ -457,6 +457,9 @@ def _check_forms(spec: StudySpec) -> None:
         if section.trace in DISTRIBUTIONS and section.rate is None:
             raise bad(f"{form}.rate", None, "expected a number > 0 (requests/s) for a "
                       f"{section.trace} trace")
+        if form == "disaggregated":
+            from accelerators.interconnect import get_link
+            get_link(section.link, "disaggregated.link")
         if form == "fleet":
             if section.slo_ttft_s is None and section.slo_tpot_s is None:
                 raise bad("fleet.slo_tpot_s", None, "expected a TPOT or TTFT objective, s")

@@ -286,7 +286,7 @@ class TrainingSpec(_Strict):
         description="tokens to train: the time, cost and energy metrics are for these")
     global_batch: Annotated[int, Field(ge=1, le=2**24)] = Field(
         description="samples (sequences) per optimizer step")
-    precision: Literal["mixed", "mixed-fp32-grads", "amp", "bf16", "fp32"] = Field(
+    precision: Literal["mixed", "mixed-fp32-grads", "amp", "bf16", "fp32", "fp8"] = Field(
         "mixed", description="precision of each tensor role (see `dse train --precision`)")
     optimizer: Literal["adamw", "adam", "momentum", "sgd"] = Field("adamw")
     optimizer_impl: Literal["fused", "foreach", "for-loop"] = Field("fused")
