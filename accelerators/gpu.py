@@ -595,15 +595,30 @@ class GPU(Template):
         cores, ``vector`` for element-wise work), J per DRAM byte, J per L2 byte, and the
         power of the logic the tables do not count (charged per second of kernel time)."""
         node = self.hw.node_nm
+        return {"flop": self._per_flop_j(), "dram": self.memory.energy_j_per_byte,
+                "l2": tech.sram_energy_j_per_byte(self.hw.l2_bytes, node),
+                "active_w": self.physical().active_w}
+
+    def _per_flop_j(self) -> dict[str, float]:
+        """Dynamic J per FLOP of each datapath (:meth:`_energy_model`)."""
+        node = self.hw.node_nm
         rf_j = tech.sram_energy_j_per_byte(RF_BANK_BYTES, node)
         per_flop = {d: (tech.mac_energy_j(d, node) + RF_BYTES_PER_TENSOR_MAC * rf_j) / 2
                     for d in DTYPE_BYTES if d != "fp32"}
         per_flop["fp32"] = (tech.mac_energy_j("fp32", node) + RF_BYTES_PER_FP32_FMA * rf_j) / 2
         per_flop["vector"] = (tech.vector_op_energy_j("fp32", node)
                               + RF_BYTES_PER_VECTOR_OP * rf_j)
-        return {"flop": per_flop, "dram": self.memory.energy_j_per_byte,
-                "l2": tech.sram_energy_j_per_byte(self.hw.l2_bytes, node),
-                "active_w": self.physical().active_w}
+        return per_flop
+
+    def datapath_power_w(self) -> float:
+        """The most dynamic power the cost model charges the SMs' datapaths, W: each
+        datapath's peak FLOP/s (the rates :meth:`cost` runs at) x its energy per FLOP. The
+        datasheet peaks are parameters of their own, so a datapath may outrun the fp16
+        tensor MACs (the fp32 CUDA cores of a graphics part, an fp8 path at twice the fp16
+        rate); the TDP covers the hungriest."""
+        per = self._per_flop_j()
+        return max((r * per[d] for d, r in self.model.chip.peak_flops.items() if d in per),
+                   default=0.0)
 
     def energy_per_flop_j(self, dtype: str = "bf16") -> float:
         """Dynamic energy of one FLOP in ``dtype`` on its datapath, J (the uncounted logic,
@@ -751,9 +766,10 @@ class GPU(Template):
         PHYs of memory sites left empty, with ``GPU_CONTROL_OVERHEAD``; the L2 as SRAM; memory
         PHYs for every filled site and the peer-link (NVLink) PHYs as link PHYs (no control
         overhead). Power bottom-up, as every template's: every enabled SM's tensor MACs busy
-        each cycle in fp16 with their register-file operands, the L2 passing the memory's full
-        bandwidth, leakage of the logic and SRAM (``physical.assess`` adds the memory, the
-        uncounted logic at ``clock_hz`` and the memory's background)."""
+        each cycle in fp16 with their register-file operands (or the hungriest datapath at
+        its datasheet peak, :meth:`datapath_power_w`, where that draws more), the L2 passing
+        the memory's full bandwidth, leakage of the logic and SRAM (``physical.assess`` adds
+        the memory, the uncounted logic at ``clock_hz`` and the memory's background)."""
         hw = self.hw
         node, sms = hw.node_nm, hw.sms_on_die or hw.sms
         sm_sram = REGISTER_FILE_BYTES_PER_SM + hw.l1_kb_per_sm * 1024
@@ -768,6 +784,7 @@ class GPU(Template):
         rf_j = tech.sram_energy_j_per_byte(RF_BANK_BYTES, node)
         tensor_w = hw.sms * hw.tensor_macs_per_sm * hw.clock_hz * (
             tech.mac_energy_j("fp16", node) + RF_BYTES_PER_TENSOR_MAC * rf_j)
+        tensor_w = max(tensor_w, self.datapath_power_w())
         l2_w = mem.bandwidth_Bps * tech.sram_energy_j_per_byte(hw.l2_bytes, node)
         logic = (1 + GPU_CONTROL_OVERHEAD) * compute - tech.sram_area_mm2(sms * sm_sram, node)
         return Floorplan(node_nm=node, compute_mm2=compute,

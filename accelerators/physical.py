@@ -86,8 +86,9 @@ MAX_POWER_DENSITY_W_PER_MM2 = 1.5
 #: [fitted: least squares of log(modelled / published TDP) over the published chips,
 #: ``dse.calibrate.physical_fit.fit_power``; docs/validation.md gives each chip's error with
 #: it fitted on every chip and with that chip left out. Plausibility [E]: ~1 nF of switched
-#: capacitance per mm^2 at 45 nm, 0.9 V and ~5 % activity is ~0.04 W/(mm^2 GHz)].
-UNCOUNTED_LOGIC_W_PER_MM2_GHZ = 0.03534
+#: capacitance per mm^2 at 45 nm, 0.9 V and ~5 % activity is ~0.04 W/(mm^2 GHz)]. Refitted
+#: (0.0353 -> 0.0212) when the gpu's TDP took its hungriest datapath (issue 27).
+UNCOUNTED_LOGIC_W_PER_MM2_GHZ = 0.02124
 
 
 def uncounted_logic_w(logic_mm2: float, clock_hz: float, node_nm: int) -> float:

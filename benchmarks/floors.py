@@ -10,7 +10,10 @@ Designs: a template's preset with 0-4 of its parameters drawn from their declare
 counted apart (a path may refuse it). Workloads: small zoo models (one or two layers,
 re-shaped without a new capture) in every phase the model has, random batch, context and
 dtype. Paths: ``event`` (SimPy), ``fast`` (one design), ``population`` (many designs in one
-``evaluate_many``, the templates' vectorised ``cost_many`` where they have one),
+``evaluate_population``: npu designs as one array program, the others through
+``evaluate_many``, the templates' vectorised ``cost_many`` where they have one), ``pairs``
+(npu designs on re-shaped architectures in one ``evaluate_pairs``, as a study's batched
+sampler scores a generation),
 ``generation``, ``serving`` (a short trace, every iteration checked) and ``system`` (2-4
 devices, tensor or pipeline parallel). ``tests/test_floors.py`` runs a fixed-seed sample.
 """
@@ -36,7 +39,7 @@ from dse.errors import DSEError  # noqa: E402
 from simulators import floors as fl  # noqa: E402
 
 TEMPLATES = ("npu", "gpu", "pim", "npu_pim", "neural_graphics", "wafer")
-PATHS = ("event", "fast", "population", "generation", "serving", "system")
+PATHS = ("event", "fast", "population", "pairs", "generation", "serving", "system")
 
 #: Workloads per template: (model, phases, architecture overrides); small so a pair costs
 #: milliseconds. Each template gets the kinds of model it is built for as well as others.
@@ -185,8 +188,11 @@ def _fast(template, rng, tally):
 
 
 def _population(template, rng, tally, size: int = 16):
-    """``size`` designs of one template on one workload in one call (counts ``size`` pairs)."""
-    from simulators.fast import evaluate_many
+    """``size`` designs of one template on one workload in one call (counts ``size`` pairs):
+    :func:`simulators.population.evaluate_population`, a study's batched path at fidelity
+    fast on a ``device`` (npu designs as one array program, the others as
+    :func:`~simulators.fast.evaluate_many`)."""
+    from simulators.population import evaluate_population
     case = random_case(rng, pool=_POOL[0])
     w = case.build()
     designs = []
@@ -197,16 +203,74 @@ def _population(template, rng, tally, size: int = 16):
             continue
         if len(designs) == size:
             break
-    r = evaluate_many(w, designs)
+    r = evaluate_population(w, designs, "cpu")
     ok = [i for i in range(len(designs)) if math.isfinite(r.latency_s[i])]
     tally.refused += len(designs) - len(ok)
     tally.pairs += len(designs) - 1
     if not ok:
         raise DSEError("no design of the population runs the workload")
-    vs = _where(fl.check_fast(r, w, designs, "population"), case, None)
+    vs = [_where([v], case, designs[int(v.where.split()[-1])])[0]   # "design i"
+          for v in fl.check_fast(r, w, designs, "population")]
     tally.checked += len(ok) - 1
     margins = [fl.floors(w, designs[i]).worst_margin(float(r.latency_s[i]),
                                                       float(r.energy_j[i])) for i in ok]
+    tally.add(vs, min(margins))
+
+
+#: Re-shaped families the pair path draws architectures of: (model, capture arguments,
+#: fixed architecture values); sizes drawn per pair (:func:`_pairs`).
+FAMILIES = [("gpt2", dict(phase="decode"), dict(n_head=4)),
+            ("gpt2", dict(phase="prefill"), dict(n_head=4)),
+            ("llama2-7b", dict(phase="decode"), dict(n_head=4, n_kv_head=2))]
+
+
+def _pairs(template, rng, tally, size: int = 16):
+    """``size`` (npu design, re-shaped architecture) pairs of one family in one
+    :func:`simulators.population.evaluate_pairs` call, as a study's batched sampler scores
+    a generation (counts ``size`` pairs); each handled pair checked against the floors of
+    its architecture's workload built the ordinary way."""
+    import numpy as np
+    from simulators.population import evaluate_pairs
+    from workloads import build, reshape, reshape_arrays
+    model, kw, base = rng.choice(FAMILIES)
+    kw = dict(kw, batch=rng.choice([1, 2, 8]), dtype=rng.choice(["bf16", "fp16", "fp32"]))
+    kw.update(context=rng.choice([16, 128, 1024]) if kw["phase"] == "decode"
+              else None, seq=rng.choice([16, 64]) if kw["phase"] == "prefill" else None)
+    archs = [dict(base, n_layer=rng.randint(1, 6), d_model=32 * rng.randint(2, 32),
+                  d_ff=rng.randint(64, 4096)) for _ in range(size)]
+    designs = []
+    while len(designs) < size:
+        try:
+            designs.append(random_design(template, rng))
+        except DSEError:
+            continue
+    args = [build.resolve(model, kw["phase"], kw["batch"], kw["seq"], kw["context"],
+                          kw["dtype"], a) for a in archs]
+    fams = [reshape._family(x) for x in args]
+    rule, variables, _ = fams[0]
+    names = list(variables)
+    arrays = reshape_arrays.family_arrays(reshape._template(args[0], fams[0], True),
+                                          kw["dtype"], names, [f[1] for f in fams[:3]])
+    if arrays is None:
+        raise DSEError(f"{model} {kw}: no arrays for this family")
+    vals = np.array([[f[1][n] for f in fams] for n in names], dtype=np.int64)
+    depth = np.array([x["arch"][rule.depth] for x in args], dtype=np.int64)
+    r = evaluate_pairs(arrays, vals, depth, designs, kw["phase"], kw["batch"],
+                       kw["seq"] or 1)
+    tally.pairs += size - 1
+    tally.refused += int((~r.handled).sum())
+    if not r.handled.any():
+        raise DSEError("no pair handled")
+    tally.checked += int(r.handled.sum()) - 1
+    vs, margins = [], []
+    for i in np.flatnonzero(r.handled):
+        w = build.build_workload(model, kw["phase"], kw["batch"], kw["seq"], kw["context"],
+                                 kw["dtype"], archs[i])
+        f = fl.floors(w, designs[i])
+        lat, e = float(r.latency_s[i]), float(r.energy_j[i])
+        vs += _where(f.check("pairs", lat, e) + fl.design_violations(designs[i], w, "pairs"),
+                     Case(model, dict(kw, arch=archs[i])), designs[i])
+        margins.append(f.worst_margin(lat, e))
     tally.add(vs, min(margins))
 
 
@@ -259,12 +323,18 @@ def _system(template, rng, tally):
     from dse import api
     from simulators.system_engine import simulate_system
     case = random_case(rng, llm_only=rng.random() < 0.8, pool=_POOL[0])
-    w = case.build()
-    d = random_design(template, rng)
     devices = rng.choice([2, 4])
     par = rng.choice([{"tp": devices}, {"pp": devices, "microbatches": 2},
                       {"tp": 2, "pp": devices // 2}])
-    sysm = api.system(rng.choice(["npu-ring", None]), devices=devices, accelerator=d)
+    arch = case.kwargs.get("arch") or {}
+    if "n_layer" in arch:   # a stage holds a layer at least
+        case.kwargs["arch"] = dict(arch, n_layer=max(arch["n_layer"], par["pp"])) \
+            if "pp" in par else arch
+    w = case.build()
+    # a device of a system: at most 2 parameters drawn (a gpu with 4 drawn is mostly refused)
+    d = random_design(template, rng, changes=rng.randint(0, 2))
+    links = ["pcie-4x", None] if template == "gpu" else ["npu-ring", None]   # gpus: no serdes
+    sysm = api.system(rng.choice(links), devices=devices, accelerator=d)
     from workloads.parallel import layout_from
     lay = layout_from(par)
     r = simulate_system(w, sysm, lay)
@@ -273,8 +343,11 @@ def _system(template, rng, tally):
 
 
 RUNNERS: dict[str, Callable] = {"event": _event, "fast": _fast, "population": _population,
-                                "generation": _generation, "serving": _serving,
-                                "system": _system}
+                                "pairs": _pairs, "generation": _generation,
+                                "serving": _serving, "system": _system}
+#: Paths that exist for some templates only (:func:`simulators.population.evaluate_pairs`
+#: scores npu designs).
+ONLY = {"pairs": {"npu"}}
 
 
 def _where(vs: list[fl.Violation], case: Case, design: Template | None) -> list[fl.Violation]:
@@ -316,6 +389,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{'below':>5} {'worst margin':>12} {'wall s':>7}")
     for t in args.templates.split(","):
         for p in args.paths.split(","):
+            if t not in ONLY.get(p, {t}):
+                continue
             tally = run(t, p, args.pairs, args.seed)
             row = {"template": t, "path": p, **tally.row()}
             rows.append(row)

@@ -114,6 +114,12 @@ def element_scale(workload: Workload, design: Template) -> float:
     return design.element_bytes(workload) / max(workload.bytes_per_element, 1)
 
 
+def op_scale(op: Op, scale: float) -> float:
+    """:func:`element_scale` ``scale`` for ``op``, or 1 for an op in number formats (its bytes
+    are already what moves, as every template costs it: :mod:`workloads.formats`)."""
+    return 1.0 if "formats" in op.attrs else scale
+
+
 @dataclass
 class Floors:
     """Bounds of one workload on one design: ``latency_s`` (named floors, s),
@@ -194,8 +200,10 @@ def work_floors(workload: Workload, design: Template) -> Floors:
     lat["flops"] = compute
     level = main.resident
     if level is not None:
-        read = sum(op.weight_bytes + op.kv_bytes_read for op in workload.ops)
-        must = max(0.0, read * element_scale(workload, design) - main.inside(level))
+        scale = element_scale(workload, design)
+        read = sum((op.weight_bytes + op.kv_bytes_read) * op_scale(op, scale)
+                   for op in workload.ops)
+        must = max(0.0, read - main.inside(level))
         lat[f"bytes@{level.name}"] = must / level.bandwidth_Bps if level.bandwidth_Bps else 0.0
         energy += must * level.energy_j_per_byte
     return Floors(lat, energy, static_w, tdp)
@@ -304,7 +312,9 @@ def design_violations(design: Template, workload: Workload | None = None,
     if workload is not None:
         cap = design.memory_capacity_bytes()
         if cap is not None:
-            fp_w = memory_footprint(workload).scaled(element_scale(workload, design))
+            from workloads.formats import has_formats
+            fp_w = memory_footprint(workload).scaled(
+                1.0 if has_formats(workload) else element_scale(workload, design))
             need = fp_w.weights_bytes + fp_w.kv_cache_bytes
             if broken(cap, need):
                 out.append(Violation(path, "capacity_bytes", "weights + KV cache", cap, need,
@@ -417,17 +427,18 @@ class IterationFloors:
             return None
         scale = element_scale(share, design)
         heads = logit_ops(share)
-        emb = sum(op.weight_bytes for op in share.ops if op.kind == ir.EMBEDDING)
-        weights = sum(op.weight_bytes for op in share.ops) - emb
+        emb = sum(op.weight_bytes * op_scale(op, scale) for op in share.ops
+                  if op.kind == ir.EMBEDDING)
+        weights = sum(op.weight_bytes * op_scale(op, scale) for op in share.ops) - emb
         kv = sum(int(op.attrs.get("kv_heads", op.attrs["heads"]))
                  * (int(op.attrs["head_dim"]) + int(op.attrs.get("value_dim",
                                                                  op.attrs["head_dim"])))
-                 * op.bytes_per_element for op in attention_ops(share))
+                 * op.bytes_per_element * op_scale(op, scale) for op in attention_ops(share))
         tok = sum(real_flops(op) for op in share.ops
                   if op.kind != ir.ATTENTION and op.name not in heads)
         lm = sum(real_flops(op) for op in share.ops if op.name in heads)
         level = peaks.resident
-        return cls(weights * scale, emb * scale, kv * scale, tok, lm, level.bandwidth_Bps,
+        return cls(weights, emb, kv, tok, lm, level.bandwidth_Bps,
                    peaks.inside(level), sum(peaks.flops_per_s.values()),
                    peaks.energy_per_flop_j, level.energy_j_per_byte)
 

@@ -306,6 +306,7 @@ def evaluate_pairs(fam, vals: np.ndarray, depth: np.ndarray, designs: Sequence[N
     and suffix with each pair's own depth, and the capacity check on the footprint computed
     the same way. Equal to :func:`simulators.fast.evaluate_many` on each pair's workload
     (tested)."""
+    from accelerators.mac_formats import is_classic
     from accelerators.npu_vector import (AttentionFeatures, GemmFeatures, attention_kernel,
                                          gemm_kernel, vector_kernel)
     from workloads import ir
@@ -321,6 +322,8 @@ def evaluate_pairs(fam, vals: np.ndarray, depth: np.ndarray, designs: Sequence[N
         phys = d.physical()
         if d._problem or (phys is not None and phys.problem and not d.embedded):
             handled[d_i] = False
+        elif not is_classic(d.hw["dtype"]):   # a number-format MAC unit needs a workload in
+            handled[d_i] = False              # number formats (Template.format_problem)
     U = len(numbers)
     lat = np.full((U, P), np.nan)
     energy = np.full((U, P), np.nan)

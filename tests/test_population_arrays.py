@@ -85,6 +85,24 @@ def test_pairs_equal_the_fast_path_on_each_workload(model, kw, base):
     assert handled >= 4
 
 
+def test_a_number_format_mac_unit_is_left_to_the_per_architecture_path():
+    """A design whose MAC array is a number format (fp6_e2m3) cannot run a workload without
+    number formats: the fast path refuses it, so the pairs must not score it (they did, with
+    the bf16 bytes of its storage, below the DRAM floor: benchmarks/floors.py, issue 27)."""
+    model, kw, base = FAMILIES[0]
+    archs = [dict(base, n_layer=2, d_model=128, d_ff=512)] * 2
+    designs = [NPU(rows=16, cols=32, dtype=dt, dram_bandwidth_Bps=1.28e10)
+               for dt in ("fp6_e2m3", "bf16")]
+    _, arrays, vals, depth = _family(model, kw, archs)
+    res = evaluate_pairs(arrays, vals, depth, designs, kw["phase"], kw["batch"], 1)
+    w = build.build_workload(model, kw["phase"], kw["batch"], kw.get("seq"), kw.get("context"),
+                             "bf16", archs[0])
+    ref = evaluate_many(w, designs)
+    assert "number-format MAC unit" in ref.infeasible[0]
+    assert list(res.handled) == [False, True]
+    assert _rel(res.latency_s[1], ref.latency_s[1]) <= REL
+
+
 @pytest.mark.parametrize("model,kw,base", FAMILIES[:2])
 def test_footprint_at_any_depth(model, kw, base):
     """The live-activation peak of depth min(L, 3)'s graph is that of depth L's."""

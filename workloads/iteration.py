@@ -51,7 +51,8 @@ def scale_op(op: ir.Op, tokens: int) -> ir.Op:
     flops = op.flops * tokens
     if op.kind == ir.MOE:   # more tokens touch more experts: route them again
         from workloads.moe import with_tokens
-        a, flops, weights = with_tokens(a, int(a["tokens"]) * tokens, op.bytes_per_element)
+        a, flops, weights = with_tokens(a, int(a["tokens"]) * tokens, op.bytes_per_element,
+                                        op.weight_bytes)
     return replace(op, flops=flops, weight_bytes=weights,
                    activation_bytes_read=op.activation_bytes_read * tokens,
                    activation_bytes_written=op.activation_bytes_written * tokens,

@@ -130,12 +130,14 @@ def moe_attrs(tokens: int, top_k: int | None, experts: int, gemms: list[tuple[in
     return attrs, flops, weight_bytes
 
 
-def with_tokens(attrs: dict[str, Any], tokens: int, itemsize: int
-                ) -> tuple[dict[str, Any], int, int]:
+def with_tokens(attrs: dict[str, Any], tokens: int, itemsize: int,
+                weight_bytes: int | None = None) -> tuple[dict[str, Any], int, int]:
     """The attrs, FLOPs and weight bytes of a ``moe`` op (``attrs`` as :func:`moe_attrs` made
     them) routing ``tokens`` tokens instead: the same experts, GEMMs, load and capacity
     factor. An explicit load (``imbalance == "explicit"``) is recovered from the expected
-    tokens per expert (exact when dropless)."""
+    tokens per expert (exact when dropless). ``weight_bytes``: the op's weight bytes now;
+    where number formats (:mod:`workloads.formats`) made them other than ``itemsize`` per
+    parameter, the new ones keep the op's bytes per parameter."""
     imbalance = attrs.get("imbalance", 1.0)
     if not isinstance(imbalance, (int, float)):
         imbalance = [max(float(x), 0.0) for x in attrs["tokens_per_expert"]]
@@ -146,6 +148,11 @@ def with_tokens(attrs: dict[str, Any], tokens: int, itemsize: int
         [tuple(g) for g in attrs["gemms"]], int(attrs.get("act_elements_per_token", 0)),
         int(attrs["params_per_expert"]), itemsize, imbalance,
         float(attrs.get("capacity_factor", 0.0)))
+    before = float(attrs["experts_touched"]) * int(attrs["params_per_expert"]) * itemsize
+    if weight_bytes is not None and before > 0 and weight_bytes != int(round(before)):
+        ratio = weight_bytes / before    # formats: bytes per parameter other than itemsize
+        weight = int(round(weight * ratio))
+        new["weight_bytes_per_expert"] = int(round(new["weight_bytes_per_expert"] * ratio))
     kept = {k: v for k, v in attrs.items() if k not in new}
     return {**kept, **new, "imbalance": attrs.get("imbalance", 1.0)}, flops, weight
 

@@ -373,7 +373,8 @@ def _scale_op(op: ir.Op, items: list[int], f: float, batch: int, name: str) -> i
     flops = s(op.flops)
     if op.kind == ir.MOE:   # the group's tokens touch their own experts: route them again
         from workloads.moe import with_tokens
-        a, flops, weight = with_tokens(a, max(1, s(a["tokens"])), op.bytes_per_element)
+        a, flops, weight = with_tokens(a, max(1, s(a["tokens"])), op.bytes_per_element,
+                                       op.weight_bytes)
     return replace(op, name=name, flops=flops, weight_bytes=weight,
                    activation_bytes_read=s(op.activation_bytes_read),
                    activation_bytes_written=s(op.activation_bytes_written),
