@@ -362,6 +362,11 @@ class Template(ABC):
         phys = self.physical()
         return phys.memory.capacity_bytes if phys is not None and phys.memory else None
 
+    def memory_capacity_for(self, workload: Workload) -> float | None:
+        """Bytes this design can hold ``workload`` in (:meth:`memory_capacity_bytes`; a
+        template whose capacity depends on where the workload runs says so)."""
+        return self.memory_capacity_bytes()
+
     def element_bytes(self, workload: Workload) -> int:
         """Bytes per element this design stores the workload's data in."""
         return DTYPE_BYTES.get(self.hw.get("dtype"), workload.bytes_per_element)

@@ -412,8 +412,8 @@ class PIM(Template):
         dram = (op.weight_bytes + op.kv_bytes_read + op.kv_bytes_written) * scale
         if act > hw.asic_sram_kb * 1024:
             dram += act
-        if lane_ops is None:
-            lane_ops = _lane_ops(op, b)
+        if lane_ops is None:   # a lane does one FMA (2 FLOPs) a cycle at most
+            lane_ops = max(_lane_ops(op, b), op.flops / 2)
         compute_s = math.ceil(lane_ops / hw.asic_lanes) / hw.asic_clock_hz
         mem_s = dram / self.bus_Bps
         latency = max(compute_s, mem_s)

@@ -262,6 +262,12 @@ class Wafer(Template):
     def bytes_per_elem(self) -> int:
         return mac_formats.storage_bytes(self.hw.dtype)
 
+    def element_bytes(self, workload: ir.Workload) -> int:
+        """Bytes per element the cores store a workload without number formats in: the
+        design's own format's (:meth:`bytes_per_elem`; an ``mxfp8_e4m3`` wafer keeps a bf16
+        workload's tensors in one byte), as its memory layout counts them."""
+        return self.bytes_per_elem
+
     @property
     def cores(self) -> int:
         return self.hw.mesh_width * self.hw.mesh_height
@@ -767,6 +773,12 @@ class Wafer(Template):
         decode phase's with ``placement: region``)."""
         return self.storage_cores("decode") * (self._sram_bytes
                                                - self.hw.reserved_sram_per_core_kb * 1024.0)
+
+    def memory_capacity_for(self, workload: ir.Workload) -> float:
+        """The storage cores of the phase ``workload`` runs in (with ``placement: region``, a
+        prefill or forward step's weights live on the prefill region), less the reserve."""
+        return self.storage_cores(self.mapping_phase(workload)) * (
+            self._sram_bytes - self.hw.reserved_sram_per_core_kb * 1024.0)
 
     def capacity_holder(self) -> str:
         return (f"the {self.storage_cores('decode'):,} cores' SRAM "

@@ -210,6 +210,7 @@ def _population(template, rng, tally, size: int = 16):
     if not ok:
         raise DSEError("no design of the population runs the workload")
     vs = [_where([v], case, designs[int(v.where.split()[-1])])[0]   # "design i"
+          if v.where.split()[-1:] and v.where.split()[-1].isdigit() else v   # a design's own
           for v in fl.check_fast(r, w, designs, "population")]
     tally.checked += len(ok) - 1
     margins = [fl.floors(w, designs[i]).worst_margin(float(r.latency_s[i]),

@@ -310,7 +310,7 @@ def design_violations(design: Template, workload: Workload | None = None,
             out.append(Violation(path, "cost_usd", "silicon at perfect yield + memory",
                                  phys.cost_usd, silicon + memory, where=where))
     if workload is not None:
-        cap = design.memory_capacity_bytes()
+        cap = design.memory_capacity_for(workload)
         if cap is not None:
             from workloads.formats import has_formats
             fp_w = memory_footprint(workload).scaled(

@@ -249,3 +249,36 @@ def test_busy_fraction_and_compute_utilisation():
     assert 0 < r.compute_utilisation < 0.05 < r.busy_fraction["array"] <= 1
     d = r.to_dict(ops=False)
     assert "busy_fraction" in d and "compute_utilisation" in d and "utilisation" not in d
+
+
+def test_a_pim_asic_does_at_most_one_fma_per_lane_and_cycle():
+    """Found at 10,000 pairs: the host ASIC counted a hash-grid op's lane operations by its
+    output elements, 8x fewer than its FLOPs need; NeRF on pim fell 15 % below flops@asic."""
+    from accelerators.registry import make_accelerator
+    w = api.workload("nerf")
+    d = make_accelerator("pim", {"asic_lanes": 1, "asic_clock_hz": 1e9})
+    peak = d.peaks(w.dtype).flops_per_s["asic"]
+    for op in w.ops:
+        c = d.cost(op)
+        if c.unit == "asic":
+            assert c.latency_s >= op.flops / peak * (1 - 1e-9), op.name
+    r = evaluate_many(w, [d])
+    assert not fl.check_fast(r, w, [d], "fast")
+
+
+def test_a_wafer_region_holds_what_its_phase_stores():
+    """Found at 10,000 pairs: with ``placement: region`` a prefill step's weights live on the
+    prefill region, but the capacity floor read the (smaller) decode region's; and an
+    ``mxfp8_e4m3`` wafer keeps a bf16 workload in one byte an element, as its layout counts."""
+    from accelerators.registry import make_accelerator
+    w = api.workload("llama3-8b", phase="prefill", batch=2, seq=64, dtype="fp32",
+                     arch={"n_layer": 1})
+    d = make_accelerator("wafer:wse2", {"placement": "region", "prefill_region_width": 750,
+                                        "prefill_region_height": 750,
+                                        "decode_region_width": 750,
+                                        "decode_region_height": 51})
+    assert d.check(w) is None
+    assert d.memory_capacity_for(w) > d.memory_capacity_bytes()
+    assert not fl.check_fast(evaluate_many(w, [d]), w, [d], "fast")
+    mx = make_accelerator("wafer:wse-1k", {"dtype": "mxfp8_e4m3"})
+    assert mx.element_bytes(api.workload("bert-base", arch={"n_layer": 1})) == 1
