@@ -310,24 +310,16 @@ class BatchedStorage(BaseStorage, BaseHeartbeat):
                                                        sort_by_parameter_order=True),
                                rows).scalars().all() if rows else []
             for trial_id, t in zip(ids, trials):
-                for objective, v in enumerate(t.values or ()):
-                    stored, value_type = models.TrialValueModel.value_to_stored_repr(float(v))
-                    values.append({"trial_id": trial_id, "objective": objective,
-                                   "value": stored, "value_type": value_type})
+                _outcome_rows(models, trial_id, t, values, user, system)
                 for name, v in t.params.items():
                     d = t.distributions[name]
                     params.append({"trial_id": trial_id, "param_name": name,
                                    "param_value": d.to_internal_repr(v),
                                    "distribution_json": distribution_to_json(d)})
-                user.extend({"trial_id": trial_id, "key": k, "value_json": json.dumps(v)}
-                            for k, v in t.user_attrs.items())
-                system.extend({"trial_id": trial_id, "key": k, "value_json": json.dumps(v)}
-                              for k, v in t.system_attrs.items())
-            for model, rows in ((models.TrialValueModel, values), (models.TrialParamModel, params),
+            _insert_rows(conn, ((models.TrialValueModel, values),
+                                (models.TrialParamModel, params),
                                 (models.TrialUserAttributeModel, user),
-                                (models.TrialSystemAttributeModel, system)):
-                if rows:
-                    conn.execute(insert(model.__table__), rows)
+                                (models.TrialSystemAttributeModel, system)))
         with self._lock:
             self._stale.add(study_id)
 
@@ -425,7 +417,7 @@ class BatchedStorage(BaseStorage, BaseHeartbeat):
         process finished meanwhile (failed as an orphan) is left as it is; returns how many
         were written."""
         from optuna.storages._rdb import models
-        from sqlalchemy import insert, update
+        from sqlalchemy import update
 
         table = models.TrialModel.__table__
         now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
@@ -439,22 +431,35 @@ class BatchedStorage(BaseStorage, BaseHeartbeat):
                 if done.rowcount != 1:
                     continue
                 written += 1
-                for objective, v in enumerate(t.values or ()):
-                    stored, value_type = models.TrialValueModel.value_to_stored_repr(float(v))
-                    values.append({"trial_id": trial_id, "objective": objective,
-                                   "value": stored, "value_type": value_type})
-                user.extend({"trial_id": trial_id, "key": k, "value_json": json.dumps(v)}
-                            for k, v in t.user_attrs.items())
-                system.extend({"trial_id": trial_id, "key": k, "value_json": json.dumps(v)}
-                              for k, v in t.system_attrs.items())
-            for model, rows in ((models.TrialValueModel, values),
+                _outcome_rows(models, trial_id, t, values, user, system)
+            _insert_rows(conn, ((models.TrialValueModel, values),
                                 (models.TrialUserAttributeModel, user),
-                                (models.TrialSystemAttributeModel, system)):
-                if rows:
-                    conn.execute(insert(model.__table__), rows)
+                                (models.TrialSystemAttributeModel, system)))
         with self._lock:
             self._stale.add(study_id)
         return written
+
+
+def _outcome_rows(models: Any, trial_id: int, t: FrozenTrial, values: list, user: list,
+                  system: list) -> None:
+    """Append finished trial ``t``'s objective values, user and system attributes as the rows
+    Optuna's tables hold them (stored as trial ``trial_id``)."""
+    for objective, v in enumerate(t.values or ()):
+        stored, value_type = models.TrialValueModel.value_to_stored_repr(float(v))
+        values.append({"trial_id": trial_id, "objective": objective, "value": stored,
+                       "value_type": value_type})
+    user.extend({"trial_id": trial_id, "key": k, "value_json": json.dumps(v)}
+                for k, v in t.user_attrs.items())
+    system.extend({"trial_id": trial_id, "key": k, "value_json": json.dumps(v)}
+                  for k, v in t.system_attrs.items())
+
+
+def _insert_rows(conn: Any, tables: Any) -> None:
+    """One INSERT per ``(model, rows)`` pair that has rows."""
+    from sqlalchemy import insert
+    for model, rows in tables:
+        if rows:
+            conn.execute(insert(model.__table__), rows)
 
 
 def read_trials(rdb: RDBStorage, study_id: int) -> list[FrozenTrial]:
