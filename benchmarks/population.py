@@ -44,7 +44,6 @@ import argparse
 import json
 import math
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -196,28 +195,10 @@ def section_gemm(recorded: bool) -> None:
 
 # ----------------------------------------------------------------------------- 3. populations
 def random_npus(n: int, seed: int, workload=None):
-    from accelerators.npu import NPU
-    rng = random.Random(seed)
-    out = []
-    while len(out) < n:
-        values = {}
-        for p in NPU.PARAMS:
-            if p.name in ("dtype",) or rng.random() >= 0.7:
-                continue
-            if p.choices is not None:
-                values[p.name] = rng.choice(p.choices)
-            else:
-                lo, hi = (math.log(p.low), math.log(p.high)) if p.log else (p.low, p.high)
-                x = rng.uniform(lo, hi)
-                x = math.exp(x) if p.log else x
-                values[p.name] = int(round(x)) if p.type is int else x
-        try:
-            d = NPU("datacenter-bf16", **values)
-        except Exception:
-            continue
-        if workload is None or d.check(workload) is None:
-            out.append(d)
-    return out
+    """``n`` random npu designs (:func:`population_gpu.random_npus`), each running
+    ``workload`` when given."""
+    from population_gpu import random_npus as draw
+    return draw(n, seed, None if workload is None else lambda d: d.check(workload) is None)
 
 
 def _best(fn, repeats: int = 3) -> float:

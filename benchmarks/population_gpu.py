@@ -81,8 +81,9 @@ def _timed(xp, fn, repeats: int) -> tuple[float, object]:
     return statistics.median(times), out
 
 
-def random_npus(n: int, seed: int):
-    """``n`` random npu designs over every parameter's range (invalid draws skipped)."""
+def random_npus(n: int, seed: int, accept=None):
+    """``n`` random npu designs over every parameter's range (invalid draws skipped, and
+    those ``accept`` refuses when given)."""
     from accelerators.npu import NPU
     rng = random.Random(seed)
     out = []
@@ -99,9 +100,11 @@ def random_npus(n: int, seed: int):
                 x = math.exp(x) if p.log else x
                 values[p.name] = int(round(x)) if p.type is int else x
         try:
-            out.append(NPU("datacenter-bf16", **values))
+            d = NPU("datacenter-bf16", **values)
         except Exception:
             continue
+        if accept is None or accept(d):
+            out.append(d)
     return out
 
 

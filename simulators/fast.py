@@ -23,6 +23,7 @@ pass over the graph in topological order with a vector of all designs at each no
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Sequence
 
 import numpy as np
@@ -103,7 +104,7 @@ class _Structure:
         pred_of = workload.graph._pred   # networkx's own dict: its views cost 3x
         self.preds = [[index[p] for p in pred_of[op.name]] for op in ops]
 
-    @property
+    @cached_property
     def counts(self) -> np.ndarray:
         """How many of the graph's ops each unique op stands for (float64)."""
         return np.bincount(self.unique_of, minlength=len(self.unique_ops)).astype(np.float64)
