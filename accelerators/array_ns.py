@@ -52,6 +52,11 @@ class Numpy:
         return np.true_divide(a, b, dtype=np.float64)
 
     @staticmethod
+    def fill_where(x, mask, value) -> None:
+        """``x[mask] = value`` in place (a scalar ``value``), without counting ``mask``."""
+        np.copyto(x, value, where=mask)
+
+    @staticmethod
     def to_int(x):
         """Truncation toward zero of whole floats (``int(x)``)."""
         return np.asarray(x).astype(np.int64)
@@ -110,19 +115,25 @@ class Torch:
         t = self.torch
         if isinstance(x, t.Tensor):
             return x if dtype is None or x.dtype == dtype else x.to(dtype)
+        # scalars are filled on the device (t.full), not copied from the host: a host copy
+        # waits for the device's queue, which would serialise every kernel with Python
         if isinstance(x, (bool, np.bool_)):
-            return t.tensor(bool(x), device=self.device)
+            return t.full((), bool(x), dtype=t.bool, device=self.device)
         if isinstance(x, (int, np.integer)) and dtype is None:
-            return t.tensor(int(x), dtype=t.int64, device=self.device)
+            return t.full((), int(x), dtype=t.int64, device=self.device)
         if isinstance(x, (float, np.floating)) and dtype is None:
-            return t.tensor(float(x), dtype=t.float64, device=self.device)
+            return t.full((), float(x), dtype=t.float64, device=self.device)
         arr = np.asarray(x)
         if dtype is None:
             dtype = {np.dtype(np.bool_): t.bool, np.dtype(np.int64): t.int64}.get(
                 arr.dtype, t.float64 if arr.dtype.kind == "f" else None)
             if dtype is None and arr.dtype.kind in "iu":
                 dtype = t.int64
-        return t.as_tensor(arr, dtype=dtype, device=self.device)
+        if self.device.type == "cpu":
+            return t.as_tensor(arr, dtype=dtype)
+        # a pageable host buffer is staged by the copy call itself, so non_blocking is safe
+        # and the host does not wait for the device's queue
+        return t.as_tensor(arr, dtype=dtype).to(self.device, non_blocking=True)
 
     def asarray(self, x, dtype=None):
         if dtype is not None:
@@ -170,6 +181,9 @@ class Torch:
 
     def div(self, a, b):
         return self.torch.true_divide(self._t(a, self.float64), self._t(b, self.float64))
+
+    def fill_where(self, x, mask, value) -> None:
+        x.masked_fill_(self._t(mask), value)
 
     def to_int(self, x):
         return self._t(x).to(self.int64)   # truncation toward zero, as numpy's astype
