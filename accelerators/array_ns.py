@@ -110,19 +110,30 @@ class Torch:
         self.torch = torch
         self.device = torch.device(device)
         self.float64, self.int64, self.bool_ = torch.float64, torch.int64, torch.bool
+        self._scalars: dict[tuple, Any] = {}
+
+    def _scalar(self, x, dtype):
+        """A 0-d tensor of ``x``: filled on the device (t.full, not a host copy, which waits
+        for the device's queue and so serialises every kernel with Python), kept for reuse
+        (read-only: the cost kernels never write into an operand)."""
+        key = (dtype, x.hex() if isinstance(x, float) else x)   # -0.0 and NaN kept apart
+        out = self._scalars.get(key)
+        if out is None:
+            if len(self._scalars) >= 4096:
+                self._scalars.clear()
+            out = self._scalars[key] = self.torch.full((), x, dtype=dtype, device=self.device)
+        return out
 
     def _t(self, x, dtype=None):
         t = self.torch
         if isinstance(x, t.Tensor):
             return x if dtype is None or x.dtype == dtype else x.to(dtype)
-        # scalars are filled on the device (t.full), not copied from the host: a host copy
-        # waits for the device's queue, which would serialise every kernel with Python
         if isinstance(x, (bool, np.bool_)):
-            return t.full((), bool(x), dtype=t.bool, device=self.device)
+            return self._scalar(bool(x), t.bool)
         if isinstance(x, (int, np.integer)) and dtype is None:
-            return t.full((), int(x), dtype=t.int64, device=self.device)
+            return self._scalar(int(x), t.int64)
         if isinstance(x, (float, np.floating)) and dtype is None:
-            return t.full((), float(x), dtype=t.float64, device=self.device)
+            return self._scalar(float(x), t.float64)
         arr = np.asarray(x)
         if dtype is None:
             dtype = {np.dtype(np.bool_): t.bool, np.dtype(np.int64): t.int64}.get(
