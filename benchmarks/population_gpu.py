@@ -145,7 +145,8 @@ def _rel_diff(a: np.ndarray, b: np.ndarray) -> float:
 def measure(args) -> dict:
     from accelerators import npu_vector
     from accelerators.array_ns import namespace
-    from simulators.fast import _structure, evaluate_many
+    from simulators.fast import evaluate_many
+    from workloads.structure import of as structure_of
     from simulators.population import check_designs, evaluate_designs
 
     rec: dict = {"device": args.device, "designs": args.designs, "cpu_designs": args.cpu_designs,
@@ -175,7 +176,7 @@ def measure(args) -> dict:
     cpu_designs = base.take(index[:args.cpu_designs])
 
     for stem, w in workloads.items():
-        ops = _structure(w).unique_ops
+        ops = structure_of(w).unique_ops
         case = {"what": "layer-design evaluations", "workload": stem, "unique_ops": len(ops)}
         try:
             g_s, g = _timed(xp, lambda: npu_vector.cost_many(dev_designs, ops, on_device=True),
@@ -198,10 +199,10 @@ def measure(args) -> dict:
 
     for stem, w in workloads.items():   # the same evaluations in parts of the population
         for size in args.chunks:
-            rec["cases"].append(_chunk_case(xp, npu_vector, stem, _structure(w).unique_ops,
+            rec["cases"].append(_chunk_case(xp, npu_vector, stem, structure_of(w).unique_ops,
                                             dev_designs, size, args.repeats))
     if args.profile:
-        ops = _structure(workloads["gpt2_decode"]).unique_ops
+        ops = structure_of(workloads["gpt2_decode"]).unique_ops
         rec["profile"] = _profile(xp, lambda: npu_vector.cost_many(dev_designs, ops,
                                                                    on_device=True))
 
