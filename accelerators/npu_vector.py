@@ -106,6 +106,16 @@ class DesignArrays:
             setattr(self, name, xp.asarray(row[None, :], np.float64))
         df = self._df.reshape(1, n)
         self.ws, self.os, self.is_ = (xp.asarray(df == x) for x in ("ws", "os", "is"))
+        # the problems present, in the order of the first design with each, and each design's
+        # number among them (0 none) on the device: what a cost call records, read per call
+        # without a pass over the designs
+        present, first = np.unique(self.problem_codes, return_index=True)
+        present = present[np.argsort(first, kind="stable")]
+        present = present[present != 0]
+        rank = np.zeros(len(self.problem_texts) + 1, dtype=np.int64)
+        rank[present] = np.arange(1, len(present) + 1)
+        self.problems_present = [self.problem_texts[c - 1] for c in present.tolist()]
+        self.problem_rank = xp.asarray(rank[self.problem_codes].reshape(1, n))
         self.c_elems = xp.asarray(self._c_elems.reshape(1, n))
         self.side = xp.asarray(self._side.reshape(1, n))
         # element sizes present and each design's index among them (op-level values per size)
@@ -776,12 +786,11 @@ def _cost_exact(a: DesignArrays, ops: Sequence[Op], lat, energy, err: _Errors,
     rep = {b: designs[int(np.argmax(b_np == b))] for b in a.b_values}
     # one exception per distinct problem (a population repeats them), added in the order of
     # the first design with each
-    present, first = np.unique(a.problem_codes, return_index=True)
-    to_err = np.zeros(len(a.problem_texts) + 1, dtype=np.int64)
-    for c in present[np.argsort(first, kind="stable")].tolist():
-        if c:
-            to_err[c] = err.add(InfeasibleDesign(a.problem_texts[c - 1]))
-    problem = xp.asarray(to_err[a.problem_codes].reshape(1, a.n))
+    base = len(err.table)
+    for text in a.problems_present:
+        err.add(InfeasibleDesign(text))
+    problem = a.problem_rank if base == 0 else xp.where(a.problem_rank != 0,
+                                                         a.problem_rank + base, 0)
 
     def add_vector_op(j: int, op: Op) -> None:
         own = op.bytes_per_element if op_formats(op) is not None else 0
