@@ -348,9 +348,9 @@ def gpu_encode_cost(enc: Encoding, points: float, gpu: GpuCaches,
     table that fits half an SM's L1 is served by L1; otherwise look-ups go to L2, which keeps
     ``resident_fraction(footprint, L2_TABLE_SHARE x L2)`` of them, the rest coming from DRAM
     at :data:`DRAM_COHERENT_EFFICIENCY` for a dense-indexed level and at the
-    activation-limited random-read rate (``gpu.dram_random_Bps``) for a hashed one. Each level's time is the largest of its L1, L2, DRAM and
-    integer-op times (they overlap across warps); ``io_bytes`` (positions in, features out)
-    stream through DRAM on top."""
+    activation-limited random-read rate (``gpu.dram_random_Bps``) for a hashed one. Each
+    level's time is the largest of its L1, L2, DRAM and integer-op times (they overlap across
+    warps); ``io_bytes`` (positions in, features out) stream through DRAM on top."""
     l1 = l2 = dram = ops = 0.0
     time_s = 0.0
     bound = "memory"
