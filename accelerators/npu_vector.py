@@ -80,12 +80,12 @@ class DesignArrays:
         self._fv = np.array(floats, dtype=np.float64).reshape(n, len(self._FLOATS)).T
         self._df = np.array(df, dtype=object).reshape(n)
         self._dtype = np.array([d.hw.dtype for d in self.designs], dtype=object).reshape(n)
-        self.problem: list[str | None] = [d._problem for d in self.designs]
         # each design's problem as a code: 0 none, c is problem_texts[c - 1] (one array, so
         # that a cost call over N designs reads no per-design Python)
         texts: dict[str, int] = {}
-        self.problem_codes = np.array([0 if p is None else texts.setdefault(p, len(texts) + 1)
-                                       for p in self.problem], dtype=np.int64).reshape(n)
+        self.problem_codes = np.array([0 if d._problem is None
+                                       else texts.setdefault(d._problem, len(texts) + 1)
+                                       for d in self.designs], dtype=np.int64).reshape(n)
         self.problem_texts: list[str] = list(texts)
         # c_resident's output block: elements of half the ofmap scratchpad and their isqrt
         c_elems = [int(c // ACC_BYTES) for c in self._fv[4].tolist()]
@@ -137,7 +137,6 @@ class DesignArrays:
         out._dtype = self._dtype[idx]
         out._c_elems, out._side = self._c_elems[idx], self._side[idx]
         out.area_mm2, out.static_power_w = self.area_mm2[idx], self.static_power_w[idx]
-        out.problem = [self.problem[i] for i in idx.tolist()]
         out.problem_codes, out.problem_texts = self.problem_codes[idx], self.problem_texts
         out._columns()
         return out
