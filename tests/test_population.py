@@ -113,10 +113,10 @@ def test_a_generation_is_stored_as_optuna_stores_it(tmp_path):
     dists = {"a": optuna.distributions.IntDistribution(1, 100, log=True),
              "b": optuna.distributions.CategoricalDistribution(["p", "q"])}
     done = optuna.trial.TrialState.COMPLETE
-    made = [optuna.trial.create_trial(
-        state=done, values=[float(a), 1.0], params={"a": a, "b": b}, distributions=dists,
+    made = [optuna.trial.create_trial(   # an infinite value: stored as Optuna's enum says
+        state=done, values=[float(a), v], params={"a": a, "b": b}, distributions=dists,
         user_attrs={"metrics": {"x": a}}, system_attrs={"constraints": [a - 50.0]})
-        for a, b in ((3, "p"), (70, "q"))]
+        for a, b, v in ((3, "p", 1.0), (70, "q", float("inf")))]
     made.append(optuna.trial.create_trial(
         state=optuna.trial.TrialState.PRUNED, params={"a": 5, "b": "q"}, distributions=dists,
         user_attrs={"infeasible_reason": "x"}))
