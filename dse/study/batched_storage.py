@@ -469,18 +469,16 @@ def _insert_rows(conn: Any, tables: Any) -> None:
         if not rows:
             continue
         table = model.__table__
-        keys = list(rows[0])
-        compiled = insert(table).inline().compile(dialect=conn.dialect, column_keys=keys)
-        procs = [(k, table.c[k].type.bind_processor(conn.dialect)) for k in keys]
-        procs = [(k, f) for k, f in procs if f is not None]
-        if procs:
-            rows = [dict(r) for r in rows]
-            for r in rows:
-                for k, f in procs:
-                    r[k] = f(r[k])
-        order = compiled.positiontup
-        params = ([tuple(r[k] for k in order) for r in rows] if order is not None
-                  else [{k: r[k] for k in keys} for r in rows])
+        compiled = insert(table).inline().compile(dialect=conn.dialect, column_keys=list(rows[0]))
+        keys = compiled.positiontup or list(rows[0])
+        columns = []
+        for k in keys:   # column by column: map and zip loop in C
+            f = table.c[k].type.bind_processor(conn.dialect)
+            values = [r[k] for r in rows]
+            columns.append(values if f is None else list(map(f, values)))
+        params = list(zip(*columns))
+        if compiled.positiontup is None:   # a named paramstyle (psycopg2's %(name)s)
+            params = [dict(zip(keys, p)) for p in params]
         conn.exec_driver_sql(compiled.string, params)
 
 
