@@ -536,10 +536,10 @@ def _cost_model(base: Workload, target: "Target", max_tokens: int):
 def _keep_cost_model(model) -> None:
     """Write ``model``'s fit to the disk cache when it holds something the file lacks."""
     from simulators import cost_cache
-    fitted = model.fitted()
-    if model.cache_key and model.stored != set(fitted["activation_bytes"]):
-        cost_cache.store(model.cache_key, fitted)
-        model.stored = set(fitted["activation_bytes"])
+    held = model.held()
+    if model.cache_key and model.stored != held:
+        cost_cache.store(model.cache_key, model.fitted())
+        model.stored = held
 
 
 _COST_MODELS: dict[tuple, tuple] = {}
