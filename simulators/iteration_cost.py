@@ -379,10 +379,12 @@ class IterationCostModel:
         return hit
 
     def cost(self, decodes: int, decode_kv_tokens: int,
-             chunks: Sequence[tuple[int, int]] = ()) -> tuple[float, float]:
+             chunks: Sequence[tuple[int, int]] = (), kv_step: int = 1) -> tuple[float, float]:
         """(latency s, dynamic energy J) of an iteration of ``decodes`` decode tokens whose KV
         lengths (the new token included) sum to ``decode_kv_tokens``, and prefill ``chunks``
-        ``(cached, new)``."""
+        ``(cached, new)``. ``kv_step`` > 1: the decodes' mean KV length rounded up to a
+        multiple of it (a screening estimate: consecutive decode steps share one costing, and
+        it is never below the exact one, as more KV read and attended is never cheaper)."""
         tokens = decodes + sum(c for _, c in chunks)
         lat, energy = self._g(tokens)
         dev = self.device
@@ -396,8 +398,8 @@ class IterationCostModel:
         lat += hit[0]
         energy += hit[1]
         if decodes:
-            a_lat, a_energy = self._decode_attention(
-                decodes, max(1, round(decode_kv_tokens / decodes)))
+            mean = max(1, round(decode_kv_tokens / decodes))
+            a_lat, a_energy = self._decode_attention(decodes, -(-mean // kv_step) * kv_step)
             lat += a_lat
             energy += a_energy
         if chunks:

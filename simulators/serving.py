@@ -257,8 +257,10 @@ class _Replica:
     a stage free for the next batch), inf while it waits for arrivals."""
 
     def __init__(self, index: int, cost: IterationCostModel, trace: Trace,
-                 scheduler: Scheduler, kv: KVCache, preemption: str, swap_blocks: int):
+                 scheduler: Scheduler, kv: KVCache, preemption: str, swap_blocks: int,
+                 kv_step: int = 1):
         self.index, self.cost, self.sched, self.kv = index, cost, scheduler, kv
+        self.kv_step = kv_step
         self.s = State(trace.input_len, trace.output_len, kv, preemption, swap_blocks)
         self.pending: deque[int] = deque()
         self.stages = cost.stages
@@ -316,7 +318,7 @@ class _Replica:
         d = len(decodes) + batch.padding
         kv_sum = int(s.kv_tokens[decodes].sum()) + len(decodes) + batch.padding_kv + batch.padding
         chunks = [(c0, c1) for _, c0, c1 in batch.chunks]
-        latency, e = cost.cost(d, kv_sum, chunks)
+        latency, e = cost.cost(d, kv_sum, chunks, self.kv_step)
         swapped = batch.swap_out + batch.swap_in
         swap_s, swap_j = cost.swap_cost(swapped) if swapped else (0.0, 0.0)
         self.swapped_tokens += swapped
@@ -396,7 +398,8 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
                      log_iterations: bool = False, preemption: str = "recompute",
                      router: str = "round_robin",
                      swap_space_bytes: float = SWAP_SPACE_BYTES,
-                     progress: Callable[[int, int], None] | None = None) -> ServingResult:
+                     progress: Callable[[int, int], None] | None = None,
+                     decode_kv_step: int = 1) -> ServingResult:
     """Serve ``trace`` with ``scheduler`` on the design or system ``cost`` models (see the
     module docstring): one replica per data-parallel rank of the target (each a copy of
     ``scheduler``), arrivals shared by ``router`` (:data:`ROUTERS`), preemption by
@@ -404,10 +407,13 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
     device). ``progress(done, total)`` is called as every further 1 % of the requests ends
     (a long run shows how far it is). ``economics``: the cost-per-token parameters
     (:class:`simulators.economics.Economics` or a dict of them; defaults as documented
-    there)."""
+    there). ``decode_kv_step`` > 1: decode attention costed at the batch's mean KV length
+    rounded up to a multiple of it (:meth:`IterationCostModel.cost`; a study's screening
+    uses the KV block: never below the exact iteration, so never below its floors)."""
     from simulators.economics import Economics
     econ = Economics.of(economics)
-    for key, v, lo, hi in (("block_size", block_size, 1, 4096),):
+    for key, v, lo, hi in (("block_size", block_size, 1, 4096),
+                           ("decode_kv_step", decode_kv_step, 1, 4096)):
         if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
             raise BadInput(key, v, f"expected an int in [{lo}, {hi}]")
     for key, v in (("slo_ttft_s", slo_ttft_s), ("slo_tpot_s", slo_tpot_s)):
@@ -435,7 +441,7 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
     if preemption == "swap":
         cost.swap_cost(1)                    # the device has a host link, or one line
     replicas = [_Replica(i, cost, trace, copy.deepcopy(scheduler),
-                         KVCache(blocks, block_size), preemption, swap_blocks)
+                         KVCache(blocks, block_size), preemption, swap_blocks, decode_kv_step)
                 for i in range(cost.replicas)]
     fits = replicas[0].kv.blocks - replicas[0].kv.watermark
     n = len(trace)
