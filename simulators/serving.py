@@ -52,6 +52,7 @@ from typing import Any, Callable
 import numpy as np
 
 from dse.errors import BadInput
+from simulators.decode_stretch import run_decodes
 from simulators.iteration_cost import MEMORY_UTILIZATION, IterationCostModel
 from simulators.schedulers import Batch, KVCache, Scheduler, State
 from workloads.traces import Trace
@@ -60,6 +61,9 @@ from workloads.traces import Trace
 BLOCK_SIZE = 16
 #: Points kept of the KV-occupancy timeline.
 TIMELINE_POINTS = 400
+#: Step a lone replica's decode stretches in one go (:mod:`simulators.decode_stretch`: the same
+#: numbers; off only to check that).
+DECODE_STRETCH = True
 
 
 def _percentiles(x: np.ndarray) -> dict[str, float]:
@@ -281,9 +285,13 @@ class _Replica:
         if len(self.flying) < self.stages:
             self.t = min(self.t, max(at, self.stage_free[0]))
 
-    def boundary(self, now: float, first: np.ndarray, finish: np.ndarray, run: "_Run") -> None:
+    def boundary(self, now: float, first: np.ndarray, finish: np.ndarray, run: "_Run",
+                 horizon: float | None = None, every: int = 1) -> float:
         """At ``now``: batches that left the pipeline emit their tokens, routed requests join
-        the queue, and the scheduler fills the free stage."""
+        the queue, and the scheduler fills the free stage. With ``horizon`` (the next
+        arrival; one replica), decode iterations that end before it are stepped in one go
+        first (:func:`simulators.decode_stretch.run_decodes`, the same numbers). Returns
+        the time of the boundary the scheduler filled the stage at."""
         s = self.s
         while self.flying and self.flying[0][0] <= now:
             end, _, batch = heapq.heappop(self.flying)
@@ -293,6 +301,8 @@ class _Replica:
             run.landed(end, emitted, done)
         while self.pending:
             s.waiting.append(self.pending.popleft())
+        if horizon is not None:
+            now = run_decodes(self, now, horizon, run, every)
         more = False
         while len(self.flying) < self.stages and now >= self.stage_free[0]:
             batch = self.sched.step(s)
@@ -310,6 +320,7 @@ class _Replica:
         if more and len(self.flying) < self.stages:
             cands.append(self.stage_free[0])
         self.t = min(cands) if cands else math.inf
+        return now
 
     def dispatch(self, batch: Batch, now: float, run: "_Run") -> None:
         s, cost = self.s, self.cost
@@ -478,7 +489,8 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
         run.advance(now)
         before = run.iterations
         late = run.rejected_late
-        rep.boundary(now, first, finish, run)
+        now = rep.boundary(now, first, finish, run,
+                           a if DECODE_STRETCH and len(replicas) == 1 else None, every)
         run.in_system -= run.rejected_late - late
         if run.iterations != before and (run.iterations % every == 0 or not run.samples):
             run.samples.append(_sample(now, replicas, arrival, nxt))

@@ -99,3 +99,27 @@ def test_decode_kv_step_is_checked():
     with pytest.raises(BadInput, match="decode_kv_step"):
         api.serve("llama2-7b", arch=ARCH, accelerator="gpu:h100", requests=4, rate=5,
                   decode_kv_step=0)
+
+
+@pytest.mark.parametrize("scheduler, rate, preemption, tight", [
+    ("continuous", 20, "recompute", False), ("chunked", 5, "recompute", False),
+    ("continuous", 1000, "recompute", True), ("chunked", 1000, "swap", True),
+    ("static", 10, "recompute", False)])
+def test_decode_stretches_give_the_loops_numbers(monkeypatch, scheduler, rate, preemption,
+                                                 tight):
+    """simulators.decode_stretch against the loop alone: every field, every request, every
+    logged iteration the same (preemptions and swaps included where the cache is tight)."""
+    from simulators import serving
+    kw = dict(trace="sharegpt", rate=rate, requests=300, scheduler=scheduler, seed=1,
+              preemption=preemption, log_iterations=True, accelerator="gpu:h200", arch=ARCH,
+              hw={"memory_capacity_bytes": 1e8} if tight else None)
+    runs = []
+    for on in (False, True):
+        monkeypatch.setattr(serving, "DECODE_STRETCH", on)
+        r = api.serve("llama2-7b", **kw)
+        d = r.to_dict(per_request=True)
+        d.pop("sim_wall_s")
+        runs.append((d, r.iteration_log))
+    assert runs[0] == runs[1]
+    if tight and preemption == "recompute":
+        assert runs[1][0]["preemptions"] > 0
