@@ -206,6 +206,7 @@ class IterationCostModel:
             fitted = self._size(base, rep)
         # g on the grid, simulated when an iteration first needs a point (None until then)
         self._grid_list = [float(x) for x in self.grid]
+        self._bodies: Callable[[int], ir.Workload] | None = None
         none = [None] * len(self._grid_list)
         self._lat_list = _floats(fitted.get("g_latency_s") or none)
         self._en_list = _floats(fitted.get("g_energy_j") or none)
@@ -250,7 +251,9 @@ class IterationCostModel:
         large grid's), each as the whole grid's fit would: the same numbers."""
         rep = self.replica_target
         static = rep.static_power_w()
-        bodies = grid_bodies(self.base)
+        if self._bodies is None:
+            self._bodies = grid_bodies(self.base)
+        bodies = self._bodies
         for i in indices:
             latency, energy = rep.run(bodies(int(self._grid_list[i])), fill=rep.stages > 1)
             self._lat_list[i] = float(latency)
@@ -411,8 +414,8 @@ class IterationCostModel:
 
 
 #: Token-wise bodies kept, per base graph: ``{key: (body, {tokens: graph})}``, the bases used
-#: last kept [E: a 32-layer Llama-2-7B grid is 74 graphs, ~100 MB; a study searches a few widths and
-#: depths at once].
+#: last kept [E: a 32-layer Llama-2-7B grid is 74 graphs, ~100 MB; a study searches a few
+#: widths and depths at once].
 GRID_BASES = 6
 _GRIDS: "OrderedDict[str, tuple[ir.Workload, dict[int, ir.Workload]]]" = OrderedDict()
 
