@@ -536,7 +536,8 @@ def _multimodal(model: nn.Module, config, batch: int, seq: int,
                       ("image_token_id", "image_token_index"), "get_image_features"))
     aud = hi.audio_part(model, config, batch, media.get("frames"), media.get("audio_seconds"))
     if aud:
-        parts.append(("audio", [(aud, {})], ("audio_token_id", "audio_token_index"),
+        parts.append(("audio", [(aud, hi.audio_masks(model, aud))],
+                      ("audio_token_id", "audio_token_index"),
                       "get_audio_features"))
     for what, layouts, token_names, getter in parts:
         unset = [n for n in token_names if hasattr(config, n) and getattr(config, n) is None]
@@ -551,7 +552,7 @@ def _multimodal(model: nn.Module, config, batch: int, seq: int,
                 chosen = (tensors, const, 0)
                 break
             try:
-                with hi.vision_helpers_eager(), selective_scan_as_one_op():
+                with hi.vision_helpers_eager(), hi.masks_all_true(), selective_scan_as_one_op():
                     rows = hi.placeholder_tokens(model, getter, tensors, const)
                 chosen = (tensors, const, rows // batch)
                 break
@@ -747,8 +748,10 @@ def capture_patches(module: nn.Module, phase: str, settings: dict[str, Any] | No
     ``expanded``)."""
     from workloads import hf_mla
     absorb = phase == "decode" and (settings or ENGINE_KEYS).get("mla") == "absorbed"
-    from workloads.hf_inputs import vision_helpers_eager
-    with selective_scan_as_one_op(), hf_experts.routed(module), vision_helpers_eager(), (
+    from workloads.hf_inputs import WithConstants, towers_masks_all_true, vision_helpers_eager
+    masks = (towers_masks_all_true(module) if isinstance(module, WithConstants)
+             else contextlib.nullcontext())
+    with selective_scan_as_one_op(), hf_experts.routed(module), vision_helpers_eager(), masks, (
             hf_mla.absorbed(module) if absorb else contextlib.nullcontext()), _sdpa_gqa(), \
             static_rope(module):
         yield
