@@ -247,10 +247,11 @@ def run_case(model_type: str, group: str, phase: str | None, data: dict[str, Any
             row.status = "failed"
             row.error = "the cut config does not build (the full one does): " + row.error
         elif (row.status == "failed" or row.error.startswith("torch.export rejected")) \
-                and ph in ("prefill", "decode"):
+                and ph in ("prefill", "decode", "forward"):
             own = _own_forward_fails(data, ph)
             if own:
-                row.status, row.error = "transformers", f"its own forward fails: {own}"
+                what = "text-only forward" if ph == "forward" else "forward"
+                row.status, row.error = "transformers", f"its own {what} fails: {own}"
         rows.append(row)
     return rows
 
@@ -258,9 +259,10 @@ def run_case(model_type: str, group: str, phase: str | None, data: dict[str, Any
 def _own_forward_fails(data: dict[str, Any], phase: str = "prefill") -> str:
     """transformers' error when the model's own eager forward on plain ``input_ids`` (meta
     tensors, as an export runs it, no project patch; in ``decode``, a prefill with its cache
-    and then one more token onto that cache, as ``generate`` does) raises inside transformers'
-    code; "" when it runs, fails elsewhere, or fails only because meta tensors hold no values
-    (a data-dependent model: the capture's limit, not transformers')."""
+    and then one more token onto that cache, as ``generate`` does; a multimodal ``forward``
+    on text alone, which its language model must take) raises inside transformers' code; ""
+    when it runs, fails elsewhere, fails only because meta tensors hold no values (a
+    data-dependent model: the capture's limit, not transformers'), or asks for an input."""
     from workloads import hf
     try:
         config = hf.make_config(dict(data))
@@ -278,7 +280,10 @@ def _own_forward_fails(data: dict[str, Any], phase: str = "prefill") -> str:
                   if "/torch/" not in f.filename]   # the innermost frame outside torch
         data_dependent = any(w in str(exc) for w in ("meta tensor", "data-dependent",
                                                      "unallocated storage"))
-        if frames and "/transformers/" in frames[-1].filename and not data_dependent:
+        wants_input = any(w in str(exc) for w in ("specify", "pixel_values", "input_features",
+                                                  "required positional argument"))
+        if frames and "/transformers/" in frames[-1].filename and not (data_dependent
+                                                                      or wants_input):
             f = frames[-1]
             return f"{type(exc).__name__}: {_short(exc)} [{Path(f.filename).name}:{f.lineno}]"[:300]
     return ""

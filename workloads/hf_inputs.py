@@ -4,7 +4,8 @@ patch grid of Qwen-VL-style towers, mel frames or raw samples for audio towers, 
 holding as many image / audio placeholder tokens as the towers emit features.
 
 * **pixel values** — ``[batch, channels, H, W]`` at ``image_size`` (``--image-size``; default
-  the vision config's); Qwen-VL-style models (a forward taking ``image_grid_thw``) take the
+  the vision config's, rounded up to whole pixel-shuffle blocks where a connector folds
+  ``scale_factor`` x ``scale_factor`` patches: Idefics3, SmolVLM); Qwen-VL-style models (a forward taking ``image_grid_thw``) take the
   flattened patches ``[batch * t * h * w, channels * temporal_patch * patch**2]`` and the grid
   ``[[1, h, w]]`` (``h = w = image_size / patch``, rounded to the spatial merge);
   LLaVA-NeXT-style ones (``image_sizes``) one tile per image with its size.
@@ -93,11 +94,23 @@ def image_part(model: nn.Module, config, batch: int, image_size: int | None
     channels = _int(getattr(vc, "num_channels", None) or getattr(vc, "in_channels", None)
                     or getattr(vc, "in_chans", None), 3)
     patch = _int(getattr(vc, "patch_size", None), 14)
+    shuffle = getattr(config, "scale_factor", None)
+    if image_size is None and isinstance(shuffle, int) and shuffle > 1:
+        step = patch * shuffle   # a pixel-shuffle connector folds shuffle x shuffle patches
+        size = -(-size // step) * step
+    queries = getattr(config, "projector_patch_to_query_dict", None)
+    if image_size is None and isinstance(queries, dict) and queries:
+        # Aria's projector takes only the patch counts it has queries for (its processor
+        # resizes to 490 or 980 px): the smallest at least the tower's own, else the largest
+        counts = sorted(int(k) for k in queries)
+        n = next((c for c in counts if c >= (size // patch) ** 2), counts[-1])
+        size = math.isqrt(n) * patch
     names = accepts(model)
     if "image_grid_thw" in names:
         merge = _int(getattr(vc, "spatial_merge_size", None) or getattr(vc, "merge_size", None), 1)
         side = max(merge, (size // patch) // merge * merge)
-        temporal = _int(getattr(vc, "temporal_patch_size", None), 1)
+        temporal = _int(getattr(vc, "temporal_patch_size", None)
+                        or getattr(vc, "patch_temporal", None), 1)
         pixels = torch.zeros(batch * side * side, channels * temporal * patch * patch)
         return {"pixel_values": pixels}, {
             "image_grid_thw": torch.tensor([[1, side, side]] * batch, device="cpu")}
@@ -112,13 +125,17 @@ def image_part(model: nn.Module, config, batch: int, image_size: int | None
 def image_layouts(model: nn.Module, config, batch: int, image_size: int | None
                   ) -> list[tuple[dict[str, torch.Tensor], dict[str, Any]]]:
     """The image inputs processors produce, most likely first: :func:`image_part`, then one
-    image per sequence as ``[batch, images, C, H, W]`` (Idefics, SmolVLM), each with the
+    image per sequence as ``[batch, images, C, H, W]`` (Idefics, SmolVLM) or, for a patch grid,
+    one row of channels per pixel (``[pixels, C]``: Inkling2), each with the
     image sizes a getter requires (Pixtral-style towers: ``image_sizes``)."""
     first, const = image_part(model, config, batch, image_size)
     out = [(first, const)]
     pixels = first["pixel_values"]
     if pixels.dim() == 4 and not const:
         out.append(({"pixel_values": pixels[:, None]}, {}))
+    if "image_grid_thw" in const:   # the same patches as one row per pixel (Inkling2)
+        channels = _int(getattr(_sub(config, "vision_config") or config, "num_channels", None), 3)
+        out.append(({"pixel_values": pixels.reshape(-1, channels)}, const))
     getter = getter_of(model, "get_image_features")
     needs = _required(getter) if getter is not None else set()
     if "image_sizes" in needs:   # as Python ints, read per image
@@ -195,12 +212,22 @@ def getter_of(model: nn.Module, name: str):
 
 def placeholder_tokens(model: nn.Module, getter: str, inputs: dict[str, torch.Tensor],
                        constants: dict[str, Any]) -> int:
-    """Feature rows ``model.<getter>`` returns for ``inputs`` (run once on meta tensors)."""
+    """Feature rows ``model.<getter>`` returns for ``inputs`` (run once on meta tensors; where
+    the tower reads a value computed from them, e.g. Idefics3's count of non-padding images
+    ``.tolist()``, on fake tensors, whose shape checks then fix that value)."""
     from workloads.hf import as_if_traced
     fn = getter_of(model, getter)
-    with as_if_traced(), torch.no_grad():
-        out = fn(**_on_meta(inputs), **constants)
-    return _feature_rows(out)
+    try:
+        with as_if_traced(), torch.no_grad():
+            return _feature_rows(fn(**_on_meta(inputs), **constants))
+    except NotImplementedError as exc:
+        if "meta tensor" not in str(exc):
+            raise
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    with FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv()), as_if_traced(), \
+            torch.no_grad():
+        return int(_feature_rows(fn(**_on_meta(inputs), **constants)))
 
 
 def _on_meta(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

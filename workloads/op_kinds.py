@@ -19,6 +19,7 @@ narrow diagonal unfold view_as_real view_as_complex real imag resolve_conj resol
 native_dropout alpha_dropout feature_alpha_dropout _reshape_alias _unsafe_view_copy
 empty_strided rand rand_like randn randn_like randint randint_like randperm bernoulli
 eye linspace logspace tensor align_to rename refine_names sym_ite sym_max sym_min sym_not
+meshgrid
 """.split())
 
 COPY = frozenset("""
