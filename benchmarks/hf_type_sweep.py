@@ -11,6 +11,8 @@ Each (type, phase) ends in one status:
 * ``refused`` — one clean line (:class:`dse.errors.DSEError`) naming what is missing;
 * ``transformers`` — transformers itself cannot build the model or run its own forward on
   plain inputs (listed with its error, never counted as ours);
+* ``environment`` — transformers needs a library this environment lacks (gemma3n's vision
+  tower needs timm, hence torchvision: not installed beside the CPU torch pin);
 * ``failed`` — anything else (a raw exception: ours to fix).
 
 ``python benchmarks/capture_corpus.py --all-types`` prints the table and the totals per
@@ -367,7 +369,7 @@ def config_experts(data: dict[str, Any]) -> int:
     for k, v in data.items():
         if isinstance(v, dict):
             n = max(n, config_experts(v))
-        elif (isinstance(v, int) and not isinstance(v, bool) and k.endswith("experts")
+        elif (isinstance(v, int) and not isinstance(v, bool) and str(k).endswith("experts")
               and "shared" not in k and "per_tok" not in k):
             n = max(n, v)
     return n
@@ -409,6 +411,8 @@ def _classify(exc: BaseException) -> tuple[str, str]:
             exc, DSEError) else ""
         return "failed", f"{type(exc).__name__}: {_short(exc)}{where}"[:400]
     text = _short(exc)
+    if "library but it was not found in your environment" in text:
+        return "environment", text
     if text.startswith("transformers could not build"):
         return "transformers", text
     return "refused", text
@@ -453,8 +457,12 @@ def summary(rows: list[Case]) -> dict[str, Any]:
                 status[r.status] = status.get(r.status, 0) + 1
         full = [mt for mt, rs in types.items() if all(r.status == "captured" for r in rs)
                 and (group != "causal" or {r.phase for r in rs} >= {"prefill", "decode"})]
+        # types whose every failure is ours: none listed as transformers' or the environment's
+        ours = [mt for mt, rs in types.items()
+                if not any(r.status in ("transformers", "environment") for r in rs)]
         out[group] = {"types": len(types), "all_phases_captured": len(full),
                       "share": len(full) / len(types), "cases_by_status": status,
+                      "types_ours": len(ours), "share_of_ours": len(full) / max(len(ours), 1),
                       "flops_ok": sum(1 for rs in types.values() for r in rs if r.flops_ok),
                       "flops_checked": sum(1 for rs in types.values() for r in rs
                                            if r.flops_ok is not None),

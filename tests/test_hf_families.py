@@ -250,6 +250,29 @@ def test_sweep_sample_classifies_every_case():
     assert "image_token" in by[("blip-2", "forward")].error
 
 
+#: Multimodal types whose inputs needed more than pixels and token ids: Qwen2.5-VL's window
+#: attention splits by lengths read from the grid, GLM-ASR's tower reads its frames' mask,
+#: Idefics3 folds 2 x 2 patches and counts real images, Aria takes only the patch counts its
+#: projector has queries for, UDOP's encoder reads each token's box.
+MULTIMODAL_INPUTS = ["qwen2_5_vl", "glmasr", "idefics3", "aria", "udop"]
+
+
+def test_multimodal_types_get_the_inputs_their_processors_produce():
+    rows = [r for r in sweep.sweep(MULTIMODAL_INPUTS, phase="forward", simulate=False)]
+    assert {r.model_type for r in rows} == set(MULTIMODAL_INPUTS)
+    assert all(r.status == "captured" and r.flops_ok for r in rows), [
+        (r.model_type, r.status, r.error) for r in rows]
+
+
+def test_a_missing_library_is_the_environment_not_transformers():
+    from dse.errors import CaptureError
+    status, _ = sweep._classify(CaptureError(
+        "transformers could not build gemma3n: TimmWrapperModel requires the timm library "
+        "but it was not found in your environment."))
+    assert status == "environment"
+    assert sweep._classify(CaptureError("transformers could not build x: bad"))[0] == "transformers"
+
+
 def test_gpt2_cache_appends_are_strided_cats_costed_as_a_scalar_copy():
     from accelerators.gpu import GPU
     from simulators.engine import simulate

@@ -373,7 +373,11 @@ def _main_input(module, config, batch: int, seq: int,
     media = media or {}
     name = getattr(module, "main_input_name", "input_ids")
     if name == "input_ids":
-        return {"input_ids": _ids(batch, seq, vocab_size(config))}
+        ids = {"input_ids": _ids(batch, seq, vocab_size(config))}
+        if _accepts(module, "bbox"):   # a document model (UDOP): each token box and the mask
+            ids.update(bbox=torch.zeros(batch, seq, 4),   # (floats: its bias averages them)
+                       attention_mask=torch.ones(batch, seq, dtype=torch.long))
+        return ids
     if name == "pixel_values":
         c, h, w = _image_size(config)
         if media.get("image_size"):
