@@ -570,11 +570,6 @@ def _multimodal(model: nn.Module, config, batch: int, seq: int,
         placeholders += chosen[2]
     if "input_ids" in names:
         inputs["input_ids"] = _ids(batch, seq + placeholders, vocab_size(config))
-    if "bbox" in names:   # a document model (UDOP): each token's box and the text's mask
-        inputs["bbox"] = torch.zeros(batch, seq + placeholders, 4, dtype=torch.long)
-        inputs["attention_mask"] = torch.ones(batch, seq + placeholders, dtype=torch.long)
-    if "decoder_input_ids" in names:   # an encoder-decoder's forward: one decoder token
-        inputs["decoder_input_ids"] = _ids(batch, 1, vocab_size(config))
     if "position_ids" in names and any(hasattr(m, "get_rope_index") for m in model.modules()):
         inputs["position_ids"] = torch.zeros(3, batch, seq + placeholders, dtype=torch.long)
     return hi.WithConstants(model, constants, options), inputs

@@ -5,8 +5,9 @@ holding as many image / audio placeholder tokens as the towers emit features.
 
 * **pixel values** — ``[batch, channels, H, W]`` at ``image_size`` (``--image-size``; default
   the vision config's, rounded up to whole pixel-shuffle blocks where a connector folds
-  ``scale_factor`` x ``scale_factor`` patches: Idefics3, SmolVLM); Qwen-VL-style models (a forward taking ``image_grid_thw``) take the
-  flattened patches ``[batch * t * h * w, channels * temporal_patch * patch**2]`` and the grid
+  ``scale_factor`` x ``scale_factor`` patches (Idefics3, SmolVLM), or the smallest patch count
+  Aria's projector has queries for); Qwen-VL-style models (a forward taking
+  ``image_grid_thw``) take the flattened patches ``[batch * t * h * w, channels * temporal_patch * patch**2]`` and the grid
   ``[[1, h, w]]`` (``h = w = image_size / patch``, rounded to the spatial merge);
   LLaVA-NeXT-style ones (``image_sizes``) one tile per image with its size.
 * **audio** — ``input_features`` ``[batch, mel bins, frames]`` (``--frames``, or
@@ -18,9 +19,10 @@ holding as many image / audio placeholder tokens as the towers emit features.
   ``get_audio_features``) and the text gets one ``image_token_id`` (``audio_token_id``) per
   feature row it returns, after ``seq`` text tokens: what a processor's prompt expansion does.
 
-Integer inputs whose values the model reads as sizes (the grid, image sizes) are kept on the
-CPU as constants of a wrapper module (:class:`WithConstants`), so the export reads their values;
-everything else is on the meta device.
+Integer inputs whose values the model reads as sizes (the grid, image sizes, audio masks) are
+kept on the CPU as constants of a wrapper module (:class:`WithConstants`), so the export reads
+their values; everything else is on the meta device. Inputs are built without padding, so the
+masks a tower derives from them are all true (:func:`towers_masks_all_true`).
 """
 
 from __future__ import annotations
@@ -125,17 +127,13 @@ def image_part(model: nn.Module, config, batch: int, image_size: int | None
 def image_layouts(model: nn.Module, config, batch: int, image_size: int | None
                   ) -> list[tuple[dict[str, torch.Tensor], dict[str, Any]]]:
     """The image inputs processors produce, most likely first: :func:`image_part`, then one
-    image per sequence as ``[batch, images, C, H, W]`` (Idefics, SmolVLM) or, for a patch grid,
-    one row of channels per pixel (``[pixels, C]``: Inkling2), each with the
+    image per sequence as ``[batch, images, C, H, W]`` (Idefics, SmolVLM), each with the
     image sizes a getter requires (Pixtral-style towers: ``image_sizes``)."""
     first, const = image_part(model, config, batch, image_size)
     out = [(first, const)]
     pixels = first["pixel_values"]
     if pixels.dim() == 4 and not const:
         out.append(({"pixel_values": pixels[:, None]}, {}))
-    if "image_grid_thw" in const:   # the same patches as one row per pixel (Inkling2)
-        channels = _int(getattr(_sub(config, "vision_config") or config, "num_channels", None), 3)
-        out.append(({"pixel_values": pixels.reshape(-1, channels)}, const))
     getter = getter_of(model, "get_image_features")
     needs = _required(getter) if getter is not None else set()
     if "image_sizes" in needs:   # as Python ints, read per image
@@ -400,7 +398,9 @@ class vision_helpers_eager:
     grid) that every loaded modeling module imported run eagerly on the real grid, so a
     capture sees their results as constants: a Qwen-VL-style vision tower then splits its
     attention by known lengths instead of data-dependent ones. Results the model combines with
-    activations are moved to the meta device (:data:`_TO_META`)."""
+    activations are moved to the meta device (:data:`_TO_META`); the rest are constants whose
+    values an export's fake tensors keep (up to :data:`CONSTANT_ELEMENTS`), and tensors built
+    from Python values stay on the CPU (:class:`_ValuesOnCpu`)."""
 
     def __enter__(self):
         import sys
