@@ -12,7 +12,8 @@ Each (type, phase) ends in one status:
 * ``transformers`` — transformers itself cannot build the model or run its own forward on
   plain inputs (listed with its error, never counted as ours);
 * ``environment`` — transformers needs a library this environment lacks (gemma3n's vision
-  tower needs timm, hence torchvision: not installed beside the CPU torch pin);
+  tower needs Pillow and then timm, hence a torchvision built for the pinned CPU torch: not
+  installed; Pillow alone does not make it build);
 * ``failed`` — anything else (a raw exception: ours to fix).
 
 ``python benchmarks/capture_corpus.py --all-types`` prints the table and the totals per
