@@ -1,0 +1,143 @@
+"""Which kernels a single-GPU training step runs, and how long each takes (issue 31): the
+per-kernel view behind ``benchmarks/train_measure.py``'s kernel sum, for finding which kinds
+of kernel ``dse train`` under-predicts (a diagnosis, nothing is fitted on it).
+
+    python benchmarks/train_kernel_profile.py --out $OUT/k.json [--dry-run]
+
+For each case (a subset of train_measure's single-GPU cases, the same models built by its
+``build``): 3 warm-up steps, then three profiled runs (torch.profiler, CUDA kernels only):
+the forward alone, forward + backward, and the optimizer step alone. Per run, every kernel
+name's count and summed duration, and the sum per kind (``gemm``, ``attention``, ``copy``,
+``elementwise/other``); the backward is the second run minus the first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import train_measure as tm  # noqa: E402  (the same models, built the same way)
+
+CASES = [("gpt2", 8, 1024, "bf16", "foreach"), ("gpt2", 8, 1024, "amp", "foreach"),
+         ("tinyllama-1.1b", 4, 2048, "bf16", "foreach"), ("bert-base", 32, 512, "bf16", "foreach"),
+         ("timm:vit_base_patch16_224", 64, 224, "bf16", "foreach"),
+         ("gpt2-medium", 8, 1024, "bf16", "foreach")]
+TINY_CASES = [("gpt2", 2, 32, "bf16", "foreach"), ("gpt2", 2, 32, "amp", "foreach")]
+
+
+def kind_of(name: str) -> str:
+    low = name.lower()
+    if any(s in low for s in ("flash", "fmha", "attention", "efficient_attention")):
+        return "attention"
+    if any(s in low for s in ("gemm", "cutlass", "nvjet", "sm90_", "sm80_", "cublas", "xmma",
+                              "splitk")):
+        return "gemm"
+    if any(s in low for s in ("copy", "memcpy", "memset", "cat", "fill")):
+        return "copy"
+    if "multi_tensor" in low or "foreach" in low or "adam" in low:
+        return "optimizer"
+    return "other"
+
+
+def kernels(torch, fn) -> dict:
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    names: dict[str, list] = {}
+    for e in prof.profiler.kineto_results.events():
+        if "cuda" not in str(e.device_type()).lower():
+            continue
+        agg = names.setdefault(e.name()[:160], [0, 0.0])
+        agg[0] += 1
+        agg[1] += e.duration_ns() / 1e9
+    by_kind: dict[str, float] = {}
+    for n, (_, s) in names.items():
+        by_kind[kind_of(n)] = by_kind.get(kind_of(n), 0.0) + s
+    return {"total_s": sum(s for _, s in names.values()),
+            "count": sum(c for c, _ in names.values()), "by_kind_s": by_kind,
+            "names": {n: {"count": c, "s": s} for n, (c, s) in
+                      sorted(names.items(), key=lambda kv: -kv[1][1])[:80]}}
+
+
+def profile_case(torch, case, configs, device, cuda: bool) -> dict:
+    name, batch, seq, precision, optim = case
+    row = {"model": name, "batch": batch, "seq": seq, "precision": precision,
+           "optimizer": f"adamw-{optim}"}
+    torch.manual_seed(0)
+    model, loss_of, info = tm.build(torch, name, configs, batch, seq, device, precision)
+    row.update(params=info["params"])
+    model.train()
+    opt = tm.optimizer_for(torch, model, optim, cuda)
+    for _ in range(3):
+        tm.run_step(torch, model, loss_of, opt, precision, cuda)
+
+    def forward():
+        opt.zero_grad(set_to_none=True)
+        if precision == "amp":
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                return loss_of(model)
+        return loss_of(model)
+
+    if not cuda:
+        forward().backward()
+        opt.step()
+        return row
+    torch.cuda.synchronize()
+    row["forward"] = kernels(torch, forward)
+    row["forward_backward"] = kernels(torch, lambda: forward().backward())
+    row["optimizer"] = kernels(torch, opt.step)
+    print(f"  {name:<26} {precision:<5} fwd {row['forward']['total_s'] * 1e3:7.2f} ms  "
+          f"fwd+bwd {row['forward_backward']['total_s'] * 1e3:7.2f} ms  opt "
+          f"{row['optimizer']['total_s'] * 1e3:6.2f} ms", flush=True)
+    del model, opt
+    torch.cuda.empty_cache()
+    return row
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "kprof.json"))
+    ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("--budget-s", type=float, default=60.0)
+    args = ap.parse_args(argv)
+    t0 = time.time()
+    result: dict = {"script": "benchmarks/train_kernel_profile.py", "cases": []}
+    try:
+        import torch
+        cuda = torch.cuda.is_available() and not args.dry_run
+        device = torch.device("cuda") if cuda else torch.device("cpu")
+        result.update(torch=torch.__version__,
+                      device=torch.cuda.get_device_name(device) if cuda else "cpu")
+        if cuda:
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+        for case in (TINY_CASES if args.dry_run else CASES):
+            if time.time() - t0 > args.budget_s:
+                result["cases"].append({"model": case[0], "skipped": "time budget spent"})
+                continue
+            try:
+                result["cases"].append(profile_case(
+                    torch, case, tm.TINY_CONFIGS if args.dry_run else tm.CONFIGS, device, cuda))
+            except Exception as exc:
+                result["cases"].append({"model": case[0], "precision": case[3],
+                                        "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
+                print(f"  {case}: {result['cases'][-1]['error']}", flush=True)
+    except Exception as exc:
+        result["error"] = f"{type(exc).__name__}: {exc}"
+        traceback.print_exc()
+    result["wall_s"] = time.time() - t0
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"wrote {args.out} ({result['wall_s']:.0f} s)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
