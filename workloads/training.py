@@ -21,8 +21,9 @@ same kinds, FLOPs and bytes), and each op gets
   from forward hooks on the blocks (their forward) and gradient hooks on their outputs and
   inputs (their backward);
 * ``attrs["saved_bytes"]`` on a forward op: the bytes of its outputs that backward ops read
-  (the activations kept for backward, through views), and ``attrs["param_elems"]``: the
-  parameters whose first forward use is this op.
+  (the activations kept for backward, through views), and ``attrs["param_elems"]`` /
+  ``attrs["param_tensors"]``: the parameter elements / tensors whose first forward use is
+  this op.
 
 The blocks are the children of the ``nn.ModuleList`` / ``nn.Sequential`` containers of one
 module type holding the most parameters (GPT's ``blocks``, Llama's ``model.layers``, BERT's
@@ -380,10 +381,10 @@ def _value_bytes(val: Any, index: int, elem: int) -> int:
 
 
 def _saved_and_params(nodes: list, passes: dict[str, str], param_of: dict[str, str],
-                      elem: int, numel: dict[str, int]) -> tuple[dict[str, int], dict[str, int],
-                                                                 int]:
-    """Bytes each forward op keeps for backward; parameter elements first used by each op;
-    bytes of graph inputs kept for backward."""
+                      elem: int, numel: dict[str, int]
+                      ) -> tuple[dict[str, int], dict[str, tuple[int, int]], int]:
+    """Bytes each forward op keeps for backward; parameter elements and tensors first used by
+    each op; bytes of graph inputs kept for backward."""
     cache: dict = {}
     saved: dict[tuple[str, int], tuple[str, int]] = {}
     inputs_saved: set[str] = set()
@@ -411,9 +412,10 @@ def _saved_and_params(nodes: list, passes: dict[str, str], param_of: dict[str, s
     saved_bytes: dict[str, int] = {}
     for name, b in saved.values():
         saved_bytes[name] = saved_bytes.get(name, 0) + b
-    param_elems: dict[str, int] = {}
+    param_elems: dict[str, tuple[int, int]] = {}
     for ph, user in first_use.items():
-        param_elems[user] = param_elems.get(user, 0) + numel[ph]
+        e, t = param_elems.get(user, (0, 0))
+        param_elems[user] = (e + numel[ph], t + 1)
     by_name = {n.name: n for n in nodes}
     input_bytes = sum(_value_bytes(by_name[n].meta.get("val"), 0, elem) for n in inputs_saved)
     return saved_bytes, param_elems, input_bytes
@@ -504,12 +506,13 @@ def capture_train(module: nn.Module, args: tuple = (), kwargs: dict | None = Non
         owner = _owner(n, names, cache, by_name)
         if owner is not None:
             owned_saved[owner] = owned_saved.get(owner, 0) + b
-    owned_params: dict[str, int] = {}
-    for n, e in param_elems.items():
+    owned_params: dict[str, tuple[int, int]] = {}
+    for n, (e, t) in param_elems.items():
         owner = _owner(n, names, cache, by_name)
         if owner is None:   # a parameter first used by a view that feeds nothing: its layer's
             owner = next(iter(names))
-        owned_params[owner] = owned_params.get(owner, 0) + e
+        e0, t0 = owned_params.get(owner, (0, 0))
+        owned_params[owner] = (e0 + e, t0 + t)
     layers = len(marks.fwd)
     for name in graph.nodes:
         op = graph.nodes[name]["op"]
@@ -517,7 +520,7 @@ def capture_train(module: nn.Module, args: tuple = (), kwargs: dict | None = Non
         if owned_saved.get(name):
             extra["saved_bytes"] = owned_saved[name]
         if owned_params.get(name):
-            extra["param_elems"] = owned_params[name]
+            extra["param_elems"], extra["param_tensors"] = owned_params[name]
         graph.nodes[name]["op"] = op.with_attrs(**extra)
     if unknown:
         warnings.warn("unknown ops (costed by their bytes only): "
