@@ -1,0 +1,114 @@
+"""Data-parallel training overheads (issue 31): NCCL's slow-down of overlapped compute,
+FSDP2's copies and hook host time (simulators/train_overheads.py), their calibration from
+the microbenchmark (benchmarks/train_comm_fit.py), and that they never make a step faster."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from dse.errors import BadInput
+from simulators import train_overheads as to
+from simulators.training import _overlapped
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+
+def test_bad_calibration_names_the_field():
+    with pytest.raises(BadInput, match=r"compute_slowdown.*factors in \[1, 4\]"):
+        to.from_dict({"compute_slowdown": {"all_gather": 0.5}})
+    with pytest.raises(BadInput, match="compute_slowdown"):
+        to.from_dict({"compute_slowdown": {"broadcast": 1.1}})
+    with pytest.raises(BadInput, match=r"fsdp_unit_host_s.*seconds"):
+        to.from_dict({"fsdp_unit_host_s": 1.0})
+    with pytest.raises(BadInput, match="calibration"):
+        to.from_dict([1, 2])
+
+
+def test_unknown_link_has_the_terms_off():
+    assert to.overheads_for("no-such-link") is to.OFF
+    assert to.overheads_for(None) is to.OFF
+    assert to.OFF.compute("all_reduce") == 1.0 and to.OFF.unit_host_s(12) == 0.0
+
+
+def test_slowed_counts_overlap_once_up_to_the_compute():
+    t = to.from_dict({"compute_slowdown": {"all_gather": 1.5, "reduce_scatter": 1.2}})
+    assert to.slowed(2.0, {}, t) == 2.0
+    assert to.slowed(2.0, {"all_gather": 1.0}, t) == pytest.approx(2.5)
+    # more overlap than compute: only the compute's length is slowed
+    assert to.slowed(1.0, {"all_gather": 3.0, "reduce_scatter": 3.0}, t) == pytest.approx(1.5)
+    assert to.overlap_s([(0.0, 1.0, "all_gather"), (2.0, 4.0, "all_reduce")], 0.5, 3.0) == \
+        {"all_gather": 0.5, "all_reduce": 1.0}
+
+
+def test_overlapped_without_terms_is_the_prefetch_schedule():
+    # gather one block ahead: 1 (gather 0) + 2 + 2 + 2, the last scatter after the last block
+    assert _overlapped([2.0, 2.0, 2.0], [1.0, 1.0, 1.0], [0.0, 0.0, 0.5]) == pytest.approx(7.5)
+    # communication-bound: each block waits for its gather
+    assert _overlapped([1.0, 1.0], [3.0, 3.0], [0.0, 0.0]) == pytest.approx(7.0)
+
+
+def test_terms_never_make_the_blocks_faster():
+    t = to.from_dict({"compute_slowdown": {"all_gather": 1.3, "reduce_scatter": 1.2},
+                      "comm_slowdown": {"all_gather": 1.1}, "fsdp_unit_host_s": 1e-3})
+    c, g, s = [2.0, 2.0, 2.0], [1.0, 1.0, 1.0], [0.5, 0.5, 0.5]
+    base = _overlapped(c, g, s)
+    slow = _overlapped(c, g, s, t)
+    assert slow > base
+    # the prefetched gather overlaps blocks 0 and 1 for 1 s each: +0.3 s each
+    assert _overlapped(c, g, [0.0] * 3, t) == pytest.approx(_overlapped(c, g, [0.0] * 3) + 0.6)
+    # host-bound: the blocks cannot start before the host has issued them
+    assert _overlapped([1e-4] * 3, [0.0] * 3, [0.0] * 3, t, [0.01] * 3) >= 0.03
+
+
+def _synthetic(a_s=40e-6, b_s=15e-6, ag=1.25, rs=1.10):
+    over = []
+    for k, f in (("all_gather", ag), ("reduce_scatter", rs)):
+        for i, shape in enumerate([(1, 1, 1), (2, 2, 2), (3, 3, 3)]):
+            over.append({"kernel": "gemm", "shape": shape, "coll": k,
+                         "compute_slowdown": f + (i - 1) * 0.01, "comm_slowdown": 1.05})
+        over.append({"kernel": "copy", "shape": 1, "coll": k, "compute_slowdown": 3.0,
+                     "comm_slowdown": 2.0})
+    fsdp = []
+    for lin, units in ((2, 8), (2, 16), (8, 8)):
+        base = {"d": 1024, "linears": lin, "units": units, "tokens": 256}
+        fsdp.append({**base, "way": "local", "host_issue_s": 1e-3})
+        fsdp.append({**base, "way": "fsdp2", "host_issue_s": 1e-3 + units * (a_s + b_s * lin)})
+    return {"comm": {"world": 4, "device": "x", "overlap": over, "fsdp": fsdp}}
+
+
+def test_fit_reads_the_microbenchmark_only():
+    from train_comm_fit import fit
+    cal = fit(_synthetic())
+    assert cal["compute_slowdown"] == {"all_gather": 1.25, "reduce_scatter": 1.1}
+    assert cal["comm_slowdown"]["all_gather"] == 1.05
+    assert cal["fsdp_unit_host_s"] == pytest.approx(40e-6, rel=1e-3)
+    assert cal["fsdp_param_host_s"] == pytest.approx(15e-6, rel=1e-3)
+    terms = to.from_dict(cal)          # a fit is a valid calibration
+    assert terms.unit_host_s(2) == pytest.approx(70e-6, rel=1e-3)
+
+
+def test_calibrated_terms_slow_ddp_and_fsdp_steps(monkeypatch):
+    """With terms, a DDP and an FSDP step on a system take at least as long as without;
+    ZeRO-3's copies alone already lengthen it."""
+    from accelerators.registry import make_accelerator
+    from accelerators.system import System
+    from simulators import training
+    from workloads.train_build import zoo_train_workload
+    w = zoo_train_workload("gpt2", batch=2, seq=128, dtype="bf16", arch={"n_layer": 2})
+    sysm = System(make_accelerator("gpu:h100"), "dgx-h100", devices=2)
+    cal = to.from_dict({"compute_slowdown": {k: 1.3 for k in to.KINDS},
+                        "comm_slowdown": {k: 1.2 for k in to.KINDS},
+                        "fsdp_unit_host_s": 2e-3, "fsdp_param_host_s": 1e-5})
+    off, on = {}, {}
+    for zero in (0, 3):
+        lay = {"dp": 2, "zero": zero, "micro_batch": 2}
+        monkeypatch.setattr(training, "overheads_for", lambda link: to.OFF)
+        off[zero] = training.simulate_training(w, sysm, lay, precision="bf16").step_time_s
+        monkeypatch.setattr(training, "overheads_for", lambda link: cal)
+        on[zero] = training.simulate_training(w, sysm, lay, precision="bf16").step_time_s
+    assert on[0] > off[0] and on[3] > off[3]
+    # 2 ms of host per unit and pass: the small model's ZeRO-3 step is host-bound
+    assert on[3] >= 2 * 4 * 2e-3
