@@ -11,10 +11,12 @@ Only the microbenchmark is read (never a training step the calibration is then c
   compute run's (collective run's) time during the other over its time alone, at least 1.
   The HBM-bound copy's factors are printed beside them, not used (a training step's time is
   mostly GEMMs; using the GEMM factor keeps the term on the low side).
-* ``fsdp_unit_host_s`` and ``fsdp_param_host_s``: a least-squares line through the host-
-  bound rows of the ``fsdp`` part (``tokens`` <= 512, the d = 1024 stacks: device work far
-  below the host's): FSDP2's host time to issue forward + backward minus the unwrapped
-  stack's, per unit, against the unit's parameter tensors.
+* ``fsdp_step_host_s``, ``fsdp_unit_host_s``, ``fsdp_param_host_s``: least squares (each
+  term >= 0) through the host-bound rows of the ``fsdp`` part (the host's time to issue the
+  forward + backward at least :data:`HOST_BOUND` of the step: the device waits on it) of
+  FSDP2's host time minus the unwrapped stack's, against 1, the units and the units' parameter
+  tensors; ``fsdp_forward_share``: the forward's share of the step time FSDP2 adds on those
+  rows (CUDA events).
 """
 
 from __future__ import annotations
@@ -26,6 +28,31 @@ import sys
 from pathlib import Path
 
 KINDS = ("all_gather", "reduce_scatter", "all_reduce")
+
+
+#: A row is host-bound when the host's time to issue its forward + backward is at least this
+#: share of the step (the device then waits on the host).
+HOST_BOUND = 0.9
+
+
+def _key(r: dict) -> tuple:
+    return r["d"], r["linears"], r["units"], r["tokens"]
+
+
+def _nonneg_lstsq(a: list[list[float]], y: list[float]) -> list[float]:
+    """Least squares ``a x = y`` with ``x >= 0``: a term fitted negative is dropped and the
+    rest refitted (the few unknowns here make that exact)."""
+    import numpy as np
+    keep = list(range(len(a[0])))
+    while keep:
+        sol = np.linalg.lstsq(np.array(a)[:, keep], np.array(y), rcond=None)[0]
+        if (sol >= 0).all():
+            out = [0.0] * len(a[0])
+            for i, v in zip(keep, sol):
+                out[i] = float(v)
+            return out
+        keep.pop(int(np.argmin(sol)))
+    return [0.0] * len(a[0])
 
 
 def fit(data: dict) -> dict:
@@ -40,27 +67,26 @@ def fit(data: dict) -> dict:
             out["comm_slowdown"][kind] = round(max(1.0, statistics.median(
                 r["comm_slowdown"] for r in gemm)), 4)
     rows = [r for r in comm.get("fsdp", []) if "host_issue_s" in r]
-    local = {(r["d"], r["linears"], r["units"], r["tokens"]): r for r in rows
-             if r["way"] == "local"}
-    pts = []
+    local = {_key(r): r for r in rows if r["way"] == "local"}
+    pts = []                       # (units, units x tensors, extra host s, extra fwd, bwd)
     for r in rows:
-        key = (r["d"], r["linears"], r["units"], r["tokens"])
-        if r["way"] == "fsdp2" and key in local and r["tokens"] <= 512 and r["d"] <= 1024:
-            extra = (r["host_issue_s"] - local[key]["host_issue_s"]) / r["units"]
-            pts.append((float(r["linears"]), extra))
-    if len({x for x, _ in pts}) >= 2:
-        mx = statistics.fmean(x for x, _ in pts)
-        my = statistics.fmean(y for _, y in pts)
-        b = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
-        b = max(b, 0.0)
-        a = max(my - b * mx, 0.0)
-        out["fsdp_unit_host_s"], out["fsdp_param_host_s"] = round(a, 9), round(b, 9)
-    elif pts:
-        out["fsdp_unit_host_s"] = round(max(statistics.fmean(y for _, y in pts), 0.0), 9)
+        lo = local.get(_key(r))
+        if r["way"] == "fsdp2" and lo and r["host_issue_s"] >= HOST_BOUND * r["step_s"]:
+            pts.append((r["units"], r["units"] * r["linears"],
+                        r["host_issue_s"] - lo["host_issue_s"], r["fwd_s"] - lo["fwd_s"],
+                        r["bwd_s"] - lo["bwd_s"]))
+    if pts:
+        coef = _nonneg_lstsq([[1.0, u, ut] for u, ut, *_ in pts], [p[2] for p in pts])
+        out["fsdp_step_host_s"], out["fsdp_unit_host_s"], out["fsdp_param_host_s"] = (
+            round(c, 9) for c in coef)
+        fwd, bwd = sum(max(p[3], 0.0) for p in pts), sum(max(p[4], 0.0) for p in pts)
+        out["fsdp_forward_share"] = round(fwd / (fwd + bwd), 4) if fwd + bwd > 0 else 0.5
+        out["fsdp_rows"] = len(pts)
     out["source"] = (f"benchmarks/train_comm_fit.py on {comm.get('world')} x "
                      f"{comm.get('device')} (torch {comm.get('torch')}, NCCL "
                      f"{comm.get('nccl')}): {len(over)} overlap rows, {len(pts)} host-bound "
                      "FSDP2 rows")
+    out.pop("fsdp_rows", None)
     return out
 
 

@@ -6,10 +6,13 @@
   stream runs slower, and the collective under the GEMM too. ``compute_slowdown[kind]`` is
   the factor on compute time while a collective of ``kind`` runs, ``comm_slowdown[kind]``
   the factor on the collective while compute runs.
-* **FSDP2's per-unit host work.** Each ``fully_shard`` unit's hooks (pre/post forward, pre/
-  post backward: all-gather issue, copy-out views, reduce-scatter issue, resharding) cost
-  host time per unit and per parameter tensor: ``fsdp_unit_host_s + fsdp_param_host_s x
-  tensors`` per unit and step. A unit cannot start before the host has issued it.
+* **FSDP2's host work.** The ``fully_shard`` units' hooks (pre/post forward, pre/post
+  backward: all-gather issue, copy-out views, reduce-scatter issue, resharding) cost host
+  time per step (``fsdp_step_host_s``: the root's), per unit (``fsdp_unit_host_s``) and per
+  parameter tensor (``fsdp_param_host_s``), ``fsdp_forward_share`` of it in the forward and
+  the rest in the backward. A unit cannot start before the host has issued it (the host's
+  own dispatch of the unit's ops is not counted: the ``kernels`` runtime has none, so the
+  host chain is a lower bound).
 * **Copies**, costed from first principles on the device's template (an element-wise copy
   of the bytes, read and written through HBM; nothing calibrated): FSDP2's all-gather
   copy-in (the unit's shard into the flat input, before the all-gather), copy-out (the
@@ -47,8 +50,10 @@ class Overheads:
     """The measured terms of one link standard (module docstring); the defaults are off."""
     compute_slowdown: dict[str, float] = field(default_factory=dict)
     comm_slowdown: dict[str, float] = field(default_factory=dict)
+    fsdp_step_host_s: float = 0.0
     fsdp_unit_host_s: float = 0.0
     fsdp_param_host_s: float = 0.0
+    fsdp_forward_share: float = 0.5
     source: str = "none"
 
     def compute(self, kind: str) -> float:
@@ -57,8 +62,10 @@ class Overheads:
     def comm(self, kind: str) -> float:
         return float(self.comm_slowdown.get(kind, 1.0))
 
-    def unit_host_s(self, tensors: float) -> float:
-        return self.fsdp_unit_host_s + self.fsdp_param_host_s * tensors
+    def unit_host_s(self, tensors: float, unit: bool = True) -> float:
+        """Host seconds per step of one unit's hooks (``unit``: the unit's own cost besides
+        its tensors'; a root's second block has none)."""
+        return self.fsdp_unit_host_s * unit + self.fsdp_param_host_s * tensors
 
 
 OFF = Overheads()
@@ -92,10 +99,12 @@ def from_dict(d: Any, name: str = "calibration") -> Overheads:
             raise BadInput(f"{name}.{key}", str(v)[:60], f"an object of {KINDS} to factors "
                            "in [1, 4]")
         out[key] = {k: float(x) for k, x in v.items()}
-    for key in ("fsdp_unit_host_s", "fsdp_param_host_s"):
-        v = d.get(key, 0.0)
-        if not _num(v) or not 0.0 <= v < 0.01:
-            raise BadInput(f"{name}.{key}", str(v)[:60], "seconds in [0, 0.01)")
+    for key, top in (("fsdp_step_host_s", 0.1), ("fsdp_unit_host_s", 0.01),
+                     ("fsdp_param_host_s", 0.01), ("fsdp_forward_share", 1.0)):
+        v = d.get(key, 0.5 if key == "fsdp_forward_share" else 0.0)
+        if not _num(v) or not 0.0 <= v <= top:
+            raise BadInput(f"{name}.{key}", str(v)[:60],
+                           f"{'a share' if top == 1.0 else 'seconds'} in [0, {top}]")
         out[key] = float(v)
     return Overheads(source=str(d.get("source", name))[:200], **out)
 

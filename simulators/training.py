@@ -427,8 +427,9 @@ def _chunk_times(plan: TrainPlan, sysm, seg_t, prec: Precision, energy: list[flo
     communication stream, one block ahead (:func:`_overlapped`). FSDP2's copies
     (:mod:`simulators.train_overheads`): each gather's copy-in of the shard before it and
     copy-out of the gathered weights on the compute stream before the block, each
-    reduce-scatter's copy-in of the gradients before it; its hooks' host time per block
-    (ZeRO-3) and the collectives' slow-down of the compute they overlap. Adds their energy."""
+    reduce-scatter's copy-in of the gradients before it; its hooks' host time (ZeRO-3: the
+    root's per step, each unit's and its tensors', split between forward and backward) and
+    the collectives' slow-down of the compute they overlap. Adds their energy."""
     lay = plan.layout
     zero3 = lay.zero == 3 and lay.dp * lay.cp > 1
     per_block = zero3 or (lay.zero == 2 and lay.dp * lay.cp > 1)
@@ -458,12 +459,20 @@ def _chunk_times(plan: TrainPlan, sysm, seg_t, prec: Precision, energy: list[flo
                 tr += copy_s(design, gbytes, prec.gradients)
             gat.append(tg * terms.comm("all_gather"))
             rs.append(tr * terms.comm("reduce_scatter"))
-            host.append(terms.unit_host_s(tensors.get(layer, 0.0)) if zero3 and n else 0.0)
+            host.append(terms.unit_host_s(tensors.get(layer, 0.0), layer != plan.layers)
+                        if zero3 and n else 0.0)
             energy[s] += (2 * eg + er) * plan.microbatches / len(group)
         f = [x + o for x, o in zip(f, out_t)]
         b = [x + o for x, o in zip(b, out_t[::-1])]
-        chunk_f.append(_overlapped(f, gat, [0.0] * len(f), terms, host))
-        chunk_b.append(_overlapped(b, gat[::-1], rs[::-1], terms, host[::-1]))
+        share = terms.fsdp_forward_share
+        host_f = [h * share for h in host]
+        host_b = [h * (1.0 - share) for h in host[::-1]]
+        if zero3 and c == 0:               # the root's hooks: before the first block's
+            host_f[0] += terms.fsdp_step_host_s * share
+        if zero3 and c == len(plan.chunks) - 1:
+            host_b[0] += terms.fsdp_step_host_s * (1.0 - share)
+        chunk_f.append(_overlapped(f, gat, [0.0] * len(f), terms, host_f))
+        chunk_b.append(_overlapped(b, gat[::-1], rs[::-1], terms, host_b))
     return chunk_f, chunk_b
 
 

@@ -23,6 +23,8 @@ def test_bad_calibration_names_the_field():
         to.from_dict({"compute_slowdown": {"broadcast": 1.1}})
     with pytest.raises(BadInput, match=r"fsdp_unit_host_s.*seconds"):
         to.from_dict({"fsdp_unit_host_s": 1.0})
+    with pytest.raises(BadInput, match=r"fsdp_forward_share.*a share"):
+        to.from_dict({"fsdp_forward_share": 1.5})
     with pytest.raises(BadInput, match="calibration"):
         to.from_dict([1, 2])
 
@@ -52,7 +54,7 @@ def test_overlapped_without_terms_is_the_prefetch_schedule():
 
 def test_terms_never_make_the_blocks_faster():
     t = to.from_dict({"compute_slowdown": {"all_gather": 1.3, "reduce_scatter": 1.2},
-                      "comm_slowdown": {"all_gather": 1.1}, "fsdp_unit_host_s": 1e-3})
+                      "comm_slowdown": {"all_gather": 1.1}})
     c, g, s = [2.0, 2.0, 2.0], [1.0, 1.0, 1.0], [0.5, 0.5, 0.5]
     base = _overlapped(c, g, s)
     slow = _overlapped(c, g, s, t)
@@ -63,7 +65,7 @@ def test_terms_never_make_the_blocks_faster():
     assert _overlapped([1e-4] * 3, [0.0] * 3, [0.0] * 3, t, [0.01] * 3) >= 0.03
 
 
-def _synthetic(a_s=40e-6, b_s=15e-6, ag=1.25, rs=1.10):
+def _synthetic(f_s=5e-3, a_s=40e-6, b_s=15e-6, ag=1.25, rs=1.10):
     over = []
     for k, f in (("all_gather", ag), ("reduce_scatter", rs)):
         for i, shape in enumerate([(1, 1, 1), (2, 2, 2), (3, 3, 3)]):
@@ -72,10 +74,15 @@ def _synthetic(a_s=40e-6, b_s=15e-6, ag=1.25, rs=1.10):
         over.append({"kernel": "copy", "shape": 1, "coll": k, "compute_slowdown": 3.0,
                      "comm_slowdown": 2.0})
     fsdp = []
-    for lin, units in ((2, 8), (2, 16), (8, 8)):
+    for lin, units in ((2, 8), (2, 16), (8, 8), (4, 12)):
         base = {"d": 1024, "linears": lin, "units": units, "tokens": 256}
-        fsdp.append({**base, "way": "local", "host_issue_s": 1e-3})
-        fsdp.append({**base, "way": "fsdp2", "host_issue_s": 1e-3 + units * (a_s + b_s * lin)})
+        extra = f_s + units * (a_s + b_s * lin)
+        fsdp.append({**base, "way": "local", "host_issue_s": 1e-3, "step_s": 1e-3,
+                     "fwd_s": 4e-4, "bwd_s": 6e-4})
+        fsdp.append({**base, "way": "fsdp2", "host_issue_s": 1e-3 + extra, "step_s": 1e-3 + extra,
+                     "fwd_s": 4e-4 + 0.4 * extra, "bwd_s": 6e-4 + 0.6 * extra})
+    # a device-bound row (the host issues it in half its time) is not fitted
+    fsdp.append({**fsdp[1], "host_issue_s": 1.0, "step_s": 2.0})
     return {"comm": {"world": 4, "device": "x", "overlap": over, "fsdp": fsdp}}
 
 
@@ -84,10 +91,27 @@ def test_fit_reads_the_microbenchmark_only():
     cal = fit(_synthetic())
     assert cal["compute_slowdown"] == {"all_gather": 1.25, "reduce_scatter": 1.1}
     assert cal["comm_slowdown"]["all_gather"] == 1.05
+    assert cal["fsdp_step_host_s"] == pytest.approx(5e-3, rel=1e-3)
     assert cal["fsdp_unit_host_s"] == pytest.approx(40e-6, rel=1e-3)
     assert cal["fsdp_param_host_s"] == pytest.approx(15e-6, rel=1e-3)
+    assert cal["fsdp_forward_share"] == pytest.approx(0.4)
     terms = to.from_dict(cal)          # a fit is a valid calibration
     assert terms.unit_host_s(2) == pytest.approx(70e-6, rel=1e-3)
+    assert terms.unit_host_s(2, unit=False) == pytest.approx(30e-6, rel=1e-3)
+
+
+def test_shipped_calibration_comes_from_the_shipped_microbenchmark():
+    """accelerators/calibration/train_overheads_nvlink4.json is train_comm_fit.py's output on
+    tests/data/train_comm_h100x4.json (4 x H100), value for value."""
+    import json
+    from train_comm_fit import fit
+    root = Path(__file__).resolve().parent.parent
+    measured = json.loads((root / "tests/data/train_comm_h100x4.json").read_text())
+    shipped = json.loads((root / "accelerators/calibration/"
+                          "train_overheads_nvlink4.json").read_text())
+    assert fit(measured) == shipped
+    t = to.overheads_for("nvlink4")
+    assert 1.0 < t.compute("all_gather") < 2.0 and t.fsdp_unit_host_s > 0
 
 
 def test_calibrated_terms_slow_ddp_and_fsdp_steps(monkeypatch):
@@ -101,7 +125,8 @@ def test_calibrated_terms_slow_ddp_and_fsdp_steps(monkeypatch):
     sysm = System(make_accelerator("gpu:h100"), "dgx-h100", devices=2)
     cal = to.from_dict({"compute_slowdown": {k: 1.3 for k in to.KINDS},
                         "comm_slowdown": {k: 1.2 for k in to.KINDS},
-                        "fsdp_unit_host_s": 2e-3, "fsdp_param_host_s": 1e-5})
+                        "fsdp_unit_host_s": 2e-3, "fsdp_param_host_s": 1e-5,
+                        "fsdp_forward_share": 0.5})
     off, on = {}, {}
     for zero in (0, 3):
         lay = {"dp": 2, "zero": zero, "micro_batch": 2}
@@ -110,5 +135,5 @@ def test_calibrated_terms_slow_ddp_and_fsdp_steps(monkeypatch):
         monkeypatch.setattr(training, "overheads_for", lambda link: cal)
         on[zero] = training.simulate_training(w, sysm, lay, precision="bf16").step_time_s
     assert on[0] > off[0] and on[3] > off[3]
-    # 2 ms of host per unit and pass: the small model's ZeRO-3 step is host-bound
-    assert on[3] >= 2 * 4 * 2e-3
+    # 2 ms of host per unit (3 units: the root's two blocks are one): host-bound
+    assert on[3] >= 3 * 2e-3
