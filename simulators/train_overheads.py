@@ -25,8 +25,9 @@ The first two are measured, not estimated: ``benchmarks/train_comm_measure.py`` 
 them in isolation on lent GPUs (GEMMs against concurrent collectives; Linear stacks local vs
 FSDP2, host-bound), ``benchmarks/train_comm_fit.py`` turns its JSON into
 ``accelerators/calibration/train_overheads_<link>.json`` (per NVLink generation, as the
-collectives' calibration). No file for a link: the terms are off (factors 1, zero host
-time), never below the step without them. Reading the file runs no code (JSON).
+collectives' calibration). They apply to a data-parallel group inside one node (where they
+were measured); across nodes, or with no file for a link, the terms are off (factors 1, zero
+host time). They never make a step faster. Reading the file runs no code (JSON).
 """
 
 from __future__ import annotations
@@ -85,6 +86,17 @@ def overheads_for(link: str | None) -> Overheads:
         raise BadInput("calibration", path.name, "expected a JSON training-overhead "
                        "calibration") from None
     return from_dict(d, path.name)
+
+
+def overheads_in(sysm, group: list[int]) -> Overheads:
+    """The terms for a data-parallel ``group`` of ``sysm``: its link's calibration when the
+    group lies inside one node (where it was measured: one NVLink domain), else :data:`OFF`."""
+    if sysm is None or len(group) < 2:
+        return OFF
+    topo = sysm.topology
+    if len({topo.node_of(r) for r in group}) > 1:
+        return OFF
+    return overheads_for(topo.link.name)
 
 
 def from_dict(d: Any, name: str = "calibration") -> Overheads:

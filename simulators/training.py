@@ -50,7 +50,8 @@ from accelerators.host import Host, host_from
 from dse.errors import BadInput, InfeasibleDesign
 from simulators.engine import simulate as _simulate
 from simulators.pipeline import F, run_schedule, schedule
-from simulators.train_overheads import OFF, Overheads, copy_s, overheads_for, overlap_s, slowed
+from simulators.train_overheads import (OFF, Overheads, copy_s, overheads_in, overlap_s,
+                                        slowed)
 from simulators.economics import AMORTISATION_YEARS as LIFETIME_YEARS, USD_PER_KWH, YEAR_S as _YEAR_S
 from workloads import ir
 from workloads.gna import dense_equivalent
@@ -335,7 +336,7 @@ def _run(plan: TrainPlan, sysm, design: Template, prec: Precision, opt: Optimize
     m = plan.microbatches
     costs = _Costs(design)
     seg_t, energy = _block_times(plan, sysm, costs)
-    terms = overheads_for(sysm.topology.link.name) if sysm is not None else OFF
+    terms = overheads_in(sysm, lay.group("dpcp", pp=0))
     chunk_f, chunk_b = _chunk_times(plan, sysm, seg_t, prec, energy, design, terms)
     p2p_t = _coll(sysm, "send_recv", plan.p2p_bytes, [lay.rank(pp=0), lay.rank(pp=1)])[0] \
         if lay.pp > 1 else 0.0

@@ -35,6 +35,18 @@ def test_unknown_link_has_the_terms_off():
     assert to.OFF.compute("all_reduce") == 1.0 and to.OFF.unit_host_s(12) == 0.0
 
 
+def test_terms_apply_inside_one_node_only():
+    """Measured on four GPUs of one NVLink domain: a group across nodes gets none."""
+    from accelerators.registry import make_accelerator
+    from accelerators.system import System
+    sysm = System(make_accelerator("gpu:h100"), "dgx-h100", devices=16, topology="two_level",
+                  group_size=8, nic="cx7")
+    assert sysm.topology.node_of(0) != sysm.topology.node_of(15)
+    assert to.overheads_in(sysm, [0, 1, 2, 3]) is to.overheads_for("nvlink4")
+    assert to.overheads_in(sysm, [0, 15]) is to.OFF
+    assert to.overheads_in(None, [0, 1]) is to.OFF
+
+
 def test_slowed_counts_overlap_once_up_to_the_compute():
     t = to.from_dict({"compute_slowdown": {"all_gather": 1.5, "reduce_scatter": 1.2}})
     assert to.slowed(2.0, {}, t) == 2.0
@@ -130,9 +142,9 @@ def test_calibrated_terms_slow_ddp_and_fsdp_steps(monkeypatch):
     off, on = {}, {}
     for zero in (0, 3):
         lay = {"dp": 2, "zero": zero, "micro_batch": 2}
-        monkeypatch.setattr(training, "overheads_for", lambda link: to.OFF)
+        monkeypatch.setattr(training, "overheads_in", lambda sysm, group: to.OFF)
         off[zero] = training.simulate_training(w, sysm, lay, precision="bf16").step_time_s
-        monkeypatch.setattr(training, "overheads_for", lambda link: cal)
+        monkeypatch.setattr(training, "overheads_in", lambda sysm, group: cal)
         on[zero] = training.simulate_training(w, sysm, lay, precision="bf16").step_time_s
     assert on[0] > off[0] and on[3] > off[3]
     # 2 ms of host per unit (3 units: the root's two blocks are one): host-bound
