@@ -9,6 +9,10 @@ For each case (a subset of train_measure's single-GPU cases, the same models bui
 the forward alone, forward + backward, and the optimizer step alone. Per run, every kernel
 name's count and summed duration, and the sum per kind (``gemm``, ``attention``, ``copy``,
 ``elementwise/other``); the backward is the second run minus the first.
+
+``gemm_layouts``: a Linear layer's three bf16 GEMMs in the layouts autograd runs them, on the
+validated models' shapes (tokens x in -> out): forward ``x @ W.T``, data gradient
+``dy @ W``, weight gradient ``dy.T @ x`` (CUDA events, median of 3 runs of 20 calls).
 """
 
 from __future__ import annotations
@@ -100,6 +104,51 @@ def profile_case(torch, case, configs, device, cuda: bool) -> dict:
     return row
 
 
+#: (tokens, in, out) of the validated models' Linear layers.
+GEMM_SHAPES = [(8192, 768, 2304), (8192, 768, 3072), (8192, 3072, 768), (8192, 768, 50257),
+               (8192, 2048, 5632), (8192, 5632, 2048), (8192, 2048, 256), (8192, 2048, 32000),
+               (16384, 768, 3072), (12608, 768, 3072), (12608, 3072, 768), (8192, 1024, 4096)]
+
+
+def gemm_layouts(torch, device, cuda: bool, shapes) -> list[dict]:
+    out = []
+    for t, k, n in shapes:
+        row = {"tokens": t, "in": k, "out": n, "flops": 2.0 * t * k * n}
+        try:
+            dt = torch.bfloat16
+            x = torch.randn(t, k, dtype=dt, device=device)
+            w = torch.randn(n, k, dtype=dt, device=device)
+            dy = torch.randn(t, n, dtype=dt, device=device)
+            for name, fn in (("forward", lambda: torch.mm(x, w.t())),
+                             ("dgrad", lambda: torch.mm(dy, w)),
+                             ("wgrad", lambda: torch.mm(dy.t(), x))):
+                for _ in range(3):
+                    fn()
+                runs = []
+                for _ in range(3):
+                    if cuda:
+                        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
+                            enable_timing=True)
+                        a.record()
+                        for _ in range(20):
+                            fn()
+                        b.record()
+                        b.synchronize()
+                        runs.append(a.elapsed_time(b) / 1e3 / 20)
+                    else:
+                        t0 = time.perf_counter()
+                        fn()
+                        runs.append(time.perf_counter() - t0)
+                row[f"{name}_s"] = sorted(runs)[1]
+            print(f"  gemm {t}x{k}->{n}: fwd {row['forward_s'] * 1e6:8.1f} us dgrad "
+                  f"{row['dgrad_s'] * 1e6:8.1f} us wgrad {row['wgrad_s'] * 1e6:8.1f} us", flush=True)
+            del x, w, dy
+        except Exception as exc:
+            row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        out.append(row)
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "kprof.json"))
@@ -117,6 +166,8 @@ def main(argv=None) -> int:
         if cuda:
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
+        result["gemm_layouts"] = gemm_layouts(
+            torch, device, cuda, [(64, 32, 48)] if args.dry_run else GEMM_SHAPES)
         for case in (TINY_CASES if args.dry_run else CASES):
             if time.time() - t0 > args.budget_s:
                 result["cases"].append({"model": case[0], "skipped": "time budget spent"})
