@@ -60,7 +60,7 @@ from workloads.train_parallel import (TrainLayout, TrainPlan, _segment_workload,
                                       train_layout_from, workspace_bytes)
 from workloads.train_step import (Optimizer, Precision, _rebuild, gemm_formatted,
                                   optimizer_from, optimizer_ops, params_by_layer, precision_from)
-from workloads.training import BWD, FWD, source_layer
+from workloads.training import BWD, FWD
 
 #: Memory categories, in report order.
 CATEGORIES = ("weights", "gradients", "master_weights", "optimizer_states", "activations",
@@ -434,7 +434,7 @@ def _chunk_times(plan: TrainPlan, sysm, seg_t, prec: Precision, energy: list[flo
     lay = plan.layout
     zero3 = lay.zero == 3 and lay.dp * lay.cp > 1
     per_block = zero3 or (lay.zero == 2 and lay.dp * lay.cp > 1)
-    tensors = _block_tensors(plan) if zero3 else {}
+    tensors = params_by_layer(plan.joint, tensors=True) if zero3 else {}
     chunk_f, chunk_b = [], []
     for c, blocks in enumerate(plan.chunks):
         s = plan.stage_of_chunk(c)
@@ -475,13 +475,6 @@ def _chunk_times(plan: TrainPlan, sysm, seg_t, prec: Precision, energy: list[flo
         chunk_f.append(_overlapped(f, gat, [0.0] * len(f), terms, host_f))
         chunk_b.append(_overlapped(b, gat[::-1], rs[::-1], terms, host_b))
     return chunk_f, chunk_b
-
-
-def _block_tensors(plan: TrainPlan) -> dict[int, float]:
-    """Parameter tensors of each block (of the captured block that stands for it)."""
-    captured = params_by_layer(plan.joint, tensors=True)
-    return {layer: float(captured.get(source_layer(plan.joint, layer), 0))
-            for layer in range(-1, plan.layers + 1)}
 
 
 def _compute_spans(plan: TrainPlan, run) -> list[tuple[int, str, str, str, float, float]]:

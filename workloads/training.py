@@ -58,7 +58,7 @@ from workloads.patterns import fuse_eager_attention
 TRAIN = "train"
 #: Version of the training capture's semantics, in its cache keys (bump when the graph a
 #: capture builds changes).
-CAPTURE_VERSION = 6
+CAPTURE_VERSION = 7   # 7: param_tensors on first-use ops
 LOSSES = ("cross_entropy", "mse")
 ATTENTIONS = ("fused", "eager")
 FWD, BWD, OPT = "fwd", "bwd", "opt"
