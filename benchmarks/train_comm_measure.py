@@ -33,8 +33,8 @@ Three parts (standalone: torch + NCCL only, no project code):
     the per-unit hook and launch overhead.
 
 Rank 0 writes one JSON; per-case errors are recorded and the run goes on. ``--dry-run`` runs
-every path at tiny sizes on the CPU (gloo):
-``torchrun --standalone --nproc_per_node 2 benchmarks/train_comm_measure.py --dry-run --out /tmp/c.json``.
+every path at tiny sizes on the CPU (gloo): ``torchrun --standalone --nproc_per_node 2
+benchmarks/train_comm_measure.py --dry-run --out /tmp/c.json``.
 """
 
 from __future__ import annotations

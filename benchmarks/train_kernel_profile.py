@@ -141,7 +141,8 @@ def gemm_layouts(torch, device, cuda: bool, shapes) -> list[dict]:
                         runs.append(time.perf_counter() - t0)
                 row[f"{name}_s"] = sorted(runs)[1]
             print(f"  gemm {t}x{k}->{n}: fwd {row['forward_s'] * 1e6:8.1f} us dgrad "
-                  f"{row['dgrad_s'] * 1e6:8.1f} us wgrad {row['wgrad_s'] * 1e6:8.1f} us", flush=True)
+                  f"{row['dgrad_s'] * 1e6:8.1f} us wgrad {row['wgrad_s'] * 1e6:8.1f} us",
+                  flush=True)
             del x, w, dy
         except Exception as exc:
             row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
