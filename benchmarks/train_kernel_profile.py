@@ -13,6 +13,11 @@ name's count and summed duration, and the sum per kind (``gemm``, ``attention``,
 ``gemm_layouts``: a Linear layer's three bf16 GEMMs in the layouts autograd runs them, on the
 validated models' shapes (tokens x in -> out): forward ``x @ W.T``, data gradient
 ``dy @ W``, weight gradient ``dy.T @ x`` (CUDA events, median of 3 runs of 20 calls).
+
+``host``: the host's time to issue a training step's forward and backward, on stacks of units
+of Linear + ReLU pairs small enough (d 256, 64 tokens) that the GPU waits on the host, with and
+without ``torch.utils.checkpoint`` (non-reentrant) around each unit: Python's forward
+dispatch, the autograd engine's backward and what checkpointing adds per unit.
 """
 
 from __future__ import annotations
@@ -150,6 +155,52 @@ def gemm_layouts(torch, device, cuda: bool, shapes) -> list[dict]:
     return out
 
 
+#: (linears per unit, units, checkpointed) of the host stacks.
+HOST_STACKS = [(2, 8, False), (2, 8, True), (8, 8, False), (8, 8, True), (2, 16, False),
+               (2, 16, True)]
+
+
+def host_costs(torch, device, cuda: bool, stacks, d: int = 256, tokens: int = 64) -> list[dict]:
+    from torch.utils.checkpoint import checkpoint
+    nn = torch.nn
+    out = []
+    for linears, units, ckpt in stacks:
+        row = {"linears": linears, "units": units, "checkpoint": ckpt, "d": d, "tokens": tokens}
+        try:
+            torch.manual_seed(0)
+            blocks = nn.ModuleList(nn.Sequential(*[m for _ in range(linears) for m in (
+                nn.Linear(d, d), nn.ReLU())]) for _ in range(units)).to(device, torch.bfloat16)
+            x = torch.randn(tokens, d, device=device, dtype=torch.bfloat16, requires_grad=True)
+
+            def step():
+                for p in blocks.parameters():
+                    p.grad = None
+                t0 = time.perf_counter()
+                h = x
+                for b in blocks:
+                    h = checkpoint(b, h, use_reentrant=False) if ckpt else b(h)
+                loss = h.float().square().mean()
+                t1 = time.perf_counter()
+                loss.backward()
+                t2 = time.perf_counter()
+                if cuda:
+                    torch.cuda.synchronize()
+                return t1 - t0, t2 - t1, time.perf_counter() - t0
+            for _ in range(3):
+                step()
+            runs = [step() for _ in range(10)]
+            row.update(forward_host_s=sorted(r[0] for r in runs)[5],
+                       backward_host_s=sorted(r[1] for r in runs)[5],
+                       step_s=sorted(r[2] for r in runs)[5])
+            print(f"  host lin{linears} units{units} ckpt {ckpt!s:<5} fwd "
+                  f"{row['forward_host_s'] * 1e3:6.2f} ms bwd {row['backward_host_s'] * 1e3:6.2f}"
+                  f" ms step {row['step_s'] * 1e3:6.2f} ms", flush=True)
+        except Exception as exc:
+            row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        out.append(row)
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "kprof.json"))
@@ -169,6 +220,8 @@ def main(argv=None) -> int:
             torch.backends.cudnn.allow_tf32 = True
         result["gemm_layouts"] = gemm_layouts(
             torch, device, cuda, [(64, 32, 48)] if args.dry_run else GEMM_SHAPES)
+        result["host"] = host_costs(torch, device, cuda, HOST_STACKS[:2] if args.dry_run
+                                    else HOST_STACKS)
         for case in (TINY_CASES if args.dry_run else CASES):
             if time.time() - t0 > args.budget_s:
                 result["cases"].append({"model": case[0], "skipped": "time budget spent"})
