@@ -149,3 +149,19 @@ def test_calibrated_terms_slow_ddp_and_fsdp_steps(monkeypatch):
     assert on[0] > off[0] and on[3] > off[3]
     # 2 ms of host per unit (3 units: the root's two blocks are one): host-bound
     assert on[3] >= 3 * 2e-3
+
+
+def test_a_blocks_dropped_views_do_not_grow_with_the_models_depth():
+    """Each block segment carries its share of the view ops capture dropped (the eager
+    runtime charges them to its host): before, every block carried the whole model's."""
+    from workloads.train_build import zoo_train_workload
+    from workloads.train_parallel import plan_training, train_layout_from
+    views = []
+    for layers in (2, 4):
+        w = zoo_train_workload("gpt2", batch=1, seq=32, dtype="bf16", arch={"n_layer": layers})
+        plan = plan_training(w, train_layout_from({"micro_batch": 1}))
+        seg = plan.segment(0, "fwd").compute
+        views.append(sum(c for _, c in seg.free_ops))
+        total = sum(c for _, c in w.free_ops)
+        assert 0 < views[-1] < total
+    assert views[1] == pytest.approx(views[0], rel=0.2)
