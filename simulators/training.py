@@ -512,18 +512,19 @@ def _reduce_gradients(plan: TrainPlan, sysm, run, seg_t, grad_bytes: float, span
             kind = "all_reduce" if lay.zero == 0 else "reduce_scatter"
             chunks = sorted((c for c in range(len(plan.chunks)) if plan.stage_of_chunk(c) == s),
                             key=lambda c: run.last_backward.get(c, (0.0, 0.0))[1])
-            comm_free, busy = _play_buckets(plan, run, seg_t, grad_bytes, s, chunks,
-                                            compute_end, kind, group, sysm, terms, 0.0)
+            comm_free, busy, _ = _play_buckets(plan, run, seg_t, grad_bytes, s, chunks,
+                                               compute_end, kind, group, sysm, terms, 0.0)
             bwd = [run.last_backward.get(c, (compute_end, compute_end)) for c in chunks]
             window = sum(e0 - b0 for b0, e0 in bwd)
             over = sum(sum(overlap_s(busy, b0, e0).values()) for b0, e0 in bwd)
             extra = slowed(window, {kind: over}, terms) - window
             if extra > 0:
                 compute_end += extra
-            comm_free, busy = _play_buckets(plan, run, seg_t, grad_bytes, s, chunks,
-                                            compute_end, kind, group, sysm, terms, extra)
+            comm_free, busy, sizes = _play_buckets(plan, run, seg_t, grad_bytes, s, chunks,
+                                                   compute_end, kind, group, sysm, terms,
+                                                   extra)
             dev = lay.rank(pp=s)
-            for (b0, b1, _), nbytes in zip(busy, _buckets(plan, grad_bytes, chunks)):
+            for (b0, b1, _), nbytes in zip(busy, sizes):
                 spans.append((dev, "communication", f"{kind} {nbytes / 1e6:.0f} MB", "dp",
                               b0, b1))
                 energy[s] += _coll(sysm, kind, nbytes, group)[1] / len(group)
@@ -533,30 +534,18 @@ def _reduce_gradients(plan: TrainPlan, sysm, run, seg_t, grad_bytes: float, span
     return finish, exposed
 
 
-def _buckets(plan: TrainPlan, grad_bytes: float, chunks: list[int]) -> list[float]:
-    """The gradient buckets' bytes in the order the backward fills them."""
-    lay = plan.layout
-    out, pending = [], 0.0
-    for c in chunks:
-        for layer in reversed(plan.chunks[c]):
-            pending += plan.params.get(layer, 0.0) * grad_bytes
-            if pending >= lay.bucket_mb * 1e6:
-                out.append(pending)
-                pending = 0.0
-    if pending > 0:
-        out.append(pending)
-    return out
-
-
 def _play_buckets(plan: TrainPlan, run, seg_t, grad_bytes: float, s: int, chunks: list[int],
                   compute_end: float, kind: str, group: list[int], sysm, terms: Overheads,
-                  stretch_s: float) -> tuple[float, list[tuple[float, float, str]]]:
+                  stretch_s: float
+                  ) -> tuple[float, list[tuple[float, float, str]], list[float]]:
     """The buckets of stage ``s`` on the communication stream: each issued when the last
     backward has produced it (that backward ``stretch_s`` longer, spread over its blocks),
-    slowed while it overlaps compute. (When the stream is free, its busy spans.)"""
+    slowed while it overlaps compute. Returns when the stream is free, its busy spans and the
+    buckets' bytes."""
     lay = plan.layout
     comm_free, pending, ready_at = 0.0, 0.0, 0.0
     busy: list[tuple[float, float, str]] = []
+    sizes: list[float] = []
     total_all = sum(e0 - b0 for b0, e0 in (run.last_backward.get(c, (0.0, 0.0))
                                            for c in chunks)) or 1.0
     shift = 0.0
@@ -567,6 +556,7 @@ def _play_buckets(plan: TrainPlan, run, seg_t, grad_bytes: float, s: int, chunks
         if start < compute_end:
             t *= terms.comm(kind)
         busy.append((start, start + t, kind))
+        sizes.append(nbytes)
         return start + t
     for c in chunks:
         b0, e0 = run.last_backward.get(c, (compute_end, compute_end))
@@ -585,7 +575,7 @@ def _play_buckets(plan: TrainPlan, run, seg_t, grad_bytes: float, s: int, chunks
                 comm_free, pending = flush(pending, ready_at, comm_free), 0.0
     if pending > 0:
         comm_free = flush(pending, ready_at, comm_free)
-    return comm_free, busy
+    return comm_free, busy, sizes
 
 
 def _optimizer_step(plan: TrainPlan, sysm, design: Template, costs: _Costs, prec: Precision,
