@@ -27,7 +27,9 @@ SHAPES = [(8, 12, 1024, 64), (8, 16, 1024, 64), (32, 12, 512, 64), (64, 12, 197,
 TINY = [(1, 2, 32, 16)]
 
 
-def timed(torch, fn, cuda: bool) -> float:
+def timed(torch, fn, cuda: bool, calls: int = 10) -> float:
+    """Median over 3 runs of ``calls`` calls of one call's time (CUDA events), after 3
+    warm-up calls."""
     for _ in range(3):
         fn()
     runs = []
@@ -35,11 +37,11 @@ def timed(torch, fn, cuda: bool) -> float:
         if cuda:
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
-            for _ in range(10):
+            for _ in range(calls):
                 fn()
             b.record()
             b.synchronize()
-            runs.append(a.elapsed_time(b) / 1e3 / 10)
+            runs.append(a.elapsed_time(b) / 1e3 / calls)
         else:
             t0 = time.perf_counter()
             fn()

@@ -31,6 +31,7 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import train_measure as tm  # noqa: E402  (the same models, built the same way)
+from sdpa_measure import timed  # noqa: E402
 
 CASES = [("gpt2", 8, 1024, "bf16", "foreach"), ("gpt2", 8, 1024, "amp", "foreach"),
          ("tinyllama-1.1b", 4, 2048, "bf16", "foreach"), ("bert-base", 32, 512, "bf16", "foreach"),
@@ -127,24 +128,7 @@ def gemm_layouts(torch, device, cuda: bool, shapes) -> list[dict]:
             for name, fn in (("forward", lambda: torch.mm(x, w.t())),
                              ("dgrad", lambda: torch.mm(dy, w)),
                              ("wgrad", lambda: torch.mm(dy.t(), x))):
-                for _ in range(3):
-                    fn()
-                runs = []
-                for _ in range(3):
-                    if cuda:
-                        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
-                            enable_timing=True)
-                        a.record()
-                        for _ in range(20):
-                            fn()
-                        b.record()
-                        b.synchronize()
-                        runs.append(a.elapsed_time(b) / 1e3 / 20)
-                    else:
-                        t0 = time.perf_counter()
-                        fn()
-                        runs.append(time.perf_counter() - t0)
-                row[f"{name}_s"] = sorted(runs)[1]
+                row[f"{name}_s"] = timed(torch, fn, cuda, calls=20)
             print(f"  gemm {t}x{k}->{n}: fwd {row['forward_s'] * 1e6:8.1f} us dgrad "
                   f"{row['dgrad_s'] * 1e6:8.1f} us wgrad {row['wgrad_s'] * 1e6:8.1f} us",
                   flush=True)
