@@ -84,6 +84,15 @@ def case(torch, device, cuda: bool, shape, causal: bool, dropout: float) -> dict
     return row
 
 
+def write_result(result: dict, out: str, t0: float) -> None:
+    """Write ``result`` (with its wall time since ``t0``) to ``out`` as JSON."""
+    result["wall_s"] = time.time() - t0
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"wrote {out} ({result['wall_s']:.0f} s)", flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "sdpa.json"))
@@ -111,11 +120,7 @@ def main(argv=None) -> int:
     except Exception as exc:
         result["error"] = f"{type(exc).__name__}: {exc}"
         traceback.print_exc()
-    result["wall_s"] = time.time() - t0
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
-    print(f"wrote {args.out} ({result['wall_s']:.0f} s)", flush=True)
+    write_result(result, args.out, t0)
     return 0
 
 

@@ -23,7 +23,6 @@ dispatch, the autograd engine's backward and what checkpointing adds per unit.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -31,7 +30,7 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import train_measure as tm  # noqa: E402  (the same models, built the same way)
-from sdpa_measure import timed  # noqa: E402
+from sdpa_measure import timed, write_result  # noqa: E402
 
 CASES = [("gpt2", 8, 1024, "bf16", "foreach"), ("gpt2", 8, 1024, "amp", "foreach"),
          ("tinyllama-1.1b", 4, 2048, "bf16", "foreach"), ("bert-base", 32, 512, "bf16", "foreach"),
@@ -220,11 +219,7 @@ def main(argv=None) -> int:
     except Exception as exc:
         result["error"] = f"{type(exc).__name__}: {exc}"
         traceback.print_exc()
-    result["wall_s"] = time.time() - t0
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
-    print(f"wrote {args.out} ({result['wall_s']:.0f} s)", flush=True)
+    write_result(result, args.out, t0)
     return 0
 
 
