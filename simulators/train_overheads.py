@@ -8,9 +8,9 @@
   the factor on the collective while compute runs.
 * **FSDP2's host work.** The ``fully_shard`` units' hooks (pre/post forward, pre/post
   backward: all-gather issue, copy-out views, reduce-scatter issue, resharding) cost host
-  time per step (``fsdp_step_host_s``: the root's), per unit (``fsdp_unit_host_s``) and per
-  parameter tensor (``fsdp_param_host_s``), ``fsdp_forward_share`` of it in the forward and
-  the rest in the backward. A unit cannot start before the host has issued it (the host's
+  time per forward + backward (``fsdp_step_host_s``: the root's), per unit
+  (``fsdp_unit_host_s``) and per parameter tensor (``fsdp_param_host_s``),
+  ``fsdp_forward_share`` of it in the forward and the rest in the backward. A unit cannot start before the host has issued it (the host's
   own dispatch of the unit's ops is not counted: the ``kernels`` runtime has none, so the
   host chain is a lower bound).
 * **Copies**, costed from first principles on the device's template (an element-wise copy
@@ -18,10 +18,11 @@
   copy-in (the unit's shard into the flat input, before the all-gather), copy-out (the
   gathered flat buffer into the unit's parameters, on the compute stream before the unit
   runs) and the reduce-scatter's copy-in (``chunk_cat`` of the unit's gradients, before the
-  reduce-scatter); DDP's copy of each gradient into its bucket and back
-  (``gradient_as_bucket_view=False``, PyTorch's default), on the compute stream.
+  reduce-scatter). DDP's copies of the gradients into its buckets and back (PyTorch's
+  ``gradient_as_bucket_view=False``) are not modelled: Megatron's contiguous buffers have
+  none, and the layout does not say which framework runs it.
 
-The first two are measured, not estimated: ``benchmarks/train_comm_measure.py`` measures
+The first two are measured [M], not estimated: ``benchmarks/train_comm_measure.py`` measures
 them in isolation on lent GPUs (GEMMs against concurrent collectives; Linear stacks local vs
 FSDP2, host-bound), ``benchmarks/train_comm_fit.py`` turns its JSON into
 ``accelerators/calibration/train_overheads_<link>.json`` (per NVLink generation, as the
