@@ -100,6 +100,48 @@ def overheads_in(sysm, group: list[int]) -> Overheads:
     return overheads_for(topo.link.name)
 
 
+#: GPU presets whose SDPA runs the sm90 (Hopper) kernels the attention factors were measured on.
+SM90_PRESETS = ("h100", "h100-pcie", "h200")
+ATTENTION_KEYS = ("forward", "backward", "forward_dropout", "backward_dropout")
+
+
+@lru_cache(maxsize=4)
+def _attention_file(name: str) -> dict[str, float] | None:
+    path = CALIBRATION_DIR / name
+    if not path.is_file():
+        return None
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise BadInput("calibration", name, "expected a JSON attention calibration") from None
+    f = d.get("factors") if isinstance(d, dict) else None
+    if not isinstance(f, dict) or any(k not in ATTENTION_KEYS or not _num(v) or not 1.0 <= v <= 4.0
+                                      for k, v in f.items()):
+        raise BadInput(f"{name}.factors", str(f)[:60], f"an object of {ATTENTION_KEYS} to "
+                       "factors in [1, 4]")
+    return {k: float(v) for k, v in f.items()}
+
+
+def attention_factors(design) -> dict[str, float] | None:
+    """Measured factors on the fused-attention time of a training step on ``design`` (its
+    forward and backward, with and without dropout: ``benchmarks/sdpa_measure.py`` against the
+    attention model, written by ``benchmarks/sdpa_fit.py``), or None where none were measured
+    (a GPU whose preset is not a Hopper one, or another template)."""
+    if getattr(design, "name", "") != "gpu" or getattr(design, "preset", None) not in SM90_PRESETS:
+        return None
+    return _attention_file("train_attention_sm90.json")
+
+
+def attention_factor(op: Op, factors: dict[str, float] | None) -> float:
+    """The factor on ``op``'s time (1 for an op that is not fused attention)."""
+    if not factors or op.kind != ir.ATTENTION:
+        return 1.0
+    key = "backward" if op.attrs.get("backward") else "forward"
+    if op.attrs.get("dropout"):
+        key += "_dropout"
+    return float(factors.get(key, 1.0))
+
+
 def from_dict(d: Any, name: str = "calibration") -> Overheads:
     """:class:`Overheads` from a calibration's JSON object; one line naming the bad field."""
     if not isinstance(d, dict):

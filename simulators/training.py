@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 import math
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from accelerators.base import Template
@@ -50,8 +50,8 @@ from accelerators.host import Host, host_from
 from dse.errors import BadInput, InfeasibleDesign
 from simulators.engine import simulate as _simulate
 from simulators.pipeline import F, run_schedule, schedule
-from simulators.train_overheads import (OFF, Overheads, copy_s, overheads_in, overlap_s,
-                                        slowed)
+from simulators.train_overheads import (OFF, Overheads, attention_factor, attention_factors,
+                                        copy_s, overheads_in, overlap_s, slowed)
 from simulators.economics import AMORTISATION_YEARS as LIFETIME_YEARS, USD_PER_KWH, YEAR_S as _YEAR_S
 from workloads import ir
 from workloads.gna import dense_equivalent
@@ -221,6 +221,7 @@ class _Costs:
         self.design = design
         self._design_key = json.dumps([type(design).__name__, dict(design.hw)],
                                       sort_keys=True, default=str)
+        self._attention = attention_factors(design)
 
     def __call__(self, w: Workload) -> tuple[float, float]:
         """(latency_s, dynamic energy_j) of ``w`` on the design."""
@@ -232,12 +233,23 @@ class _Costs:
         hit = _COST_MEMO.get(key)
         if hit is None:
             planned = self.design.plan(w if self.design.SPARSE_ATTENTION else dense_equivalent(w))
-            r = _simulate(planned, self.design, self.design.costs(planned))
+            costs = self.design.costs(planned)
+            if self._attention:                 # measured: fused attention in training
+                costs = [_scaled_cost(c, attention_factor(op, self._attention))
+                         for op, c in zip(planned.ops, costs)]
+            r = _simulate(planned, self.design, costs)
             dynamic = r.energy_j - r.energy_breakdown_j.get("static", 0.0)
             hit = _COST_MEMO[key] = (r.latency_s, dynamic)
             while len(_COST_MEMO) > _COST_MEMO_SIZE:
                 _COST_MEMO.popitem(last=False)
         return hit
+
+
+def _scaled_cost(c, factor: float):
+    """``c`` taking ``factor`` times as long (>= 1: only ever slower)."""
+    if factor <= 1.0:
+        return c
+    return replace(c, latency_s=c.latency_s * factor, compute_s=c.compute_s * factor)
 
 
 def _overlapped(compute: list[float], gather: list[float], scatter: list[float],

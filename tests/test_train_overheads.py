@@ -165,3 +165,39 @@ def test_a_blocks_dropped_views_do_not_grow_with_the_models_depth():
         total = sum(c for _, c in w.free_ops)
         assert 0 < views[-1] < total
     assert views[1] == pytest.approx(views[0], rel=0.2)
+
+
+def test_attention_dropout_is_captured_and_its_factor_applied():
+    """A config's attention dropout lands on its attention ops (forward and backward); the
+    measured factors scale only fused attention, by pass and dropout, on Hopper GPUs."""
+    from accelerators.registry import make_accelerator
+    from workloads import ir
+    from workloads.train_build import hf_train_workload
+    cfg = {"model_type": "gpt2", "n_embd": 64, "n_layer": 1, "n_head": 4, "n_positions": 64,
+           "vocab_size": 128}
+    for p in (0.1, 0.0):
+        w = hf_train_workload({**cfg, "attn_pdrop": p}, batch=2, seq=16, dtype="bf16")
+        att = [op for op in w.ops if op.kind == ir.ATTENTION]
+        assert len(att) == 2 and all(op.attrs.get("dropout", 0.0) == p for op in att)
+    factors = {"forward": 1.1, "backward": 1.4, "forward_dropout": 2.0, "backward_dropout": 2.2}
+    fwd, bwd = att if not att[0].attrs.get("backward") else att[::-1]
+    assert to.attention_factor(fwd, factors) == 1.1
+    assert to.attention_factor(bwd.with_attrs(dropout=0.1), factors) == 2.2
+    assert all(to.attention_factor(op, factors) == 1.0 for op in w.ops
+               if op.kind != ir.ATTENTION)
+    assert to.attention_factors(make_accelerator("gpu:a100")) is None
+    assert to.attention_factors(make_accelerator("npu")) is None
+    assert to.attention_factor(fwd, None) == 1.0
+
+
+def test_a_bad_attention_calibration_names_the_field(monkeypatch, tmp_path):
+    monkeypatch.setattr(to, "CALIBRATION_DIR", tmp_path)
+    to._attention_file.cache_clear()
+    try:
+        assert to._attention_file("train_attention_sm90.json") is None
+        (tmp_path / "train_attention_sm90.json").write_text('{"factors": {"forward": 0.3}}')
+        to._attention_file.cache_clear()
+        with pytest.raises(BadInput, match=r"factors.*factors in \[1, 4\]"):
+            to._attention_file("train_attention_sm90.json")
+    finally:
+        to._attention_file.cache_clear()

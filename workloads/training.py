@@ -58,7 +58,7 @@ from workloads.patterns import fuse_eager_attention
 TRAIN = "train"
 #: Version of the training capture's semantics, in its cache keys (bump when the graph a
 #: capture builds changes).
-CAPTURE_VERSION = 7   # 7: param_tensors on first-use ops
+CAPTURE_VERSION = 8   # 7: param_tensors on first-use ops; 8: attention dropout
 LOSSES = ("cross_entropy", "mse")
 ATTENTIONS = ("fused", "eager")
 FWD, BWD, OPT = "fwd", "bwd", "opt"
@@ -193,20 +193,23 @@ class _Marks:
 def _fused_attention(causal: bool):
     """SDPA as the fused kernel a GPU runs: the CPU's flash kernel takes neither dropout nor
     a mask tensor and would fall back to the math path, so the trace passes no dropout (a
-    fused kernel draws it in registers: no extra traffic) and, instead of a mask, causal
+    fused kernel draws it in registers: no extra traffic, but time; the largest dropout
+    probability seen is yielded and put on the attention ops) and, instead of a mask, causal
     attention where the capture is of a causal model with equal query and key lengths (what
     transformers hands SDPA on a GPU when nothing is padded), none otherwise."""
     original = F.scaled_dot_product_attention
+    seen = {"dropout": 0.0}
 
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
              enable_gqa=False):
         is_causal = bool(is_causal) or (attn_mask is not None and causal
                                         and query.shape[-2] == key.shape[-2])
+        seen["dropout"] = max(seen["dropout"], float(dropout_p or 0.0))
         return original(query, key, value, dropout_p=0.0, is_causal=is_causal, scale=scale,
                         enable_gqa=enable_gqa)
     F.scaled_dot_product_attention = sdpa
     try:
-        yield
+        yield seen
     finally:
         F.scaled_dot_product_attention = original
 
@@ -475,7 +478,7 @@ def capture_train(module: nn.Module, args: tuple = (), kwargs: dict | None = Non
         raise BadInput("weights", weights, "expected one of " + ", ".join(ir.DTYPE_BYTES))
     traced = dtype in TRACE_DTYPES and weights in TRACE_DTYPES
     amp = TRACE_DTYPES[dtype] if traced and weights != dtype else None
-    with _eager_attention() if attention == "eager" else _fused_attention(causal):
+    with _eager_attention() if attention == "eager" else _fused_attention(causal) as seen:
         gm, pnames, bnames, trainable, marks = trace_step(
             module, tuple(args), kwargs, loss, blocks,
             TRACE_DTYPES[weights] if traced else None, amp)
@@ -517,6 +520,8 @@ def capture_train(module: nn.Module, args: tuple = (), kwargs: dict | None = Non
     for name in graph.nodes:
         op = graph.nodes[name]["op"]
         extra = {"pass": passes.get(name, BWD), "layer": layer_of.get(name, layers)}
+        if op.kind == ir.ATTENTION and (seen or {}).get("dropout"):
+            extra["dropout"] = seen["dropout"]   # the fused kernel draws it (not traced)
         if owned_saved.get(name):
             extra["saved_bytes"] = owned_saved[name]
         if owned_params.get(name):
