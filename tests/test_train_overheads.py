@@ -201,3 +201,17 @@ def test_a_bad_attention_calibration_names_the_field(monkeypatch, tmp_path):
             to._attention_file("train_attention_sm90.json")
     finally:
         to._attention_file.cache_clear()
+
+
+def test_shipped_attention_factors_come_from_the_shipped_sdpa_microbenchmark():
+    """accelerators/calibration/train_attention_sm90.json is sdpa_fit.py's output on
+    tests/data/sdpa_h100.json (SDPA alone on an H100), value for value."""
+    import json
+    from accelerators.registry import make_accelerator
+    from sdpa_fit import fit
+    root = Path(__file__).resolve().parent.parent
+    cal, rows = fit(json.loads((root / "tests/data/sdpa_h100.json").read_text()))
+    shipped = json.loads((root / "accelerators/calibration/train_attention_sm90.json").read_text())
+    assert cal == shipped and len(rows) == 20
+    assert to.attention_factors(make_accelerator("gpu:h200")) == shipped["factors"]
+    assert shipped["factors"]["forward_dropout"] > shipped["factors"]["forward"] >= 1.0
