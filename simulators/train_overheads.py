@@ -22,6 +22,13 @@
   ``gradient_as_bucket_view=False``) are not modelled: Megatron's contiguous buffers have
   none, and the layout does not say which framework runs it.
 
+* **Fused attention in training** on Hopper GPUs (:func:`attention_factors`): SDPA's forward
+  takes ``forward`` times the attention model's time, ``forward_dropout`` times with attention
+  dropout (the capture keeps the dropout probability on the attention ops; the kernel draws
+  its mask, which the model's traffic does not see); measured [M] by
+  ``benchmarks/sdpa_measure.py`` on an H100, written by ``benchmarks/sdpa_fit.py`` to
+  ``accelerators/calibration/train_attention_sm90.json``.
+
 The first two are measured [M], not estimated: ``benchmarks/train_comm_measure.py`` measures
 them in isolation on lent GPUs (GEMMs against concurrent collectives; Linear stacks local vs
 FSDP2, host-bound), ``benchmarks/train_comm_fit.py`` turns its JSON into
