@@ -52,6 +52,11 @@ class Numpy:
         return np.true_divide(a, b, dtype=np.float64)
 
     @staticmethod
+    def fill_where(x, mask, value) -> None:
+        """``x[mask] = value`` in place (a scalar ``value``), without counting ``mask``."""
+        np.copyto(x, value, where=mask)
+
+    @staticmethod
     def to_int(x):
         """Truncation toward zero of whole floats (``int(x)``)."""
         return np.asarray(x).astype(np.int64)
@@ -105,24 +110,41 @@ class Torch:
         self.torch = torch
         self.device = torch.device(device)
         self.float64, self.int64, self.bool_ = torch.float64, torch.int64, torch.bool
+        self._scalars: dict[tuple, Any] = {}
+
+    def _scalar(self, x, dtype):
+        """A 0-d tensor of ``x``: filled on the device (t.full, not a host copy, which waits
+        for the device's queue and so serialises every kernel with Python), kept for reuse
+        (read-only: the cost kernels never write into an operand)."""
+        key = (dtype, x.hex() if isinstance(x, float) else x)   # -0.0 and NaN kept apart
+        out = self._scalars.get(key)
+        if out is None:
+            if len(self._scalars) >= 4096:
+                self._scalars.clear()
+            out = self._scalars[key] = self.torch.full((), x, dtype=dtype, device=self.device)
+        return out
 
     def _t(self, x, dtype=None):
         t = self.torch
         if isinstance(x, t.Tensor):
             return x if dtype is None or x.dtype == dtype else x.to(dtype)
         if isinstance(x, (bool, np.bool_)):
-            return t.tensor(bool(x), device=self.device)
+            return self._scalar(bool(x), t.bool)
         if isinstance(x, (int, np.integer)) and dtype is None:
-            return t.tensor(int(x), dtype=t.int64, device=self.device)
+            return self._scalar(int(x), t.int64)
         if isinstance(x, (float, np.floating)) and dtype is None:
-            return t.tensor(float(x), dtype=t.float64, device=self.device)
+            return self._scalar(float(x), t.float64)
         arr = np.asarray(x)
         if dtype is None:
             dtype = {np.dtype(np.bool_): t.bool, np.dtype(np.int64): t.int64}.get(
                 arr.dtype, t.float64 if arr.dtype.kind == "f" else None)
             if dtype is None and arr.dtype.kind in "iu":
                 dtype = t.int64
-        return t.as_tensor(arr, dtype=dtype, device=self.device)
+        if self.device.type == "cpu":
+            return t.as_tensor(arr, dtype=dtype)
+        # a pageable host buffer is staged by the copy call itself, so non_blocking is safe
+        # and the host does not wait for the device's queue
+        return t.as_tensor(arr, dtype=dtype).to(self.device, non_blocking=True)
 
     def asarray(self, x, dtype=None):
         if dtype is not None:
@@ -170,6 +192,9 @@ class Torch:
 
     def div(self, a, b):
         return self.torch.true_divide(self._t(a, self.float64), self._t(b, self.float64))
+
+    def fill_where(self, x, mask, value) -> None:
+        x.masked_fill_(self._t(mask), value)
 
     def to_int(self, x):
         return self._t(x).to(self.int64)   # truncation toward zero, as numpy's astype

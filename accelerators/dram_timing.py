@@ -122,6 +122,17 @@ def timing_problem(t: DramTiming) -> tuple[str, int, str] | None:
     return None
 
 
+def random_access_Bps(t: DramTiming, access_bytes: int, banks: int) -> float:
+    """Bandwidth of one channel, B/s, for reads of ``access_bytes`` at random addresses, each
+    opening a row (tables far larger than the open rows, as hash-grid look-ups are): one
+    access per activation, and activations come at most one per tRRD_S, four per tFAW and one
+    per tRC (tRAS + tRP) per bank over ``banks`` banks; the access's own bus time bounds it
+    too (the peak)."""
+    bus = max(1, _cdiv(access_bytes, t.burst_bytes)) * t.burst_cycles
+    interval = max(t.trrd_s, t.tfaw / 4, (t.tras + t.trp) / banks, bus)
+    return access_bytes / (interval * t.tck_s)
+
+
 # ---------------------------------------------------------------------------------- energy
 #: Row-activation energy of HBM2, pJ per 1 KiB row [P O'Connor et al., "Fine-Grained DRAM",
 #: MICRO 2017, Table 3: 909 pJ per activation of a 1 KB row]; scaled linearly with page size.

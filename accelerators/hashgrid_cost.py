@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from accelerators.dram_timing import GDDR6, HBM2, random_access_Bps
 from dse.errors import BadInput
 from workloads.hashgrid_op import level_resolutions
 
@@ -177,6 +178,8 @@ class EngineCost:
     int_ops: float
     flops: float
     resident: tuple[float, ...]
+    #: the part of ``dram_bytes`` spilled from hashed levels (random addresses)
+    dram_hashed_bytes: float = 0.0
 
     @property
     def spilled_levels(self) -> int:
@@ -219,18 +222,20 @@ def engine_cost(enc: Encoding, points: float, cfg: EngineConfig) -> EngineCost:
             resident[i] = frac
         unit_cycles.append(len(levels) * points * corners / cfg.lookups_per_cycle)
     lookups = points * corners * len(enc.levels)
-    sram_bytes = dram_bytes = 0.0
+    sram_bytes = dram_bytes = hashed_bytes = 0.0
     int_ops = flops = 0.0
     for level, frac in zip(enc.levels, resident):
         sectors = sectors_per_point_level(enc.dims, level.row_bytes)
         sram_bytes += points * corners * frac * level.row_bytes
-        dram_bytes += points * sectors * (1.0 - frac) * cfg.sector_bytes
+        spill = points * sectors * (1.0 - frac) * cfg.sector_bytes
+        dram_bytes += spill
+        hashed_bytes += 0.0 if level.direct else spill
         int_ops += points * hash_int_ops(enc.dims, level.direct)
         flops += points * interpolation_flops(enc.dims, enc.features)
     cycles = (max(unit_cycles) if unit_cycles else 0.0) + (ENGINE_PIPELINE_CYCLES if points else 0)
     return EngineCost(cycles=cycles, lookups=lookups, sram_bytes=sram_bytes,
                       dram_bytes=dram_bytes, int_ops=int_ops, flops=flops,
-                      resident=tuple(resident))
+                      resident=tuple(resident), dram_hashed_bytes=hashed_bytes)
 
 
 def min_sram_bytes(enc: Encoding, cfg: EngineConfig) -> int:
@@ -270,6 +275,22 @@ class GpuCaches:
     l2_Bps: float
     dram_Bps: float
     int_ops_per_s: float
+    #: random 32-B sector reads from DRAM, B/s (row misses, activation-limited)
+    dram_random_Bps: float = 0.0
+
+    @property
+    def dram_random_efficiency(self) -> float:
+        """Share of ``dram_Bps`` random sector reads reach (1 when not given)."""
+        return min(1.0, self.dram_random_Bps / self.dram_Bps) if self.dram_random_Bps else 1.0
+
+
+#: Achieved fraction of DRAM bandwidth for the sector reads of a dense-indexed level
+#: (dimensionless) [E: neighbouring points read neighbouring rows, so most reads hit an open
+#: row; the usual 60-70 % for scattered sector traffic with row locality]. Hashed levels
+#: scatter their look-ups over the whole table and are activation-limited instead
+#: (``GpuCaches.dram_random_Bps``) [P instant-NGP Sec. 3: coarse levels are indexed 1:1, fine
+#: ones through the spatial hash].
+DRAM_COHERENT_EFFICIENCY = 0.65
 
 
 #: Caches of the GPUs whose instant-NGP encoding kernel is modelled here.
@@ -281,13 +302,22 @@ class GpuCaches:
 #: random 32-B sector reads].
 #: A100 SXM4 (GA100): 108 SMs, 192 KB L1, 40 MB L2, 2.04 TB/s HBM2e, 1.41 GHz [D A100
 #: whitepaper]; L2 5120 B/clk [D same] x 1.41 GHz x 0.75 = 5.4 TB/s [E, same 75%].
+#: Random sector reads from DRAM are activation-limited (:func:`dram_timing.random_access_Bps`):
+#: the 3090's 24 x16 GDDR6X channels (12 x32 devices, two channels each [D GA102 whitepaper:
+#: 384-bit bus]) with 16 banks each and GDDR6's row timings in ns (tRRD 6, tFAW 22, tRAS 36,
+#: tRP 16 [R DRAMsim3 GDDR6_8Gb_x16, dram_timing.GDDR6]; GDDR6X's taken as GDDR6's [E]):
+#: 24 x 32 B / 6 ns = 128 GB/s, 13.7 % of 936 GB/s. The A100's 40 HBM2e channels (5 stacks x
+#: 8) with HBM2's timings (tFAW 30 of 4 ACTs [R DRAMsim3 HBM2_8Gb_x128]): 171 GB/s [E: HBM2e
+#: taken as HBM2].
 GPU_CACHES = {
     "rtx3090": GpuCaches("rtx3090", sms=82, l1_bytes=128 * 1024, l2_bytes=6 * 1024 ** 2,
                          l1_Bps=82 * 128 * 1.695e9, l2_Bps=2.0e12, dram_Bps=936e9,
-                         int_ops_per_s=82 * 64 * 1.695e9),
+                         int_ops_per_s=82 * 64 * 1.695e9,
+                         dram_random_Bps=24 * random_access_Bps(GDDR6, SECTOR_BYTES, 16)),
     "a100": GpuCaches("a100", sms=108, l1_bytes=192 * 1024, l2_bytes=40 * 1024 ** 2,
                       l1_Bps=108 * 128 * 1.41e9, l2_Bps=5120 * 1.41e9 * 0.75, dram_Bps=2.039e12,
-                      int_ops_per_s=108 * 64 * 1.41e9),
+                      int_ops_per_s=108 * 64 * 1.41e9,
+                      dram_random_Bps=40 * random_access_Bps(HBM2, SECTOR_BYTES, 16)),
 }
 
 #: Share of L2 a level's table can keep while the kernel streams its inputs and outputs
@@ -296,11 +326,6 @@ L2_TABLE_SHARE = 0.75
 #: Share of an SM's L1 a level's table can keep (the rest is shared memory and the kernel's
 #: streaming data) (dimensionless) [E].
 L1_TABLE_SHARE = 0.5
-#: Achieved fraction of DRAM bandwidth for random 32-B sector reads (dimensionless) [E:
-#: GDDR6X row-buffer misses; the usual 60-70% for scattered sector traffic].
-DRAM_RANDOM_EFFICIENCY = 0.65
-
-
 @dataclass(frozen=True)
 class GpuEncodeCost:
     """The GPU encoding kernel's time (s) and bytes served by L1, L2 and DRAM for one op."""
@@ -322,9 +347,10 @@ def gpu_encode_cost(enc: Encoding, points: float, gpu: GpuCaches,
     computation to look up the first level for all inputs before moving on"]. Per level, a
     table that fits half an SM's L1 is served by L1; otherwise look-ups go to L2, which keeps
     ``resident_fraction(footprint, L2_TABLE_SHARE x L2)`` of them, the rest coming from DRAM
-    at ``DRAM_RANDOM_EFFICIENCY``. Each level's time is the largest of its L1, L2, DRAM and
-    integer-op times (they overlap across warps); ``io_bytes`` (positions in, features out)
-    stream through DRAM on top."""
+    at :data:`DRAM_COHERENT_EFFICIENCY` for a dense-indexed level and at the
+    activation-limited random-read rate (``gpu.dram_random_Bps``) for a hashed one. Each
+    level's time is the largest of its L1, L2, DRAM and integer-op times (they overlap across
+    warps); ``io_bytes`` (positions in, features out) stream through DRAM on top."""
     l1 = l2 = dram = ops = 0.0
     time_s = 0.0
     bound = "memory"
@@ -339,7 +365,8 @@ def gpu_encode_cost(enc: Encoding, points: float, gpu: GpuCaches,
             b1, b2, bd = 0.0, sectors * SECTOR_BYTES, sectors * (1 - hit) * SECTOR_BYTES
         l1, l2, dram = l1 + b1, l2 + b2, dram + bd
         times = {"l1": b1 / gpu.l1_Bps, "l2": b2 / gpu.l2_Bps,
-                 "dram": bd / (gpu.dram_Bps * DRAM_RANDOM_EFFICIENCY),
+                 "dram": bd / (gpu.dram_Bps * (DRAM_COHERENT_EFFICIENCY if level.direct
+                                               else gpu.dram_random_efficiency)),
                  "compute": level_ops / gpu.int_ops_per_s}
         worst = max(times, key=times.get)
         time_s += times[worst]

@@ -80,7 +80,13 @@ class DesignArrays:
         self._fv = np.array(floats, dtype=np.float64).reshape(n, len(self._FLOATS)).T
         self._df = np.array(df, dtype=object).reshape(n)
         self._dtype = np.array([d.hw.dtype for d in self.designs], dtype=object).reshape(n)
-        self.problem: list[str | None] = [d._problem for d in self.designs]
+        # each design's problem as a code: 0 none, c is problem_texts[c - 1] (one array, so
+        # that a cost call over N designs reads no per-design Python)
+        texts: dict[str, int] = {}
+        self.problem_codes = np.array([0 if d._problem is None
+                                       else texts.setdefault(d._problem, len(texts) + 1)
+                                       for d in self.designs], dtype=np.int64).reshape(n)
+        self.problem_texts: list[str] = list(texts)
         # c_resident's output block: elements of half the ofmap scratchpad and their isqrt
         c_elems = [int(c // ACC_BYTES) for c in self._fv[4].tolist()]
         self._c_elems = np.array(c_elems, dtype=np.int64).reshape(n)
@@ -100,6 +106,16 @@ class DesignArrays:
             setattr(self, name, xp.asarray(row[None, :], np.float64))
         df = self._df.reshape(1, n)
         self.ws, self.os, self.is_ = (xp.asarray(df == x) for x in ("ws", "os", "is"))
+        # the problems present, in the order of the first design with each, and each design's
+        # number among them (0 none) on the device: what a cost call records, read per call
+        # without a pass over the designs
+        present, first = np.unique(self.problem_codes, return_index=True)
+        present = present[np.argsort(first, kind="stable")]
+        present = present[present != 0]
+        rank = np.zeros(len(self.problem_texts) + 1, dtype=np.int64)
+        rank[present] = np.arange(1, len(present) + 1)
+        self.problems_present = [self.problem_texts[c - 1] for c in present.tolist()]
+        self.problem_rank = xp.asarray(rank[self.problem_codes].reshape(1, n))
         self.c_elems = xp.asarray(self._c_elems.reshape(1, n))
         self.side = xp.asarray(self._side.reshape(1, n))
         # element sizes present and each design's index among them (op-level values per size)
@@ -121,7 +137,7 @@ class DesignArrays:
         out._dtype = self._dtype[idx]
         out._c_elems, out._side = self._c_elems[idx], self._side[idx]
         out.area_mm2, out.static_power_w = self.area_mm2[idx], self.static_power_w[idx]
-        out.problem = [self.problem[i] for i in idx.tolist()]
+        out.problem_codes, out.problem_texts = self.problem_codes[idx], self.problem_texts
         out._columns()
         return out
 
@@ -155,9 +171,8 @@ class _Errors:
         xp = self.xp
         rows = xp.asarray(rows, np.int64)
         sub = self.codes[rows]
-        free = (sub == 0) & mask
-        sub[free] = xp.broadcast_to(xp.asarray(code, np.int64), tuple(mask.shape))[free]
-        self.codes[rows] = sub
+        # where(), not boolean indexing: no device-to-host count of the mask
+        self.codes[rows] = xp.where((sub == 0) & mask, xp.asarray(code, np.int64), sub)
 
     def set_row(self, j: int, code: int) -> None:
         self.codes[j] = code
@@ -768,15 +783,13 @@ def _cost_exact(a: DesignArrays, ops: Sequence[Op], lat, energy, err: _Errors,
     scalar: list[int] = []
     b_np = a._iv[3]
     rep = {b: designs[int(np.argmax(b_np == b))] for b in a.b_values}
-    problem_np = np.zeros((1, a.n), dtype=np.int64)
-    codes: dict[str, int] = {}   # one exception per distinct problem (a population repeats them)
-    for i, p in enumerate(a.problem):
-        if p is not None:
-            code = codes.get(p)
-            if code is None:
-                code = codes[p] = err.add(InfeasibleDesign(p))
-            problem_np[0, i] = code
-    problem = xp.asarray(problem_np)
+    # one exception per distinct problem (a population repeats them), added in the order of
+    # the first design with each
+    base = len(err.table)
+    for text in a.problems_present:
+        err.add(InfeasibleDesign(text))
+    problem = a.problem_rank if base == 0 else xp.where(a.problem_rank != 0,
+                                                         a.problem_rank + base, 0)
 
     def add_vector_op(j: int, op: Op) -> None:
         own = op.bytes_per_element if op_formats(op) is not None else 0
@@ -842,5 +855,5 @@ def _cost_exact(a: DesignArrays, ops: Sequence[Op], lat, energy, err: _Errors,
         lat[idx], energy[idx] = xp.asarray(s_lat), xp.asarray(s_en)
         err.set(np.array(scalar), xp.asarray(s_codes != 0), xp.asarray(s_codes))
     bad = err.codes != 0
-    lat[bad] = math.nan
-    energy[bad] = math.nan
+    xp.fill_where(lat, bad, math.nan)
+    xp.fill_where(energy, bad, math.nan)

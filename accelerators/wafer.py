@@ -50,7 +50,7 @@ from accelerators.base import MemoryLevel, OpCost, Param, Peaks, Resources, Temp
 from accelerators.composite import cost_composite
 from accelerators.physical import Floorplan
 from dse.errors import InfeasibleDesign
-from workloads import ir
+from workloads import ir, structure
 from workloads.formats import GEMM_KINDS, has_formats, role_format, weights_bytes
 from workloads.ir import DTYPE_BYTES, Op
 from workloads.memo import per_workload
@@ -827,10 +827,10 @@ class Wafer(Template):
 # --- helpers -----------------------------------------------------------------------------------
 
 def _op_counts(workload: ir.Workload) -> list[tuple[Op, int]]:
-    """The workload's ops with equal signatures merged (:func:`workloads.ir.op_groups`):
+    """The workload's ops with equal signatures merged (:func:`workloads.structure.groups`):
     ``(first such op, how many)`` in order of first appearance."""
     def build() -> list[tuple[Op, int]]:
-        unique, of = ir.op_groups(workload)
+        unique, of = structure.groups(workload)
         counts = Counter(of)
         return [(op, counts[g]) for g, op in enumerate(unique)]
     return per_workload(workload, "op-counts", build)

@@ -338,6 +338,37 @@ def _fit_step(gpu: Measured, pred: Predictor, cal, host: str, model: str) -> flo
     return max(0.0, statistics.median(gaps)) if gaps else 0.0
 
 
+def generate_step_profile(directory: str | Path, host: str | Path, model: str = "gpt2",
+                          preset: str = "h100") -> dict[str, Any]:
+    """``host``'s profile with ``step_s`` set from ``model``'s measured Hugging Face
+    ``generate`` row in ``directory`` (``hf_models.json``): the wall time per generated token
+    less what ``runtime: eager`` predicts for that step with ``step_s`` 0 (the per-op
+    dispatch, overlapped with the kernels, on ``preset`` as shipped). It is the generation
+    loop's and the model's own Python per token (logits processing, stopping criteria, cache
+    objects, module calls), which the per-op microbenchmarks cannot see. That row is then
+    calibration, not validation."""
+    from simulators.engine import simulate
+    hf = _load(Path(directory) / "hf_models.json") or {}
+    recs = [r for r in hf.get("rows", []) if r.get("model") == model
+            and r.get("phase") == "generate" and r.get("wall_per_token_s")]
+    if not recs:
+        raise SystemExit(f"{directory}: no measured generate row of {model!r}")
+    rec = recs[0]
+    w = Predictor().hf_row_workload(hf["models"], rec, "wall")
+    predicted = simulate(w, _design(preset, None, "eager", str(host), 0.0)).latency_s
+    step = max(0.0, rec["wall_per_token_s"] - predicted)
+    data = json.loads(Path(host).read_text())
+    data["step_s"] = float(f"{step:.4g}")
+    data["name"] = f"{data.get('name', Path(host).stem)}-generate"
+    data.setdefault("source", {})["step_s"] = (
+        f"Hugging Face generate of {model} ({rec['batch']} x {rec['prompt']} prompt tokens, "
+        f"{rec['new_tokens']} new, {rec.get('cache')} cache) measured "
+        f"{rec['wall_per_token_s'] * 1e3:.2f} ms per token on the same machine; runtime eager "
+        f"with step_s 0 predicts {predicted * 1e3:.2f} ms on gpu:{preset} (python "
+        f"benchmarks/gpu_baselines.py step-profile {directory} --host {host} --model {model})")
+    return data
+
+
 def _section(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"rows": rows, "count": len(rows),
             "median_abs_error": _median_abs([r["error"] for r in rows])}
@@ -410,7 +441,20 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--json", default=None, help="write the report as JSON")
     c.add_argument("--step-from", default=None,
                    help="fit the host profile's step_s on this model's eager rows")
+    sp = sub.add_parser("step-profile", help="a host profile whose step_s is fitted on a "
+                        "model's measured generate row (generate_step_profile)")
+    sp.add_argument("dir", help="measured directory holding hf_models.json")
+    sp.add_argument("--host", required=True, help="host profile measured on that machine")
+    sp.add_argument("--model", default="gpt2")
+    sp.add_argument("--preset", default="h100", help="gpu preset of the measured GPU")
+    sp.add_argument("--out", required=True)
     args = parser.parse_args(argv)
+    if args.cmd == "step-profile":
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        data = generate_step_profile(args.dir, args.host, args.model, args.preset)
+        Path(args.out).write_text(json.dumps(data, indent=1) + "\n")
+        print(f"{args.out}: step_s {data['step_s'] * 1e3:.3f} ms ({data['source']['step_s']})")
+        return 0
     if args.cmd == "measure":
         measure(args.out_dir, args.budget_s, args.dry_run, args.where, args.only)
         return 0

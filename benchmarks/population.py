@@ -215,10 +215,11 @@ def section_population(designs: int, points: int) -> None:
     from dse import api
     from dse.study.evaluate import Evaluator
     from dse.study.loader import load_study_text
-    from simulators.fast import _structure, evaluate_many
+    from simulators.fast import evaluate_many
+    from workloads.structure import of as structure_of
     print(f"\n## 3. Population evaluation rate (CPU, {os.cpu_count()} cores, numpy)")
     gpt2 = api.workload("gpt2", phase="decode", batch=8, context=512)
-    ops = _structure(gpt2).unique_ops
+    ops = structure_of(gpt2).unique_ops
     pool = random_npus(designs, 0)
     t = _best(lambda: NPU.cost_many(pool, ops))
     print(f"| what | designs | per call | rate |\n|---|---:|---:|---:|")
@@ -227,7 +228,7 @@ def section_population(designs: int, points: int) -> None:
     layers = list(ops)   # more layers per call: the designs' own set-up is paid once a call
     for extra in (api.workload("llama2-7b", phase="prefill", batch=1, seq=512),
                   api.workload("resnet50", batch=1)):
-        layers += _structure(extra).unique_ops
+        layers += structure_of(extra).unique_ops
     t = _best(lambda: NPU.cost_many(pool, layers))
     print(f"| layer-design evaluations (the {len(layers)} unique layers of gpt2 decode, "
           f"llama2-7b prefill and resnet50, cost_many) | {designs:,} | {t * 1e3:.1f} ms | "

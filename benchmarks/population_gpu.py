@@ -145,7 +145,8 @@ def _rel_diff(a: np.ndarray, b: np.ndarray) -> float:
 def measure(args) -> dict:
     from accelerators import npu_vector
     from accelerators.array_ns import namespace
-    from simulators.fast import _structure, evaluate_many
+    from simulators.fast import evaluate_many
+    from workloads.structure import of as structure_of
     from simulators.population import check_designs, evaluate_designs
 
     rec: dict = {"device": args.device, "designs": args.designs, "cpu_designs": args.cpu_designs,
@@ -175,7 +176,7 @@ def measure(args) -> dict:
     cpu_designs = base.take(index[:args.cpu_designs])
 
     for stem, w in workloads.items():
-        ops = _structure(w).unique_ops
+        ops = structure_of(w).unique_ops
         case = {"what": "layer-design evaluations", "workload": stem, "unique_ops": len(ops)}
         try:
             g_s, g = _timed(xp, lambda: npu_vector.cost_many(dev_designs, ops, on_device=True),
@@ -195,6 +196,15 @@ def measure(args) -> dict:
             case["error"] = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             traceback.print_exc()
         rec["cases"].append(case)
+
+    for stem, w in workloads.items():   # the same evaluations in parts of the population
+        for size in args.chunks:
+            rec["cases"].append(_chunk_case(xp, npu_vector, stem, structure_of(w).unique_ops,
+                                            dev_designs, size, args.repeats))
+    if args.profile:
+        ops = structure_of(workloads["gpt2_decode"]).unique_ops
+        rec["profile"] = _profile(xp, lambda: npu_vector.cost_many(dev_designs, ops,
+                                                                   on_device=True))
 
     w = workloads["llama2_7b_decode"]
     case = {"what": "whole-model designs", "workload": "llama2_7b_decode", "ops": len(w)}
@@ -228,6 +238,70 @@ def measure(args) -> dict:
     return rec
 
 
+def _same(xp, x, y) -> bool:
+    """``x`` and ``y`` (arrays of one namespace) equal, NaN equal to NaN."""
+    return bool(xp.to_numpy(((x == y) | ((x != x) & (y != y))).all()))
+
+
+def _chunk_case(xp, npu_vector, stem: str, ops, designs, size: int, repeats: int) -> dict:
+    """Layer-design evaluations of ``designs`` in parts of ``size`` designs (one
+    ``cost_many`` call each, results written into one array), against one call."""
+    case = {"what": f"layer-design evaluations in parts of {size:,}", "workload": stem,
+            "unique_ops": len(ops), "chunk": size}
+    try:
+        n = designs.n
+        parts = [(s, designs.take(np.arange(s, min(n, s + size)))) for s in range(0, n, size)]
+
+        def run():
+            lat, en = xp.full((len(ops), n), math.nan), xp.full((len(ops), n), math.nan)
+            for s, part in parts:
+                c = npu_vector.cost_many(part, ops, on_device=True)
+                lat[:, s:s + part.n], en[:, s:s + part.n] = c.latency_s, c.energy_j
+            return lat, en
+
+        g_s, (lat, en) = _timed(xp, run, repeats)
+        whole = npu_vector.cost_many(designs, ops, on_device=True)
+        case.update(gpu_s=g_s, gpu_rate=len(ops) * n / g_s,
+                    equal_to_one_call=_same(xp, lat, whole.latency_s)
+                    and _same(xp, en, whole.energy_j))
+    except Exception as exc:   # record it and go on
+        case["error"] = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        traceback.print_exc()
+    return case
+
+
+def _profile(xp, fn) -> dict:
+    """torch.profiler's busiest kernels (device time where CUDA, else CPU) over one call."""
+    out: dict = {}
+    try:
+        from torch.profiler import ProfilerActivity, profile
+        cuda = xp.device.type == "cuda"
+        fn()
+        _sync(xp)
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        t = time.perf_counter()
+        with profile(activities=acts) as prof:
+            fn()
+            _sync(xp)
+        out["wall_s"] = time.perf_counter() - t
+
+        def dev_us(e):
+            for k in ("self_device_time_total", "self_cuda_time_total"):
+                if cuda and hasattr(e, k):
+                    return float(getattr(e, k))
+            return float(e.self_cpu_time_total)
+
+        events = sorted(prof.key_averages(), key=dev_us, reverse=True)
+        out["device_s"] = sum(dev_us(e) for e in events) / 1e6
+        out["top"] = [{"name": e.key[:80], "calls": int(e.count), "self_s": dev_us(e) / 1e6}
+                      for e in events[:15]]
+        out["calls"] = int(sum(e.count for e in events))
+    except Exception as exc:   # record it and go on
+        out["error"] = repr(exc)[:300]
+        traceback.print_exc()
+    return out
+
+
 def table(rec: dict) -> str:
     lines = [f"# populations on {rec.get('gpu', rec['device'])} (torch {rec.get('torch', '-')}) "
              f"vs numpy on the CPU, same run; pool {rec['pool']} designs built in "
@@ -236,6 +310,11 @@ def table(rec: dict) -> str:
              "CPU rate /s | GPU / CPU | max rel diff | equal |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for c in rec["cases"]:
+        if "chunk" in c and "error" not in c:
+            lines.append(f"| {c['what']} | {c['workload']} | {rec['designs']:,} | "
+                         f"{c['gpu_s']:.4f} | {c['gpu_rate']:,.0f} | | | | | | "
+                         f"{'yes' if c['equal_to_one_call'] else 'no'} |")
+            continue
         if "error" in c:
             lines.append(f"| {c['what']} | {c['workload']} | error: {c['error'][:120]} |")
             continue
@@ -249,6 +328,11 @@ def table(rec: dict) -> str:
         lines.append(f"existing fast path (evaluate_many, design objects): "
                      f"{c['fast_path_rate']:,.0f} designs/s; max rel diff to the array path "
                      f"{c['max_rel_vs_fast_path']:.1e}")
+    p = rec.get("profile")
+    if p and "error" not in p:
+        lines.append(f"profile (gpt2_decode, one call): wall {p['wall_s']:.4f} s, busiest "
+                     f"{p['device_s']:.4f} s in {p['calls']} calls; top: "
+                     + ", ".join(f"{e['name']} {e['self_s'] * 1e3:.1f} ms" for e in p["top"][:5]))
     lines.append(f"reported elsewhere: {rec['evox_reported']}")
     return "\n".join(lines)
 
@@ -263,12 +347,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--workloads", default=None, help="folder of saved workloads")
     ap.add_argument("--save-workloads", default=None, help="write the workloads and stop")
+    ap.add_argument("--chunks", default="", help="comma-separated part sizes: the layer-design "
+                    "rows again, evaluated in parts of that many designs")
+    ap.add_argument("--profile", action="store_true", help="torch.profiler of one call")
     ap.add_argument("--out", default=None, help="JSON results file")
     ap.add_argument("--dry-run", action="store_true", help="small sizes (a check of the script)")
     args = ap.parse_args(argv)
     if args.save_workloads:
         save_workloads(Path(args.save_workloads))
         return 0
+    args.chunks = [int(x) for x in args.chunks.split(",") if x.strip()]
     if args.dry_run:
         args.designs, args.cpu_designs, args.pool, args.repeats = 2048, 512, 64, 1
         args.fast_designs = 64

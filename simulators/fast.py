@@ -23,7 +23,6 @@ pass over the graph in topological order with a vector of all designs at each no
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any, Sequence
 
 import numpy as np
@@ -32,8 +31,8 @@ from accelerators.base import Template
 from dse.errors import DSEError
 from simulators.engine import throughput_of
 from workloads.gna import dense_equivalent
-from workloads.ir import Op, Workload, op_groups, op_signature
-from workloads.memo import per_workload
+from workloads import structure
+from workloads.ir import Op, Workload
 
 
 @dataclass
@@ -63,62 +62,6 @@ class FastResults:
 
 def _at(values: np.ndarray | None, i: int) -> float:
     return float(values[i]) if values is not None else float("nan")
-
-
-class _Structure:
-    """The planned graph in index form: unique-op index per node and predecessor lists.
-
-    ``contexts`` (a template's :meth:`Template.op_contexts`, per op) join the signature in
-    telling ops apart; ``unique_contexts`` are those of the unique ops. With ``dedupe`` False
-    every op is its own unique op (for templates that cost a whole workload at once without
-    contexts, where an op's cost may depend on more than its signature)."""
-
-    def __init__(self, workload: Workload, dedupe: bool = True,
-                 contexts: list | None = None):
-        ops = workload.ops
-        hint = workload.__dict__.get("structure_hint")
-        self.unique_contexts: list | None = None
-        if dedupe and contexts is None:
-            self.unique_ops, of = op_groups(workload)
-            self.unique_of = np.array(of, dtype=np.int64)
-            if hint is not None:   # a re-shaped workload's producers (workloads/reshape.py)
-                self.preds = hint[1]
-                return
-        else:
-            sig_of: dict[Any, int] = {}
-            self.unique_ops = []
-            self.unique_of = np.empty(len(ops), dtype=np.int64)
-            if contexts is not None:
-                self.unique_contexts = []
-            for i, op in enumerate(ops):
-                s: Any = op_signature(op) if dedupe else str(i)
-                if contexts is not None:
-                    s = (s, contexts[i])
-                if s not in sig_of:
-                    sig_of[s] = len(self.unique_ops)
-                    self.unique_ops.append(op)
-                    if contexts is not None:
-                        self.unique_contexts.append(contexts[i])
-                self.unique_of[i] = sig_of[s]
-        index = {op.name: i for i, op in enumerate(ops)}
-        pred_of = workload.graph._pred   # networkx's own dict: its views cost 3x
-        self.preds = [[index[p] for p in pred_of[op.name]] for op in ops]
-
-    @cached_property
-    def counts(self) -> np.ndarray:
-        """How many of the graph's ops each unique op stands for (float64)."""
-        return np.bincount(self.unique_of, minlength=len(self.unique_ops)).astype(np.float64)
-
-
-def _structure(workload: Workload, dedupe: bool = True, cls: type | None = None) -> _Structure:
-    """The :class:`_Structure` of ``workload`` (for ``cls``'s op contexts when it has them),
-    made once per workload (:func:`workloads.memo.per_workload`)."""
-    contexts = cls.op_contexts(workload) if cls is not None else None
-    if contexts is not None:
-        return per_workload(workload, ("fast-structure", cls),
-                            lambda: _Structure(workload, True, contexts))
-    return per_workload(workload, ("fast-structure", dedupe),
-                        lambda: _Structure(workload, dedupe))
 
 
 def costs_whole_workload(cls: type) -> bool:
@@ -154,7 +97,7 @@ def _cost_many_hook(cls: type) -> Any:
     return fn if callable(fn) else None
 
 
-def _unit_costs(cls: type, members: list[Template], st: _Structure, planned: Workload,
+def _unit_costs(cls: type, members: list[Template], st: structure.Structure, planned: Workload,
                 vectorised: bool):
     """Latency and dynamic energy of the unique ops of ``st`` (rows) on ``members`` (columns),
     the first exception each member raises (None where it runs every op), the members'
@@ -240,7 +183,7 @@ def evaluate_many(workload: Workload, designs: Sequence[Template],
     energy = np.full(n, np.nan)
     area = np.full(n, np.nan)
     reasons: list[str | None] = [None] * n
-    structures: dict[tuple, _Structure] = {}
+    structures: dict[tuple, structure.Structure] = {}
     planned_of: dict[tuple, Workload] = {}  # keeps planned graphs alive: ids unique
     batches: dict[tuple[tuple, type], list[int]] = {}
     for d, design in enumerate(designs):
@@ -255,7 +198,7 @@ def evaluate_many(workload: Workload, designs: Sequence[Template],
             dedupe = not whole or cls.op_contexts(planned) is not None
             key = (id(planned), dedupe, cls if whole else None)
             if key not in structures:
-                structures[key] = _structure(planned, dedupe, cls)
+                structures[key] = structure.of(planned, dedupe, cls)
                 planned_of[key] = planned
         except DSEError as exc:
             reasons[d] = getattr(exc, "reason", str(exc))

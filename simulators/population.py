@@ -119,11 +119,11 @@ def evaluate_designs(workload: Workload, designs: DesignArrays,
     """Latency and energy of every design of ``designs`` (npu designs as arrays, any device)
     on ``workload`` (no contention: the critical path, as :func:`simulators.fast.evaluate_many`).
     ``fits``: per design, ``design.check(workload)`` passed (computed when not given)."""
-    from simulators.fast import _structure
+    from workloads.structure import of as structure_of
     xp = designs.xp
     if not all(type(d) is NPU for d in designs.designs[:1]):
         raise BadInput("designs", type(designs.designs[0]).__name__, "npu designs")
-    st = _structure(workload)
+    st = structure_of(workload)
     many = cost_many(designs, st.unique_ops, on_device=True)
     if fits is None:
         fits = check_designs(workload, designs.designs)

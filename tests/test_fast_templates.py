@@ -252,11 +252,11 @@ def test_npu_pim_cost_many_equals_its_cost(decode, dataflow, double, rows, cols,
                                            dtype):
     """The vectorised hook gives exactly the scalar costs and the first error per design,
     on the planned decode step's unique ops, with designs of other kinds in the same call."""
-    from simulators.fast import _structure
+    from workloads.structure import of as structure_of
     designs = [NeuPIMs(None, dataflow=dataflow, npu_weight_double_buffering=double, rows=rows,
                        cols=cols, ifmap_sram_kb=spad, attention_on=where, dtype=dtype),
                NeuPIMs(), NeuPIMs("npu-only"), NeuPIMs(None, dataflow="os", rows=16)]
-    ops = _structure(designs[0].planned(decode)).unique_ops + list(decode.ops[:3])
+    ops = structure_of(designs[0].planned(decode)).unique_ops + list(decode.ops[:3])
     many = NeuPIMs.cost_many(designs, ops)
     for i, d in enumerate(designs):
         first = None

@@ -349,6 +349,22 @@ def test_pim_gpt_with_an_eager_t4_baseline(profile_path):
 
 
 @pytest.mark.slow
+def test_shipped_generate_profile_is_fitted_on_the_measured_generate_row():
+    """`lent-h100-xeon-generate` is `lent-h100-xeon` with step_s = GPT-2's measured generate
+    wall time per token less the eager model's prediction (benchmarks/gpu_baselines.py
+    step-profile), and that step is what makes the eager prediction meet the row."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_baselines
+    from accelerators.host_profile import load_host_profile
+    data = gpu_baselines.generate_step_profile(
+        ROOT / "tests/data/h100_baselines", ROOT / "accelerators/host_profiles/lent-h100-xeon.json")
+    shipped = load_host_profile("lent-h100-xeon-generate")
+    base = load_host_profile("lent-h100-xeon")
+    assert shipped.step_s == pytest.approx(data["step_s"], rel=1e-3) and shipped.step_s > 5e-3
+    assert base.step_s == 0 and shipped.dispatch_s == base.dispatch_s
+
+
+@pytest.mark.slow
 def test_gpu_baselines_dry_run_and_compare(tmp_path):
     """The one-command measurement runs on CPU at tiny sizes, and the comparison reads it."""
     out = tmp_path / "h200"

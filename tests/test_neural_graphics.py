@@ -301,3 +301,25 @@ def test_kernel_times_and_frame_traffic():
     t = ngpc.frame_traffic(r)
     assert t["gpu"] > 0 and t["cluster"] > 0
     assert t["gpu_share"] == pytest.approx(t["gpu"] / (t["gpu"] + t["cluster"]))
+
+
+def test_random_dram_reads_are_activation_limited():
+    """A random 32-B read opens a row: one access per tRRD_S / tFAW/4 / tRC-per-bank interval
+    (GDDR6: 32 B per 6 ns), so hashed levels spilling to DRAM cost more than dense-indexed
+    levels of the same size, on the GPU and in the cluster."""
+    from accelerators.dram_timing import GDDR6, random_access_Bps
+    assert random_access_Bps(GDDR6, 32, 16) == pytest.approx(32 / 6e-9)
+    assert random_access_Bps(GDDR6, 32, 1) == pytest.approx(32 / 52e-9)   # one bank: tRC
+    gpu = hc.GPU_CACHES["rtx3090"]
+    assert gpu.dram_random_Bps == pytest.approx(24 * 32 / 6e-9)
+    assert 0.1 < gpu.dram_random_efficiency < hc.DRAM_COHERENT_EFFICIENCY
+    level = hc.GridLevel(index=0, resolution=4096, rows=1 << 24, direct=True, row_bytes=4)
+    dense = hc.Encoding(dims=2, features=2, bytes_per_feature=2, levels=(level,))
+    hashed = hc.Encoding(dims=2, features=2, bytes_per_feature=2,
+                         levels=(hc.GridLevel(index=0, resolution=8192, rows=1 << 24, row_bytes=4,
+                                              direct=False),))
+    d, h = hc.gpu_encode_cost(dense, 1e7, gpu), hc.gpu_encode_cost(hashed, 1e7, gpu)
+    assert h.dram_bytes == pytest.approx(d.dram_bytes) and h.time_s > 3 * d.time_s
+    cfg = hc.EngineConfig(units=1, sram_bytes=1 << 20, lookups_per_cycle=8)
+    assert hc.engine_cost(hashed, 1e5, cfg).dram_hashed_bytes > 0
+    assert hc.engine_cost(dense, 1e5, cfg).dram_hashed_bytes == 0

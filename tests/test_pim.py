@@ -222,6 +222,9 @@ def test_reproduction_json_schema(monkeypatch, capsys):
 PIM_GPT_KNOWN_MISSES = {"token-generation speedup over T4", "energy efficiency over T4",
                         "token-generation speedup over CPU", "energy efficiency over CPU",
                         "resnet18: operations per parameter"}
+#: ... except the T4 speed-ups of the small and medium models, inside the range once the T4
+#: runs Hugging Face generate with the per-token Python measured on our GPT-2 generate row.
+PIM_GPT_T4_WITHIN = {"gpt2", "gpt2-medium", "gpt3-small", "gpt3-medium"}
 
 
 @pytest.mark.slow
@@ -230,7 +233,8 @@ def test_pim_gpt_reproduction_tolerance():
     rows = pim_gpt.rows()
     assert len(rows) == 35 and all(isinstance(r, Row) for r in rows)
     for r in rows:
-        known = any(r.metric.endswith(m) for m in PIM_GPT_KNOWN_MISSES)
+        known = any(r.metric.endswith(m) for m in PIM_GPT_KNOWN_MISSES) and not (
+            r.metric.split(":")[0] in PIM_GPT_T4_WITHIN and "speedup over T4" in r.metric)
         assert r.within() != known, (r.metric, r.ours, r.ratio)
     # the speedup shrinks from the smallest to the largest models, as the paper's range spans
     speed = {r.metric.split(":")[0]: r.ours for r in rows if "speedup over T4" in r.metric}

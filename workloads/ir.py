@@ -15,8 +15,6 @@ from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any, Iterator
 
-from workloads.memo import per_workload
-
 import networkx as nx
 
 #: Op kinds. Everything the capture cannot classify becomes ``unknown`` (counted, never dropped).
@@ -331,23 +329,3 @@ def op_signature(op: Op) -> str:
                        op.flops, op.weight_bytes, op.activation_bytes_read,
                        op.activation_bytes_written, op.kv_bytes_read, op.kv_bytes_written,
                        op.attrs], sort_keys=True, default=str)
-
-
-def op_groups(workload: Workload) -> tuple[list[Op], list[int]]:
-    """``workload``'s ops with equal signatures (:func:`op_signature`) merged: the first op of
-    each group in order of first appearance, and each op's group number (computed once per
-    workload). A re-shaped workload (:mod:`workloads.reshape`) groups the copies of one
-    template op without computing signatures: equal signatures at least (the merge may be
-    finer, never coarser)."""
-    def build() -> tuple[list[Op], list[int]]:
-        ops = workload.ops
-        hint = workload.__dict__.get("structure_hint")
-        keys = hint[0] if hint is not None else [op_signature(op) for op in ops]
-        first: dict[Any, int] = {}
-        unique: list[Op] = []
-        for op, k in zip(ops, keys):
-            if k not in first:
-                first[k] = len(unique)
-                unique.append(op)
-        return unique, [first[k] for k in keys]
-    return per_workload(workload, "op-groups", build)

@@ -161,7 +161,7 @@ _PRESENT = KernelSpec("present", "post", ray_read=ACCUM_PIXEL_BYTES,
 #: RTX 3090 baseline of this model renders NeRF at 4K at 60 / 55.50 = 1.081 FPS, the paper's
 #: "gap of 55.50x" to 4K at 60 FPS (its slowest app); `python -m dse.reproduce.ngpc
 #: --calibrate` recomputes it. The testbed caps a ray at NERF_STEPS() = 1024 [R].
-NERF_QUERIES_PER_PIXEL = 41.0
+NERF_QUERIES_PER_PIXEL = 40.01   # the gap is a step function of it: 54.9x at 40, 55.7x above
 #: Queries per pixel of NSDF [E]: sphere tracing converges in ~10 steps on a hit pixel and
 #: leaves the bounding box in a few on a miss (~6 on average over a frame), plus 6
 #: finite-difference normal queries per hit pixel [R testbed_sdf.cu

@@ -36,7 +36,7 @@ from typing import Any
 
 import networkx as nx
 
-from workloads import ir
+from workloads import ir, structure
 from workloads.capture import ACT, _make_op, _Tensor
 from workloads.zoo import get_model
 
@@ -316,9 +316,9 @@ class Template:
                         unknown_targets=_at_depth(self.unknown, depth),
                         free_ops=tuple(sorted(_at_depth(self.free, depth).items())))
         w.__dict__["ops"] = ops   # insertion order is the capture's topological order
-        # The fast path's op structure, known here: which ops are copies of one op (its
-        # signature dedupe would merge at least these) and each op's producers.
-        w.__dict__["structure_hint"] = (which, self._preds[depth])
+        # The op structure, known here: which ops are copies of one op (its signature
+        # dedupe would merge at least these) and each op's producers.
+        structure.attach(w, which, self._preds[depth])
         return w
 
     # ------------------------------------------------------------------ making a template

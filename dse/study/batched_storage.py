@@ -309,13 +309,17 @@ class BatchedStorage(BaseStorage, BaseHeartbeat):
             ids = conn.execute(insert(table).returning(table.c.trial_id,
                                                        sort_by_parameter_order=True),
                                rows).scalars().all() if rows else []
+            as_json: dict[str, tuple] = {}   # per parameter: (distribution, its JSON)
             for trial_id, t in zip(ids, trials):
                 _outcome_rows(models, trial_id, t, values, user, system)
                 for name, v in t.params.items():
                     d = t.distributions[name]
+                    hit = as_json.get(name)
+                    if hit is None or not (hit[0] is d or hit[0] == d):
+                        hit = as_json[name] = (d, distribution_to_json(d))
                     params.append({"trial_id": trial_id, "param_name": name,
                                    "param_value": d.to_internal_repr(v),
-                                   "distribution_json": distribution_to_json(d)})
+                                   "distribution_json": hit[1]})
             _insert_rows(conn, ((models.TrialValueModel, values),
                                 (models.TrialParamModel, params),
                                 (models.TrialUserAttributeModel, user),
