@@ -347,7 +347,8 @@ def all_types(args) -> None:
         sweep.save(rows, args.json)
     for group, s in sweep.summary(rows).items():
         print(f"\n{group}: {s['types']} types, every phase captured {s['all_phases_captured']} "
-              f"({s['share']:.0%}); cases {s['cases_by_status']}; FLOPs checked "
+              f"({s['share']:.0%}; {s['share_of_ours']:.0%} of the {s['types_ours']} types with "
+              f"no transformers / environment failure); cases {s['cases_by_status']}; FLOPs checked "
               f"{s['flops_checked']} (within 1 %: {s['flops_ok']}); simulated {s['simulated']}")
 
 

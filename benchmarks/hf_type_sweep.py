@@ -11,6 +11,9 @@ Each (type, phase) ends in one status:
 * ``refused`` — one clean line (:class:`dse.errors.DSEError`) naming what is missing;
 * ``transformers`` — transformers itself cannot build the model or run its own forward on
   plain inputs (listed with its error, never counted as ours);
+* ``environment`` — transformers needs a library this environment lacks (gemma3n's vision
+  tower needs Pillow and then timm, hence a torchvision built for the pinned CPU torch: not
+  installed; Pillow alone does not make it build);
 * ``failed`` — anything else (a raw exception: ours to fix).
 
 ``python benchmarks/capture_corpus.py --all-types`` prints the table and the totals per
@@ -247,10 +250,11 @@ def run_case(model_type: str, group: str, phase: str | None, data: dict[str, Any
             row.status = "failed"
             row.error = "the cut config does not build (the full one does): " + row.error
         elif (row.status == "failed" or row.error.startswith("torch.export rejected")) \
-                and ph in ("prefill", "decode"):
+                and ph in ("prefill", "decode", "forward"):
             own = _own_forward_fails(data, ph)
             if own:
-                row.status, row.error = "transformers", f"its own forward fails: {own}"
+                what = "text-only forward" if ph == "forward" else "forward"
+                row.status, row.error = "transformers", f"its own {what} fails: {own}"
         rows.append(row)
     return rows
 
@@ -258,9 +262,10 @@ def run_case(model_type: str, group: str, phase: str | None, data: dict[str, Any
 def _own_forward_fails(data: dict[str, Any], phase: str = "prefill") -> str:
     """transformers' error when the model's own eager forward on plain ``input_ids`` (meta
     tensors, as an export runs it, no project patch; in ``decode``, a prefill with its cache
-    and then one more token onto that cache, as ``generate`` does) raises inside transformers'
-    code; "" when it runs, fails elsewhere, or fails only because meta tensors hold no values
-    (a data-dependent model: the capture's limit, not transformers')."""
+    and then one more token onto that cache, as ``generate`` does; a multimodal ``forward``
+    on text alone, which its language model must take) raises inside transformers' code; ""
+    when it runs, fails elsewhere, fails only because meta tensors hold no values (a
+    data-dependent model: the capture's limit, not transformers'), or asks for an input."""
     from workloads import hf
     try:
         config = hf.make_config(dict(data))
@@ -278,7 +283,10 @@ def _own_forward_fails(data: dict[str, Any], phase: str = "prefill") -> str:
                   if "/torch/" not in f.filename]   # the innermost frame outside torch
         data_dependent = any(w in str(exc) for w in ("meta tensor", "data-dependent",
                                                      "unallocated storage"))
-        if frames and "/transformers/" in frames[-1].filename and not data_dependent:
+        wants_input = any(w in str(exc) for w in ("specify", "pixel_values", "input_features",
+                                                  "required positional argument"))
+        if frames and "/transformers/" in frames[-1].filename and not (data_dependent
+                                                                      or wants_input):
             f = frames[-1]
             return f"{type(exc).__name__}: {_short(exc)} [{Path(f.filename).name}:{f.lineno}]"[:300]
     return ""
@@ -362,7 +370,7 @@ def config_experts(data: dict[str, Any]) -> int:
     for k, v in data.items():
         if isinstance(v, dict):
             n = max(n, config_experts(v))
-        elif (isinstance(v, int) and not isinstance(v, bool) and k.endswith("experts")
+        elif (isinstance(v, int) and not isinstance(v, bool) and str(k).endswith("experts")
               and "shared" not in k and "per_tok" not in k):
             n = max(n, v)
     return n
@@ -404,6 +412,8 @@ def _classify(exc: BaseException) -> tuple[str, str]:
             exc, DSEError) else ""
         return "failed", f"{type(exc).__name__}: {_short(exc)}{where}"[:400]
     text = _short(exc)
+    if "library but it was not found in your environment" in text:
+        return "environment", text
     if text.startswith("transformers could not build"):
         return "transformers", text
     return "refused", text
@@ -448,8 +458,12 @@ def summary(rows: list[Case]) -> dict[str, Any]:
                 status[r.status] = status.get(r.status, 0) + 1
         full = [mt for mt, rs in types.items() if all(r.status == "captured" for r in rs)
                 and (group != "causal" or {r.phase for r in rs} >= {"prefill", "decode"})]
+        # types whose every failure is ours: none listed as transformers' or the environment's
+        ours = [mt for mt, rs in types.items()
+                if not any(r.status in ("transformers", "environment") for r in rs)]
         out[group] = {"types": len(types), "all_phases_captured": len(full),
                       "share": len(full) / len(types), "cases_by_status": status,
+                      "types_ours": len(ours), "share_of_ours": len(full) / max(len(ours), 1),
                       "flops_ok": sum(1 for rs in types.values() for r in rs if r.flops_ok),
                       "flops_checked": sum(1 for rs in types.values() for r in rs
                                            if r.flops_ok is not None),

@@ -94,10 +94,10 @@ def test_deepseek_v3_decode_runs_mla_absorbed_as_engines_do():
         _workload(small, phase="decode", arch={"mla": "fused"})
 
 
-def _routed_check(data: dict, seq: int = 8):
+def _routed_check(data: dict, seq: int = 8, expert_names: tuple[str, ...] = (".experts.",)):
     """``active_params`` = params less the experts a token does not use: per MoE layer,
-    ``(E - k) / E`` of its routed expert tensors (named ``experts``, shared ones excluded),
-    counted on the built module, not read from the capture."""
+    ``(E - k) / E`` of its routed expert tensors (named ``experts``, or ``expert_names``;
+    shared ones excluded), counted on the built module, not read from the capture."""
     w = _workload(data, phase="prefill", batch=1, seq=seq)
     config = hf.make_config(dict(data))
     model = hf.build_module(config, hf.task(config))
@@ -106,7 +106,7 @@ def _routed_check(data: dict, seq: int = 8):
                                        "moe_top_k", "top_k") if getattr(text, n, None))
     idle = 0.0
     for name, p in model.named_parameters():
-        if ".experts." in name and "shared" not in name and p.dim() >= 2:
+        if any(n in name for n in expert_names) and "shared" not in name and p.dim() >= 2:
             experts = p.shape[0]
             idle += p.numel() * (experts - k) / experts
     moe = [op for op in w.ops if op.kind == "moe"]
@@ -130,6 +130,16 @@ def test_every_moe_family_routes_its_experts(model_type):
 def test_published_moe_configs_route_their_experts():
     w = _routed_check(sweep.small_config(_published("qwen2_moe")["config"]))
     assert w.active_params < w.params / 2
+
+
+def test_doge_single_neuron_experts_are_one_routed_moe_op():
+    """Doge's 1,024 product-key-routed experts (rows of ``down_embed`` / ``up_embed``, 16 per
+    token) from its published config."""
+    w = _routed_check(sweep.small_config(_published("doge")["config"]),
+                      expert_names=("mlp.down_embed.", "mlp.up_embed."))
+    moe = [op for op in w.ops if op.kind == "moe"]
+    assert len(moe) == 2 and all(op.attrs["top_k"] == 16 for op in moe)
+    assert sweep._analytic_ok(w)   # 2 x tokens x 16 x (d + d) FLOPs per layer
 
 
 def test_mamba_prefill_after_an_hf_decode_capture_in_the_same_process():
@@ -238,6 +248,29 @@ def test_sweep_sample_classifies_every_case():
     assert "get_seq_length" in by[("bamba", "decode")].error
     assert by[("blip-2", "forward")].status == "refused"   # its default config has no image token
     assert "image_token" in by[("blip-2", "forward")].error
+
+
+#: Multimodal types whose inputs needed more than pixels and token ids: Qwen2.5-VL's window
+#: attention splits by lengths read from the grid, GLM-ASR's tower reads its frames' mask,
+#: Idefics3 folds 2 x 2 patches and counts real images, Aria takes only the patch counts its
+#: projector has queries for, UDOP's encoder reads each token's box.
+MULTIMODAL_INPUTS = ["qwen2_5_vl", "glmasr", "idefics3", "aria", "udop"]
+
+
+def test_multimodal_types_get_the_inputs_their_processors_produce():
+    rows = [r for r in sweep.sweep(MULTIMODAL_INPUTS, phase="forward", simulate=False)]
+    assert {r.model_type for r in rows} == set(MULTIMODAL_INPUTS)
+    assert all(r.status == "captured" and r.flops_ok for r in rows), [
+        (r.model_type, r.status, r.error) for r in rows]
+
+
+def test_a_missing_library_is_the_environment_not_transformers():
+    from dse.errors import CaptureError
+    status, _ = sweep._classify(CaptureError(
+        "transformers could not build gemma3n: TimmWrapperModel requires the timm library "
+        "but it was not found in your environment."))
+    assert status == "environment"
+    assert sweep._classify(CaptureError("transformers could not build x: bad"))[0] == "transformers"
 
 
 def test_gpt2_cache_appends_are_strided_cats_costed_as_a_scalar_copy():

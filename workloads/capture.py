@@ -61,7 +61,12 @@ def export_module(module: torch.nn.Module, args: tuple, kwargs: dict | None = No
     """``torch.export`` the module in eval mode; :class:`CaptureError` on rejection."""
     import contextlib
     import io
+    import logging
     module.eval()
+    # fake tensors log a failing kernel's traceback: the user gets one line
+    quiet = logging.getLogger("torch._subclasses.fake_tensor")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
     try:   # a rejected export prints its partial graph to stderr: the user gets one line
         with torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):
             # inference graphs (flex_attention refuses to trace autograd on CPU)
@@ -69,6 +74,8 @@ def export_module(module: torch.nn.Module, args: tuple, kwargs: dict | None = No
     except Exception as exc:  # torch raises many types; the user gets one line
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise CaptureError(f"torch.export rejected the module: {type(exc).__name__}: {first}") from None
+    finally:
+        quiet.setLevel(level)
 
 
 def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,

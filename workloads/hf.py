@@ -373,7 +373,11 @@ def _main_input(module, config, batch: int, seq: int,
     media = media or {}
     name = getattr(module, "main_input_name", "input_ids")
     if name == "input_ids":
-        return {"input_ids": _ids(batch, seq, vocab_size(config))}
+        ids = {"input_ids": _ids(batch, seq, vocab_size(config))}
+        if _accepts(module, "bbox"):   # a document model (UDOP): each token box and the mask
+            ids.update(bbox=torch.zeros(batch, seq, 4),   # (floats: its bias averages them)
+                       attention_mask=torch.ones(batch, seq, dtype=torch.long))
+        return ids
     if name == "pixel_values":
         c, h, w = _image_size(config)
         if media.get("image_size"):
@@ -536,7 +540,8 @@ def _multimodal(model: nn.Module, config, batch: int, seq: int,
                       ("image_token_id", "image_token_index"), "get_image_features"))
     aud = hi.audio_part(model, config, batch, media.get("frames"), media.get("audio_seconds"))
     if aud:
-        parts.append(("audio", [(aud, {})], ("audio_token_id", "audio_token_index"),
+        parts.append(("audio", [(aud, hi.audio_masks(model, aud))],
+                      ("audio_token_id", "audio_token_index"),
                       "get_audio_features"))
     for what, layouts, token_names, getter in parts:
         unset = [n for n in token_names if hasattr(config, n) and getattr(config, n) is None]
@@ -551,7 +556,7 @@ def _multimodal(model: nn.Module, config, batch: int, seq: int,
                 chosen = (tensors, const, 0)
                 break
             try:
-                with hi.vision_helpers_eager(), selective_scan_as_one_op():
+                with hi.vision_helpers_eager(), hi.masks_all_true(), selective_scan_as_one_op():
                     rows = hi.placeholder_tokens(model, getter, tensors, const)
                 chosen = (tensors, const, rows // batch)
                 break
@@ -614,6 +619,11 @@ def module_and_inputs(config, kind: str, phase: str, batch: int, seq: int, conte
             return _Seq2SeqDecode(model), {"decoder_input_ids": _ids(batch, 1, vocab_size(config)),
                                            "encoder_hidden": hidden, "kv_cache": kv}
         if kind == "multimodal":
+            if type(model).forward is nn.Module.forward and isinstance(
+                    getattr(model, "thinker", None), nn.Module):
+                # no forward of its own (Qwen2.5-Omni: generate runs the thinker, which reads
+                # the text, image and audio, then the talker that speaks): the thinker's
+                model, config = model.thinker, model.thinker.config
             return _multimodal(model, config, batch, seq, media or {})
         return model, _main_input(model, config, batch, seq, media)
 
@@ -747,8 +757,10 @@ def capture_patches(module: nn.Module, phase: str, settings: dict[str, Any] | No
     ``expanded``)."""
     from workloads import hf_mla
     absorb = phase == "decode" and (settings or ENGINE_KEYS).get("mla") == "absorbed"
-    from workloads.hf_inputs import vision_helpers_eager
-    with selective_scan_as_one_op(), hf_experts.routed(module), vision_helpers_eager(), (
+    from workloads.hf_inputs import WithConstants, towers_masks_all_true, vision_helpers_eager
+    masks = (towers_masks_all_true(module) if isinstance(module, WithConstants)
+             else contextlib.nullcontext())
+    with selective_scan_as_one_op(), hf_experts.routed(module), vision_helpers_eager(), masks, (
             hf_mla.absorbed(module) if absorb else contextlib.nullcontext()), _sdpa_gqa(), \
             static_rope(module):
         yield

@@ -13,7 +13,8 @@
   only zeroes the scores of experts a token did not pick), which a capture would count as 16x
   the routed work with ``active_params == params``; its adapter takes the router's top-k
   (sigmoid scores, as Llama-4 does) and calls the op with the same expert weights, plus the
-  shared expert as before. Llama-4 scales each expert's *input* by its score where the op
+  shared expert as before; Doge's ``DogeCDMoE`` (single-neuron experts picked by product
+  keys, a gather of expert rows plus two batched matmuls) likewise. Llama-4 scales each expert's *input* by its score where the op
   scales the *output*: the work and bytes are the same.
 
 :func:`set_routing` hands each experts block the load imbalance and capacity factor the
@@ -103,9 +104,37 @@ def _dbrx_experts(self, hidden_states, top_k_index, top_k_weights):
     return out.view(batch, -1, self.hidden_size)
 
 
+def _doge_moe(self, hidden_states, **kwargs):
+    """``DogeCDMoE.forward`` with its routed experts as one op. Doge's experts are single
+    neurons (``down_embed[e]`` reads the token, ``up_embed[e]`` writes it back: an MLP of
+    width 1, not gated) picked by product-key routing (two ``sqrt(E)`` key halves, then the
+    top-k of their sums) [R: transformers ``modeling_doge``; Lample et al. 2019, product keys];
+    beside them a dense gated MLP every token runs (kept as is). Doge scales each expert's
+    activation by its score where the op scales its output: the same work, bytes and result."""
+    bsz, seq_len, _ = hidden_states.shape
+    router_logits = self.router_gate(hidden_states).view(2, bsz * seq_len, -1)
+    (scores_x, scores_y), (indices_x, indices_y) = router_logits.topk(self.num_keys, dim=-1)
+    all_scores = (scores_x.unsqueeze(-1) + scores_y.unsqueeze(-2)).flatten(-2)
+    all_indices = (indices_x.unsqueeze(-1) * self.num_keys + indices_y.unsqueeze(-2)).flatten(-2)
+    scores, position_indices = all_scores.topk(self.top_k, dim=-1)
+    indices = all_indices.gather(-1, position_indices)
+    weights = F.softmax(scores, dim=-1)
+    if self.norm_topk_prob:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    h = hidden_states.reshape(bsz * seq_len, -1)
+    experts, d = self.down_embed.weight.shape   # [E, d] each: w_up [E, 1, d], w_down [E, d, 1]
+    routed_out = moe_experts(h, indices.long(), weights.to(h.dtype),
+                             self.down_embed.weight.view(experts, 1, d),
+                             self.up_embed.weight.view(experts, d, 1), None, None, False,
+                             _activation_of(self.act_fn), *_routing_args(self))
+    shared = self.down_proj(self.act_fn(self.gate_proj(hidden_states)) * self.up_proj(hidden_states))
+    return shared + routed_out.view(bsz, seq_len, -1), router_logits
+
+
 #: MoE block classes (by name) that bypass the experts interface -> their routed forward.
 ADAPTERS: dict[str, Callable[..., Any]] = {"Llama4TextMoe": _llama4_moe,
-                                           "DbrxExperts": _dbrx_experts}
+                                           "DbrxExperts": _dbrx_experts,
+                                           "DogeCDMoE": _doge_moe}
 
 
 def adapted(model: nn.Module) -> list[nn.Module]:

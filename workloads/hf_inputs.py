@@ -4,28 +4,33 @@ patch grid of Qwen-VL-style towers, mel frames or raw samples for audio towers, 
 holding as many image / audio placeholder tokens as the towers emit features.
 
 * **pixel values** — ``[batch, channels, H, W]`` at ``image_size`` (``--image-size``; default
-  the vision config's); Qwen-VL-style models (a forward taking ``image_grid_thw``) take the
-  flattened patches ``[batch * t * h * w, channels * temporal_patch * patch**2]`` and the grid
+  the vision config's, rounded up to whole pixel-shuffle blocks where a connector folds
+  ``scale_factor`` x ``scale_factor`` patches (Idefics3, SmolVLM), or the smallest patch count
+  Aria's projector has queries for); Qwen-VL-style models (a forward taking
+  ``image_grid_thw``) take the flattened patches ``[batch * t * h * w, channels * temporal_patch * patch**2]`` and the grid
   ``[[1, h, w]]`` (``h = w = image_size / patch``, rounded to the spatial merge);
   LLaVA-NeXT-style ones (``image_sizes``) one tile per image with its size.
 * **audio** — ``input_features`` ``[batch, mel bins, frames]`` (``--frames``, or
   ``--audio-seconds`` at 100 frames per second [R: Whisper's 10 ms hop, 160 samples at
-  16 kHz]; default the tower's own frames, e.g. Whisper's 3,000), or ``input_values``
-  ``[batch, 16 kHz * seconds]``.
+  16 kHz]; default the tower's own frames, e.g. Whisper's 3,000), with a mask of every frame
+  where the forward takes one (``input_features_mask``: Qwen3-ASR, GLM-ASR), or
+  ``input_values`` ``[batch, 16 kHz * seconds]``.
 * **placeholder tokens** — the tower is run once on meta tensors (``get_image_features`` /
   ``get_audio_features``) and the text gets one ``image_token_id`` (``audio_token_id``) per
   feature row it returns, after ``seq`` text tokens: what a processor's prompt expansion does.
 
-Integer inputs whose values the model reads as sizes (the grid, image sizes) are kept on the
-CPU as constants of a wrapper module (:class:`WithConstants`), so the export reads their values;
-everything else is on the meta device.
+Integer inputs whose values the model reads as sizes (the grid, image sizes, audio masks) are
+kept on the CPU as constants of a wrapper module (:class:`WithConstants`), so the export reads
+their values; everything else is on the meta device. Inputs are built without padding, so the
+masks a tower derives from them are all true (:func:`towers_masks_all_true`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch import nn
@@ -35,6 +40,9 @@ SAMPLE_RATE = 16000
 FRAMES_PER_S = 100
 DEFAULT_AUDIO_S = 30.0
 DEFAULT_IMAGE_SIZE = 224
+#: The most elements a constant of the capture (``cu_seqlens`` and the like: one entry per
+#: image, frame or attention window) keeps its values through an export's fake mode.
+CONSTANT_ELEMENTS = 1 << 16
 
 
 class WithConstants(nn.Module):
@@ -48,7 +56,9 @@ class WithConstants(nn.Module):
         self._constants = dict(constants)
 
     def forward(self, **inputs):
-        out = self.model(**inputs, **self._constants, **self.options)
+        constants = {k: _constant(v) if isinstance(v, torch.Tensor) else v   # values kept
+                     for k, v in self._constants.items()}
+        out = self.model(**inputs, **constants, **self.options)
         for name in ("logits", "logits_per_image", "last_hidden_state"):
             if getattr(out, name, None) is not None:
                 return getattr(out, name)
@@ -86,11 +96,23 @@ def image_part(model: nn.Module, config, batch: int, image_size: int | None
     channels = _int(getattr(vc, "num_channels", None) or getattr(vc, "in_channels", None)
                     or getattr(vc, "in_chans", None), 3)
     patch = _int(getattr(vc, "patch_size", None), 14)
+    shuffle = getattr(config, "scale_factor", None)
+    if image_size is None and isinstance(shuffle, int) and shuffle > 1:
+        step = patch * shuffle   # a pixel-shuffle connector folds shuffle x shuffle patches
+        size = -(-size // step) * step
+    queries = getattr(config, "projector_patch_to_query_dict", None)
+    if image_size is None and isinstance(queries, dict) and queries:
+        # Aria's projector takes only the patch counts it has queries for (its processor
+        # resizes to 490 or 980 px): the smallest at least the tower's own, else the largest
+        counts = sorted(int(k) for k in queries)
+        n = next((c for c in counts if c >= (size // patch) ** 2), counts[-1])
+        size = math.isqrt(n) * patch
     names = accepts(model)
     if "image_grid_thw" in names:
         merge = _int(getattr(vc, "spatial_merge_size", None) or getattr(vc, "merge_size", None), 1)
         side = max(merge, (size // patch) // merge * merge)
-        temporal = _int(getattr(vc, "temporal_patch_size", None), 1)
+        temporal = _int(getattr(vc, "temporal_patch_size", None)
+                        or getattr(vc, "patch_temporal", None), 1)
         pixels = torch.zeros(batch * side * side, channels * temporal * patch * patch)
         return {"pixel_values": pixels}, {
             "image_grid_thw": torch.tensor([[1, side, side]] * batch, device="cpu")}
@@ -149,6 +171,21 @@ def audio_part(model: nn.Module, config, batch: int, frames: int | None,
     return {}
 
 
+#: Masks an audio tower reads the clip's length from (its values, hence CPU constants).
+AUDIO_MASKS = ("input_features_mask", "feature_attention_mask")
+
+
+def audio_masks(model: nn.Module, audio: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The mask of every frame of each clip (a processor's ``input_features_mask`` /
+    ``feature_attention_mask``: ones, no padding) where the model's forward takes one."""
+    features = audio.get("input_features")
+    if features is None:
+        return {}
+    names = accepts(model)
+    return {n: torch.ones(features.shape[0], features.shape[-1], dtype=torch.long, device="cpu")
+            for n in AUDIO_MASKS if n in names}
+
+
 def _feature_rows(out: Any) -> int:
     """Feature rows in a tower's output (a tensor ``[..., rows, width]``, a list of them, an
     output object with ``pooler_output`` / ``last_hidden_state``; extra outputs such as
@@ -173,12 +210,22 @@ def getter_of(model: nn.Module, name: str):
 
 def placeholder_tokens(model: nn.Module, getter: str, inputs: dict[str, torch.Tensor],
                        constants: dict[str, Any]) -> int:
-    """Feature rows ``model.<getter>`` returns for ``inputs`` (run once on meta tensors)."""
+    """Feature rows ``model.<getter>`` returns for ``inputs`` (run once on meta tensors; where
+    the tower reads a value computed from them, e.g. Idefics3's count of non-padding images
+    ``.tolist()``, on fake tensors, whose shape checks then fix that value)."""
     from workloads.hf import as_if_traced
     fn = getter_of(model, getter)
-    with as_if_traced(), torch.no_grad():
-        out = fn(**_on_meta(inputs), **constants)
-    return _feature_rows(out)
+    try:
+        with as_if_traced(), torch.no_grad():
+            return _feature_rows(fn(**_on_meta(inputs), **constants))
+    except NotImplementedError as exc:
+        if "meta tensor" not in str(exc):
+            raise
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    with FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv()), as_if_traced(), \
+            torch.no_grad():
+        return int(_feature_rows(fn(**_on_meta(inputs), **constants)))
 
 
 def _on_meta(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -222,14 +269,126 @@ def _eager(fn, to_meta):
         kwargs = {k: _real(v) for k, v in kwargs.items()}
         with unset_fake_temporarily(), disable_proxy_modes_tracing(), torch.device("cpu"):
             out = fn(*args, **kwargs)
-        if to_meta is False:
-            return out
         if isinstance(out, torch.Tensor):
-            return out.to("meta")
+            return out.to("meta") if to_meta is not False else _constant(out)
         if isinstance(out, tuple):
-            return tuple(t.to("meta") if isinstance(t, torch.Tensor) and (
-                to_meta is None or i in to_meta) else t for i, t in enumerate(out))
+            meta = lambda i: to_meta is None or (to_meta is not False and i in to_meta)
+            return tuple((t.to("meta") if meta(i) else _constant(t))
+                         if isinstance(t, torch.Tensor) else t for i, t in enumerate(out))
         return out
+    return wrapped
+
+
+def _constant(t: torch.Tensor) -> torch.Tensor:
+    """``t`` (a CPU tensor) re-made by ``torch.tensor`` under the active tracing modes: an
+    export's fake mode then keeps its values, and what the model computes from it (split
+    lengths ``cu_seqlens[1:] - cu_seqlens[:-1]``, then ``.tolist()``) are known ints, not
+    data-dependent symbols (Qwen2.5-VL's window attention splits by several lengths)."""
+    return torch.tensor(t.tolist(), dtype=t.dtype, device="cpu")
+
+
+_DEVICE_MISMATCH = ("is not on the expected device", "Expected all tensors to be on the same device")
+
+
+def _to_meta(value: Any) -> Any:
+    return value.to("meta") if isinstance(value, torch.Tensor) and value.device.type == "cpu" \
+        else value
+
+
+def _python_values(data: Any) -> Any:
+    """``data`` (Python numbers, nested lists of them) as Python numbers, a one-element
+    tensor whose value is known (a CPU tensor, a fake tensor carrying its constant) as its
+    value; None when any element has no known value."""
+    if isinstance(data, (list, tuple)):
+        out = [_python_values(x) for x in data]
+        return None if any(x is None for x in out) else out
+    if isinstance(data, torch.Tensor):
+        data = _real(data)
+        known = data.numel() == 1 and data.device.type == "cpu" and not _is_fake(data)
+        return data.item() if known else None
+    return data if isinstance(data, (int, float, bool)) else None
+
+
+def _is_fake(t: torch.Tensor) -> bool:
+    from torch._subclasses.fake_tensor import is_fake
+    return is_fake(t)
+
+
+class _ValuesOnCpu(torch.overrides.TorchFunctionMode):
+    """Tensors a model builds from Python values (``torch.tensor(image_sizes, device=...)``)
+    stay on the CPU, where their values are known (on the meta device they have none, and a
+    later ``.tolist()`` fails); an op that then meets meta activations with such CPU tensors
+    (or with the CPU constants of :class:`vision_helpers_eager`) runs on the meta device, the
+    CPU operands moved there: the shapes, hence the work, are the same."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in (torch.tensor, torch.as_tensor) and args:
+            values = _python_values(args[0])
+            if values is not None:
+                args, kwargs = (values, *args[1:]), {**kwargs, "device": "cpu"}
+        try:
+            return func(*args, **kwargs)
+        except RuntimeError as exc:
+            if not any(m in str(exc) for m in _DEVICE_MISMATCH):
+                raise
+        from torch.utils._pytree import tree_map
+        return func(*tree_map(_to_meta, args), **tree_map(_to_meta, kwargs))
+
+
+@contextlib.contextmanager
+def masks_all_true() -> Iterator[None]:
+    """Within the block, ``nonzero`` of a mask (``x[mask]``, ``torch.where(mask)``) on meta
+    or fake tensors keeps every element, as it does for the inputs built here: images and
+    clips without padding, so every patch / frame mask a tower derives is all true. Without
+    it an eager probe on meta tensors cannot run and an export sees a data-dependent size.
+    For multimodal forwards only (a text model's masks are not padding masks)."""
+    from torch._subclasses import fake_impls
+    from torch.fx.experimental import _config as fx_config
+    op = torch.ops.aten.nonzero.default
+    old = fx_config.meta_nonzero_assume_all_nonzero, fake_impls.op_implementations_dict[op]
+
+    def every_element(fake_mode, func, arg):
+        n = arg.numel()
+        return arg.new_empty_strided((n, arg.dim()), (1, n), dtype=torch.int64)
+
+    fx_config.meta_nonzero_assume_all_nonzero = True
+    fake_impls.op_implementations_dict[op] = every_element
+    try:
+        yield
+    finally:
+        fx_config.meta_nonzero_assume_all_nonzero, fake_impls.op_implementations_dict[op] = old
+
+
+#: The methods that run a multimodal model's towers (image, video, audio).
+TOWER_GETTERS = ("get_image_features", "get_video_features", "get_audio_features")
+
+
+@contextlib.contextmanager
+def towers_masks_all_true(model: nn.Module) -> Iterator[None]:
+    """Within the block, ``model``'s towers (its ``get_*_features`` methods, on it and on the
+    models it wraps as ``.model``) run under :func:`masks_all_true`; the rest of its forward
+    (where placeholder masks come from the token ids) does not."""
+    patched = []
+    obj: Any = model
+    while isinstance(obj, nn.Module):
+        for name in TOWER_GETTERS:
+            fn = getattr(type(obj), name, None)
+            if fn is not None and name not in obj.__dict__:
+                obj.__dict__[name] = _with_full_masks(fn.__get__(obj))
+                patched.append((obj, name))
+        obj = getattr(obj, "model", None)
+    try:
+        yield
+    finally:
+        for o, name in patched:
+            del o.__dict__[name]
+
+
+def _with_full_masks(fn):
+    def wrapped(*args, **kwargs):
+        with masks_all_true():
+            return fn(*args, **kwargs)
     return wrapped
 
 
@@ -239,11 +398,19 @@ class vision_helpers_eager:
     grid) that every loaded modeling module imported run eagerly on the real grid, so a
     capture sees their results as constants: a Qwen-VL-style vision tower then splits its
     attention by known lengths instead of data-dependent ones. Results the model combines with
-    activations are moved to the meta device (:data:`_TO_META`)."""
+    activations are moved to the meta device (:data:`_TO_META`); the rest are constants whose
+    values an export's fake tensors keep (up to :data:`CONSTANT_ELEMENTS`), and tensors built
+    from Python values stay on the CPU (:class:`_ValuesOnCpu`)."""
 
     def __enter__(self):
         import sys
+        from torch._subclasses import fake_tensor
+        # fake tensors carry constants of up to this many elements (torch's default: 1)
+        self.limit = fake_tensor.CONSTANT_NUMEL_LIMIT
+        fake_tensor.CONSTANT_NUMEL_LIMIT = max(self.limit, CONSTANT_ELEMENTS)
         self.patched = []
+        self.mode = _ValuesOnCpu()
+        self.mode.__enter__()
         try:
             from transformers import vision_utils
         except ImportError:
@@ -262,6 +429,9 @@ class vision_helpers_eager:
         return self
 
     def __exit__(self, *exc):
+        from torch._subclasses import fake_tensor
+        fake_tensor.CONSTANT_NUMEL_LIMIT = self.limit
+        self.mode.__exit__(*exc)
         for mod, name, fn in self.patched:
             setattr(mod, name, fn)
 

@@ -19,6 +19,7 @@ narrow diagonal unfold view_as_real view_as_complex real imag resolve_conj resol
 native_dropout alpha_dropout feature_alpha_dropout _reshape_alias _unsafe_view_copy
 empty_strided rand rand_like randn randn_like randint randint_like randperm bernoulli
 eye linspace logspace tensor align_to rename refine_names sym_ite sym_max sym_min sym_not
+meshgrid
 """.split())
 
 COPY = frozenset("""
@@ -64,7 +65,8 @@ ELEMENTWISE = frozenset("""
 add sub rsub mul div neg pow rsqrt sqrt exp exp2 log log2 log1p tanh sigmoid relu relu6 gelu
 silu hardtanh hardswish hardsigmoid clamp clamp_min clamp_max where masked_fill abs sin cos
 minimum maximum erf reciprocal bitwise_xor bitwise_and bitwise_or bitwise_not floor frac
-remainder eq ne lt gt le ge logical_and logical_or logical_not leaky_relu elu mish square
+remainder eq ne lt gt le ge logical_and logical_or logical_not __or__ __ior__ __and__ __iand__
+__xor__ __ixor__ leaky_relu elu mish square
 addcmul addcdiv lerp floor_divide fmod trunc round sign ceil softplus glu sub_ add_ mul_ div_
 relu_ silu_ gelu_ hardtanh_ sigmoid_ tanh_ fill fill_ __and__ __or__ __xor__ bitwise_left_shift
 bitwise_right_shift isnan isinf nan_to_num diff
