@@ -11,7 +11,9 @@ same architecture, the measured precision (``bf16``: weights, gradients and Adam
 bf16; ``amp``: fp32 weights, gradients and states, bf16 compute), AdamW foreach or fused,
 Hugging Face's gradient checkpointing as full recompute, on ``gpu:h200`` (its shipped H200
 calibration), a two-H200 ``hgx-h200`` system or four GPUs of a ``dgx-h100`` (DDP: ZeRO 0 with
-25 MB buckets overlapped with the backward; FSDP2: ZeRO 3). The step is compared with the
+25 MB buckets overlapped with the backward; FSDP2: ZeRO 3; both with the overheads of
+``simulators/train_overheads.py``, calibrated on ``benchmarks/train_comm_measure.py``'s
+microbenchmark, never on these steps). The step is compared with the
 measured step time (CUDA events) and, for single-GPU cases, with the sum of the step's
 kernels; peak memory with ``torch.cuda.max_memory_allocated`` over a steady-state step.
 """

@@ -419,7 +419,8 @@ def serve(model: str | Workload, trace: str = "sharegpt", rate: float | None = N
           preemption: str = "recompute", router: str = "round_robin",
           swap_space_bytes: float | None = None,
           progress: "Callable[[int, int], None] | None" = None,
-          economics: "dict[str, Any] | None" = None) -> "ServingResult":
+          economics: "dict[str, Any] | None" = None,
+          decode_kv_step: int = 1) -> "ServingResult":
     """Serve a request trace with zoo ``model`` on a design or a system (as :func:`generate`):
     ``trace`` ``sharegpt`` / ``alpaca`` (lengths like those datasets, arrivals ``poisson`` or
     ``gamma`` with coefficient of variation ``burstiness`` at ``rate`` requests/s) or a CSV file
@@ -436,6 +437,8 @@ def serve(model: str | Workload, trace: str = "sharegpt", rate: float | None = N
     preemptions). ``economics`` sets the cost per token's parameters (``utilisation``,
     ``amortisation_years``, ``hardware_usd``, ``host_usd``, ``host_w``, ``pue``,
     ``usd_per_kwh``; :mod:`simulators.economics` gives their defaults and sources).
+    ``decode_kv_step`` > 1 rounds decodes' mean KV length up to a multiple of it (a
+    screening estimate, never below the exact: :func:`simulators.serving.simulate_serving`).
 
     >>> s = api.serve("llama2-7b", accelerator="gpu:h200", trace="sharegpt", rate=20,
     ...               requests=2000)
@@ -462,7 +465,8 @@ def serve(model: str | Workload, trace: str = "sharegpt", rate: float | None = N
                          MEMORY_UTILIZATION if memory_utilization is None else memory_utilization,
                          slo_ttft_s, slo_tpot_s, economics=economics,
                          log_iterations=log_iterations, preemption=preemption, router=router,
-                         swap_space_bytes=swap, progress=progress)
+                         swap_space_bytes=swap, progress=progress,
+                         decode_kv_step=decode_kv_step)
     _keep_cost_model(cost)      # with the activations it sized
     return r
 
@@ -536,10 +540,10 @@ def _cost_model(base: Workload, target: "Target", max_tokens: int):
 def _keep_cost_model(model) -> None:
     """Write ``model``'s fit to the disk cache when it holds something the file lacks."""
     from simulators import cost_cache
-    fitted = model.fitted()
-    if model.cache_key and model.stored != set(fitted["activation_bytes"]):
-        cost_cache.store(model.cache_key, fitted)
-        model.stored = set(fitted["activation_bytes"])
+    held = model.held()
+    if model.cache_key and model.stored != held:
+        cost_cache.store(model.cache_key, model.fitted())
+        model.stored = held
 
 
 _COST_MODELS: dict[tuple, tuple] = {}

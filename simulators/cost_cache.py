@@ -2,9 +2,10 @@
 
 :class:`~simulators.iteration_cost.IterationCostModel` simulates an iteration's token-wise body
 at a few dozen token counts (tens of seconds for a large model on a system); what the fit
-measured (:meth:`IterationCostModel.fitted`: the body's latency and dynamic energy on the grid,
-each stage's weights and KV bytes per token, the activations sized) is a small JSON file under
-``$DSE_CACHE_DIR/cost_models`` (beside the capture cache, :mod:`workloads.build`), one per key:
+measured (:meth:`IterationCostModel.fitted`: the body's latency and dynamic energy at the grid
+points simulated so far, each stage's weights and KV bytes per token, the activations sized) is
+a small JSON file under ``$DSE_CACHE_DIR/cost_models`` (beside the capture cache,
+:mod:`workloads.build`), one per key:
 
 * the model: the decode step it is fitted on (its name, phase, dtype, and a fingerprint of the
   graph: op count and the sums of FLOPs and bytes, so an architecture change is a new key);
@@ -35,8 +36,8 @@ from dse.errors import BadInput
 from dse.safe_io import read_regular, seal, unseal
 from workloads import build, ir
 
-#: Version of the file's layout.
-SCHEMA = 1
+#: Version of the file's layout (2: grid points not simulated yet are null).
+SCHEMA = 2
 #: Largest file read, bytes [E: a fit is ~10 kB; activations add a few entries].
 MAX_FILE_BYTES = 4 * 2**20
 #: Sources whose change changes a fit (relative to the repository root): the templates and
@@ -103,10 +104,11 @@ def key(base: ir.Workload, target: Any, max_tokens: int) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
-def _numbers(v: Any, n: int | None = None) -> bool:
+def _numbers(v: Any, n: int | None = None, nulls: bool = False) -> bool:
+    """``v`` is a list (of ``n``) finite numbers (or nulls, with ``nulls``)."""
     return (isinstance(v, list) and (n is None or len(v) == n) and all(
-        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-        for x in v))
+        (nulls and x is None) or (isinstance(x, (int, float)) and not isinstance(x, bool)
+                                  and math.isfinite(x)) for x in v))
 
 
 def load(k: str, grid: list[float], stages: int) -> dict | None:
@@ -123,8 +125,10 @@ def load(k: str, grid: list[float], stages: int) -> dict | None:
     if not isinstance(d, dict) or d.get("key") != k or d.get("schema") != SCHEMA:
         return None
     acts = d.get("activation_bytes", {})
-    ok = (d.get("grid") == list(grid) and _numbers(d.get("g_latency_s"), len(grid))
-          and _numbers(d.get("g_energy_j"), len(grid))
+    lat, energy = d.get("g_latency_s"), d.get("g_energy_j")
+    ok = (d.get("grid") == list(grid) and _numbers(lat, len(grid), True)
+          and _numbers(energy, len(grid), True)
+          and [x is None for x in lat] == [x is None for x in energy]
           and _numbers(d.get("stage_weights_bytes"), stages)
           and _numbers(d.get("stage_kv_bytes_per_token"), stages)
           and isinstance(acts, dict)

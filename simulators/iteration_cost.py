@@ -39,8 +39,10 @@ host memory and back (``preemption="swap"``) crosses each device's host link
 from __future__ import annotations
 
 import bisect
+import json
+from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -201,12 +203,13 @@ class IterationCostModel:
         self.grid = np.array(token_grid(self.max_tokens), dtype=float)
         loaded = fitted is not None
         if fitted is None:
-            fitted = self._fit(base, rep)
-        self.g_latency = np.array(fitted["g_latency_s"], dtype=float)
-        self.g_energy = np.array(fitted["g_energy_j"], dtype=float)
+            fitted = self._size(base, rep)
+        # g on the grid, simulated when an iteration first needs a point (None until then)
         self._grid_list = [float(x) for x in self.grid]
-        self._lat_list = [float(x) for x in self.g_latency]
-        self._en_list = [float(x) for x in self.g_energy]
+        self._bodies: Callable[[int], ir.Workload] | None = None
+        none = [None] * len(self._grid_list)
+        self._lat_list = _floats(fitted.get("g_latency_s") or none)
+        self._en_list = _floats(fitted.get("g_energy_j") or none)
         self._decode_cost: dict[tuple[int, int], tuple[float, float]] = {}
         # the attention ops of a rank's share of every layer, grouped by what they compute
         share = rep.layer_share(base)
@@ -232,31 +235,49 @@ class IterationCostModel:
         self.activation_bytes = max(self.stage_activation_bytes(self.max_tokens))
         #: where :mod:`simulators.cost_cache` keeps this fit, and what the file holds
         self.cache_key: str | None = None
-        self.stored: set | None = set(fitted.get("activation_bytes", {})) if loaded else None
+        self.stored: tuple | None = self.held() if loaded else None
 
-    def _fit(self, base: ir.Workload, rep: Target) -> dict:
-        """Simulate the token-wise body of an iteration at every grid point, and size one
-        device's memory per stage: what :meth:`fitted` keeps."""
-        lat, dyn = [], []
-        body = token_wise(base)
-        static = rep.static_power_w()
-        for t in self.grid:
-            w = scale_tokens(body, int(t))
-            latency, energy = rep.run(w, fill=rep.stages > 1)
-            lat.append(latency)
-            dyn.append(energy - static * latency)
+    def _size(self, base: ir.Workload, rep: Target) -> dict:
+        """One device's memory per stage: weights and KV bytes per token."""
         stages = rep.stage_shares(base)
-        return {"g_latency_s": lat, "g_energy_j": dyn,
-                "stage_weights_bytes": [float(memory_footprint(g).weights_bytes)
+        return {"stage_weights_bytes": [float(memory_footprint(g).weights_bytes)
                                         for g in stages],
                 "stage_kv_bytes_per_token": [_kv_bytes_per_token(g) for g in stages]}
 
+    def _fit(self, indices: Sequence[int]) -> None:
+        """Simulate the token-wise body of an iteration at the grid points ``indices``
+        (the graphs shared by every design of the base: :func:`grid_bodies`). Points are
+        simulated as iterations first need them (a serving run touches a few dozen of a
+        large grid's), each as the whole grid's fit would: the same numbers."""
+        rep = self.replica_target
+        static = rep.static_power_w()
+        if self._bodies is None:
+            self._bodies = grid_bodies(self.base)
+        bodies = self._bodies
+        for i in indices:
+            latency, energy = rep.run(bodies(int(self._grid_list[i])), fill=rep.stages > 1)
+            self._lat_list[i] = float(latency)
+            self._en_list[i] = float(energy - static * latency)
+
+    def g_points(self) -> tuple[np.ndarray, np.ndarray]:
+        """(latency s, dynamic energy J) of the token-wise body at every grid point,
+        simulating those no iteration has needed yet."""
+        self._fit([i for i, v in enumerate(self._lat_list) if v is None])
+        return np.array(self._lat_list), np.array(self._en_list)
+
+    def held(self) -> tuple[frozenset, int]:
+        """What :meth:`fitted` holds, in short: the activations sized and the grid points
+        simulated (a file of the same is not rewritten)."""
+        return (frozenset(self._activations),
+                sum(v is not None for v in self._lat_list))
+
     def fitted(self) -> dict:
         """What the fit measured (JSON-able; :mod:`simulators.cost_cache` keeps it on disk):
-        the body's latency and dynamic energy on the grid, each stage's weights and KV bytes
-        per token, and the activations sized so far."""
-        return {"grid": self.grid.tolist(), "g_latency_s": self.g_latency.tolist(),
-                "g_energy_j": self.g_energy.tolist(),
+        the body's latency and dynamic energy on the grid (None at points not simulated
+        yet), each stage's weights and KV bytes per token, and the activations sized so
+        far."""
+        return {"grid": self.grid.tolist(), "g_latency_s": list(self._lat_list),
+                "g_energy_j": list(self._en_list),
                 "stage_weights_bytes": self.stage_weights_bytes,
                 "stage_kv_bytes_per_token": self.stage_kv_bytes_per_token,
                 "activation_bytes": {f"{t},{q}": v for (t, q), v in self._activations.items()}}
@@ -329,8 +350,13 @@ class IterationCostModel:
             return 0.0, 0.0
         grid = self._grid_list
         i = bisect.bisect_left(grid, tokens)
+        lat = self._lat_list
         if grid[i] == tokens:
-            return self._lat_list[i], self._en_list[i]
+            if lat[i] is None:
+                self._fit([i])
+            return lat[i], self._en_list[i]
+        if lat[i] is None or lat[i - 1] is None:
+            self._fit([j for j in (i - 1, i) if lat[j] is None])
         x0, x1 = grid[i - 1], grid[i]
         f = (tokens - x0) / (x1 - x0)
         lat, en = self._lat_list, self._en_list
@@ -356,10 +382,12 @@ class IterationCostModel:
         return hit
 
     def cost(self, decodes: int, decode_kv_tokens: int,
-             chunks: Sequence[tuple[int, int]] = ()) -> tuple[float, float]:
+             chunks: Sequence[tuple[int, int]] = (), kv_step: int = 1) -> tuple[float, float]:
         """(latency s, dynamic energy J) of an iteration of ``decodes`` decode tokens whose KV
         lengths (the new token included) sum to ``decode_kv_tokens``, and prefill ``chunks``
-        ``(cached, new)``."""
+        ``(cached, new)``. ``kv_step`` > 1: the decodes' mean KV length rounded up to a
+        multiple of it (a screening estimate: consecutive decode steps share one costing, and
+        it is never below the exact one, as more KV read and attended is never cheaper)."""
         tokens = decodes + sum(c for _, c in chunks)
         lat, energy = self._g(tokens)
         dev = self.device
@@ -373,8 +401,8 @@ class IterationCostModel:
         lat += hit[0]
         energy += hit[1]
         if decodes:
-            a_lat, a_energy = self._decode_attention(
-                decodes, max(1, round(decode_kv_tokens / decodes)))
+            mean = max(1, round(decode_kv_tokens / decodes))
+            a_lat, a_energy = self._decode_attention(decodes, -(-mean // kv_step) * kv_step)
             lat += a_lat
             energy += a_energy
         if chunks:
@@ -383,6 +411,44 @@ class IterationCostModel:
                 lat += n * c.latency_s
                 energy += n * c.total_energy_j * self._per_layer_devices
         return lat, energy
+
+
+#: Token-wise bodies kept, per base graph: ``{key: (body, {tokens: graph})}``, the bases used
+#: last kept [E: a 32-layer Llama-2-7B grid is 74 graphs, ~100 MB; a study searches a few
+#: widths and depths at once].
+GRID_BASES = 6
+_GRIDS: "OrderedDict[str, tuple[ir.Workload, dict[int, ir.Workload]]]" = OrderedDict()
+
+
+def grid_bodies(base: ir.Workload) -> Callable[[int], ir.Workload]:
+    """``tokens ->`` :func:`token_wise` ``base`` on ``tokens`` tokens (:func:`scale_tokens`),
+    each graph built once per graph of ``base`` and token count and shared by every design
+    fitted on it: the fit's graphs depend on the architecture only, so a study's designs of
+    one architecture share them and what is derived from a graph once (the fast path's
+    structure, planned graphs, the memory footprint: :mod:`workloads.memo`). Keyed by the
+    graph's content (:func:`simulators.cost_cache.fingerprint`), not the object: a study
+    loads an architecture's graph afresh per design."""
+    from simulators.cost_cache import fingerprint
+    key = json.dumps(fingerprint(base), sort_keys=True, default=str)
+    hit = _GRIDS.get(key)
+    if hit is None:
+        hit = _GRIDS[key] = (token_wise(base), {})
+        if len(_GRIDS) > GRID_BASES:
+            _GRIDS.popitem(last=False)
+    else:
+        _GRIDS.move_to_end(key)
+    body, graphs = hit
+
+    def at(tokens: int) -> ir.Workload:
+        w = graphs.get(tokens)
+        if w is None:
+            w = graphs[tokens] = scale_tokens(body, tokens)
+        return w
+    return at
+
+
+def _floats(values: Sequence) -> list[float | None]:
+    return [None if v is None else float(v) for v in values]
 
 
 def _kv_bytes_per_token(w: ir.Workload) -> float:

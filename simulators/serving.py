@@ -52,6 +52,7 @@ from typing import Any, Callable
 import numpy as np
 
 from dse.errors import BadInput
+from simulators.decode_stretch import run_decodes
 from simulators.iteration_cost import MEMORY_UTILIZATION, IterationCostModel
 from simulators.schedulers import Batch, KVCache, Scheduler, State
 from workloads.traces import Trace
@@ -60,6 +61,9 @@ from workloads.traces import Trace
 BLOCK_SIZE = 16
 #: Points kept of the KV-occupancy timeline.
 TIMELINE_POINTS = 400
+#: Step a lone replica's decode stretches in one go (:mod:`simulators.decode_stretch`: the same
+#: numbers; off only to check that).
+DECODE_STRETCH = True
 
 
 def _percentiles(x: np.ndarray) -> dict[str, float]:
@@ -257,8 +261,10 @@ class _Replica:
     a stage free for the next batch), inf while it waits for arrivals."""
 
     def __init__(self, index: int, cost: IterationCostModel, trace: Trace,
-                 scheduler: Scheduler, kv: KVCache, preemption: str, swap_blocks: int):
+                 scheduler: Scheduler, kv: KVCache, preemption: str, swap_blocks: int,
+                 kv_step: int = 1):
         self.index, self.cost, self.sched, self.kv = index, cost, scheduler, kv
+        self.kv_step = kv_step
         self.s = State(trace.input_len, trace.output_len, kv, preemption, swap_blocks)
         self.pending: deque[int] = deque()
         self.stages = cost.stages
@@ -279,9 +285,13 @@ class _Replica:
         if len(self.flying) < self.stages:
             self.t = min(self.t, max(at, self.stage_free[0]))
 
-    def boundary(self, now: float, first: np.ndarray, finish: np.ndarray, run: "_Run") -> None:
+    def boundary(self, now: float, first: np.ndarray, finish: np.ndarray, run: "_Run",
+                 horizon: float | None = None, every: int = 1) -> float:
         """At ``now``: batches that left the pipeline emit their tokens, routed requests join
-        the queue, and the scheduler fills the free stage."""
+        the queue, and the scheduler fills the free stage. With ``horizon`` (the next
+        arrival; one replica), decode iterations that end before it are stepped in one go
+        first (:func:`simulators.decode_stretch.run_decodes`, the same numbers). Returns
+        the time of the boundary the scheduler filled the stage at."""
         s = self.s
         while self.flying and self.flying[0][0] <= now:
             end, _, batch = heapq.heappop(self.flying)
@@ -291,6 +301,8 @@ class _Replica:
             run.landed(end, emitted, done)
         while self.pending:
             s.waiting.append(self.pending.popleft())
+        if horizon is not None:
+            now = run_decodes(self, now, horizon, run, every)
         more = False
         while len(self.flying) < self.stages and now >= self.stage_free[0]:
             batch = self.sched.step(s)
@@ -308,6 +320,7 @@ class _Replica:
         if more and len(self.flying) < self.stages:
             cands.append(self.stage_free[0])
         self.t = min(cands) if cands else math.inf
+        return now
 
     def dispatch(self, batch: Batch, now: float, run: "_Run") -> None:
         s, cost = self.s, self.cost
@@ -316,7 +329,7 @@ class _Replica:
         d = len(decodes) + batch.padding
         kv_sum = int(s.kv_tokens[decodes].sum()) + len(decodes) + batch.padding_kv + batch.padding
         chunks = [(c0, c1) for _, c0, c1 in batch.chunks]
-        latency, e = cost.cost(d, kv_sum, chunks)
+        latency, e = cost.cost(d, kv_sum, chunks, self.kv_step)
         swapped = batch.swap_out + batch.swap_in
         swap_s, swap_j = cost.swap_cost(swapped) if swapped else (0.0, 0.0)
         self.swapped_tokens += swapped
@@ -396,7 +409,8 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
                      log_iterations: bool = False, preemption: str = "recompute",
                      router: str = "round_robin",
                      swap_space_bytes: float = SWAP_SPACE_BYTES,
-                     progress: Callable[[int, int], None] | None = None) -> ServingResult:
+                     progress: Callable[[int, int], None] | None = None,
+                     decode_kv_step: int = 1) -> ServingResult:
     """Serve ``trace`` with ``scheduler`` on the design or system ``cost`` models (see the
     module docstring): one replica per data-parallel rank of the target (each a copy of
     ``scheduler``), arrivals shared by ``router`` (:data:`ROUTERS`), preemption by
@@ -404,10 +418,13 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
     device). ``progress(done, total)`` is called as every further 1 % of the requests ends
     (a long run shows how far it is). ``economics``: the cost-per-token parameters
     (:class:`simulators.economics.Economics` or a dict of them; defaults as documented
-    there)."""
+    there). ``decode_kv_step`` > 1: decode attention costed at the batch's mean KV length
+    rounded up to a multiple of it (:meth:`IterationCostModel.cost`; a study's screening
+    uses the KV block: never below the exact iteration, so never below its floors)."""
     from simulators.economics import Economics
     econ = Economics.of(economics)
-    for key, v, lo, hi in (("block_size", block_size, 1, 4096),):
+    for key, v, lo, hi in (("block_size", block_size, 1, 4096),
+                           ("decode_kv_step", decode_kv_step, 1, 4096)):
         if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
             raise BadInput(key, v, f"expected an int in [{lo}, {hi}]")
     for key, v in (("slo_ttft_s", slo_ttft_s), ("slo_tpot_s", slo_tpot_s)):
@@ -435,7 +452,7 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
     if preemption == "swap":
         cost.swap_cost(1)                    # the device has a host link, or one line
     replicas = [_Replica(i, cost, trace, copy.deepcopy(scheduler),
-                         KVCache(blocks, block_size), preemption, swap_blocks)
+                         KVCache(blocks, block_size), preemption, swap_blocks, decode_kv_step)
                 for i in range(cost.replicas)]
     fits = replicas[0].kv.blocks - replicas[0].kv.watermark
     n = len(trace)
@@ -472,7 +489,8 @@ def simulate_serving(cost: IterationCostModel, trace: Trace, scheduler: Schedule
         run.advance(now)
         before = run.iterations
         late = run.rejected_late
-        rep.boundary(now, first, finish, run)
+        now = rep.boundary(now, first, finish, run,
+                           a if DECODE_STRETCH and len(replicas) == 1 else None, every)
         run.in_system -= run.rejected_late - late
         if run.iterations != before and (run.iterations % every == 0 or not run.samples):
             run.samples.append(_sample(now, replicas, arrival, nxt))

@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 import math
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from accelerators.base import Template
@@ -50,6 +50,8 @@ from accelerators.host import Host, host_from
 from dse.errors import BadInput, InfeasibleDesign
 from simulators.engine import simulate as _simulate
 from simulators.pipeline import F, run_schedule, schedule
+from simulators.train_overheads import (OFF, Overheads, attention_factor, attention_factors,
+                                        copy_s, overheads_in, overlap_s, slowed)
 from simulators.economics import AMORTISATION_YEARS as LIFETIME_YEARS, USD_PER_KWH, YEAR_S as _YEAR_S
 from workloads import ir
 from workloads.gna import dense_equivalent
@@ -57,7 +59,7 @@ from workloads.ir import Op, Workload, op_signature
 from workloads.train_parallel import (TrainLayout, TrainPlan, _segment_workload, plan_training,
                                       train_layout_from, workspace_bytes)
 from workloads.train_step import (Optimizer, Precision, _rebuild, gemm_formatted,
-                                  optimizer_from, optimizer_ops, precision_from)
+                                  optimizer_from, optimizer_ops, params_by_layer, precision_from)
 from workloads.training import BWD, FWD
 
 #: Memory categories, in report order.
@@ -219,6 +221,7 @@ class _Costs:
         self.design = design
         self._design_key = json.dumps([type(design).__name__, dict(design.hw)],
                                       sort_keys=True, default=str)
+        self._attention = attention_factors(design)
 
     def __call__(self, w: Workload) -> tuple[float, float]:
         """(latency_s, dynamic energy_j) of ``w`` on the design."""
@@ -230,7 +233,11 @@ class _Costs:
         hit = _COST_MEMO.get(key)
         if hit is None:
             planned = self.design.plan(w if self.design.SPARSE_ATTENTION else dense_equivalent(w))
-            r = _simulate(planned, self.design, self.design.costs(planned))
+            costs = self.design.costs(planned)
+            if self._attention:                 # measured: fused attention in training
+                costs = [_scaled_cost(c, attention_factor(op, self._attention))
+                         for op, c in zip(planned.ops, costs)]
+            r = _simulate(planned, self.design, costs)
             dynamic = r.energy_j - r.energy_breakdown_j.get("static", 0.0)
             hit = _COST_MEMO[key] = (r.latency_s, dynamic)
             while len(_COST_MEMO) > _COST_MEMO_SIZE:
@@ -238,24 +245,42 @@ class _Costs:
         return hit
 
 
-def _overlapped(compute: list[float], gather: list[float], scatter: list[float]) -> float:
+def _scaled_cost(c, factor: float):
+    """``c`` taking ``factor`` times as long (>= 1: only ever slower)."""
+    if factor <= 1.0:
+        return c
+    return replace(c, latency_s=c.latency_s * factor, compute_s=c.compute_s * factor)
+
+
+def _overlapped(compute: list[float], gather: list[float], scatter: list[float],
+                terms: Overheads = OFF, host: list[float] | None = None) -> float:
     """Time of blocks run in order on a compute stream while a communication stream gathers
     each block's weights one block ahead (``gather[i]`` before block ``i``) and
-    reduce-scatters its gradients after it (``scatter[i]``), in issue order."""
+    reduce-scatters its gradients after it (``scatter[i]``), in issue order. A block runs
+    slower while a collective overlaps it (``terms``, :func:`~simulators.train_overheads.
+    slowed`) and starts no earlier than the host has issued it (``host[i]``: the host's time
+    for block ``i``, accumulated)."""
     comm_free = 0.0
-    t = 0.0
+    t = host_t = 0.0
     ready = [0.0] * len(compute)
+    busy: list[tuple[float, float, str]] = []
     if compute:
         comm_free = gather[0]
         ready[0] = comm_free
+        busy.append((0.0, comm_free, "all_gather"))
     for i, c in enumerate(compute):
-        start = max(t, ready[i])
+        host_t += host[i] if host else 0.0
+        start = max(t, ready[i], host_t)
         if i + 1 < len(compute):            # prefetch the next block's weights now
-            comm_free = max(comm_free, start) + gather[i + 1]
+            g0 = max(comm_free, start)
+            comm_free = g0 + gather[i + 1]
             ready[i + 1] = comm_free
-        t = start + c
+            busy.append((g0, comm_free, "all_gather"))
+        t = start + slowed(c, overlap_s(busy, start, start + c), terms)
         if scatter[i]:
-            comm_free = max(comm_free, t) + scatter[i]
+            s0 = max(comm_free, t)
+            comm_free = s0 + scatter[i]
+            busy.append((s0, comm_free, "reduce_scatter"))
     return max(t, comm_free)
 
 
@@ -323,7 +348,8 @@ def _run(plan: TrainPlan, sysm, design: Template, prec: Precision, opt: Optimize
     m = plan.microbatches
     costs = _Costs(design)
     seg_t, energy = _block_times(plan, sysm, costs)
-    chunk_f, chunk_b = _chunk_times(plan, sysm, seg_t, prec, energy)
+    terms = overheads_in(sysm, lay.group("dpcp", pp=0))
+    chunk_f, chunk_b = _chunk_times(plan, sysm, seg_t, prec, energy, design, terms)
     p2p_t = _coll(sysm, "send_recv", plan.p2p_bytes, [lay.rank(pp=0), lay.rank(pp=1)])[0] \
         if lay.pp > 1 else 0.0
     kind = lay.schedule if lay.pp > 1 or lay.chunks > 1 else "1f1b"
@@ -334,7 +360,7 @@ def _run(plan: TrainPlan, sysm, design: Template, prec: Precision, opt: Optimize
                        lambda t: p2p_t, len(plan.chunks), lambda c: saved_chunk[c])
     spans = _compute_spans(plan, run)
     finish, exposed = _reduce_gradients(plan, sysm, run, seg_t, prec.bytes_of("gradients"),
-                                        spans, energy)
+                                        spans, energy, terms)
     opt_t, ag_t = _optimizer_step(plan, sysm, design, costs, prec, opt, node, accumulate,
                                   finish, energy)
     step_ends = [finish[s] + opt_t[s] + ag_t[s] for s in range(lay.pp)]
@@ -407,14 +433,20 @@ def _block_times(plan: TrainPlan, sysm, costs: _Costs
     return seg_t, energy
 
 
-def _chunk_times(plan: TrainPlan, sysm, seg_t, prec: Precision, energy: list[float]
-                 ) -> tuple[list[float], list[float]]:
+def _chunk_times(plan: TrainPlan, sysm, seg_t, prec: Precision, energy: list[float],
+                 design: Template, terms: Overheads = OFF) -> tuple[list[float], list[float]]:
     """Forward and backward time of each model chunk for one micro-batch: its blocks in
     order, with ZeRO-3's weight gathers and ZeRO-2/3's gradient reduce-scatters on the
-    communication stream, one block ahead (:func:`_overlapped`). Adds their energy."""
+    communication stream, one block ahead (:func:`_overlapped`). FSDP2's copies
+    (:mod:`simulators.train_overheads`): each gather's copy-in of the shard before it and
+    copy-out of the gathered weights on the compute stream before the block, each
+    reduce-scatter's copy-in of the gradients before it; its hooks' host time (ZeRO-3: the
+    root's per step, each unit's and its tensors', split between forward and backward) and
+    the collectives' slow-down of the compute they overlap. Adds their energy."""
     lay = plan.layout
     zero3 = lay.zero == 3 and lay.dp * lay.cp > 1
     per_block = zero3 or (lay.zero == 2 and lay.dp * lay.cp > 1)
+    tensors = params_by_layer(plan.joint, tensors=True) if zero3 else {}
     chunk_f, chunk_b = [], []
     for c, blocks in enumerate(plan.chunks):
         s = plan.stage_of_chunk(c)
@@ -425,17 +457,35 @@ def _chunk_times(plan: TrainPlan, sysm, seg_t, prec: Precision, energy: list[flo
             chunk_b.append(sum(b))
             continue
         group = lay.group("dpcp", pp=s)
-        gat, rs = [], []
+        gat, rs, out_t, host = [], [], [], []
         for layer in blocks:
             n = plan.params.get(layer, 0.0)
-            tg, eg = _coll(sysm, "all_gather", n * prec.bytes_of("weights"), group) \
-                if zero3 else (0.0, 0.0)
-            tr, er = _coll(sysm, "reduce_scatter", n * prec.bytes_of("gradients"), group)
-            gat.append(tg)
-            rs.append(tr)
+            wbytes, gbytes = n * prec.bytes_of("weights"), n * prec.bytes_of("gradients")
+            tg, eg = _coll(sysm, "all_gather", wbytes, group) if zero3 else (0.0, 0.0)
+            tr, er = _coll(sysm, "reduce_scatter", gbytes, group)
+            if zero3 and tg:
+                tg += copy_s(design, wbytes / len(group), prec.weights)
+                out_t.append(copy_s(design, wbytes, prec.weights))
+            else:
+                out_t.append(0.0)
+            if tr:
+                tr += copy_s(design, gbytes, prec.gradients)
+            gat.append(tg * terms.comm("all_gather"))
+            rs.append(tr * terms.comm("reduce_scatter"))
+            host.append(terms.unit_host_s(tensors.get(layer, 0.0), layer != plan.layers)
+                        if zero3 and n else 0.0)
             energy[s] += (2 * eg + er) * plan.microbatches / len(group)
-        chunk_f.append(_overlapped(f, gat, [0.0] * len(f)))
-        chunk_b.append(_overlapped(b, gat[::-1], rs[::-1]))
+        f = [x + o for x, o in zip(f, out_t)]
+        b = [x + o for x, o in zip(b, out_t[::-1])]
+        share = terms.fsdp_forward_share
+        host_f = [h * share for h in host]
+        host_b = [h * (1.0 - share) for h in host[::-1]]
+        if zero3 and c == 0:               # the root's hooks: before the first block's
+            host_f[0] += terms.fsdp_step_host_s * share
+        if zero3 and c == len(plan.chunks) - 1:
+            host_b[0] += terms.fsdp_step_host_s * (1.0 - share)
+        chunk_f.append(_overlapped(f, gat, [0.0] * len(f), terms, host_f))
+        chunk_b.append(_overlapped(b, gat[::-1], rs[::-1], terms, host_b))
     return chunk_f, chunk_b
 
 
@@ -455,11 +505,15 @@ def _compute_spans(plan: TrainPlan, run) -> list[tuple[int, str, str, str, float
 
 
 def _reduce_gradients(plan: TrainPlan, sysm, run, seg_t, grad_bytes: float, spans: list,
-                      energy: list[float]) -> tuple[list[float], list[float]]:
+                      energy: list[float], terms: Overheads = OFF
+                      ) -> tuple[list[float], list[float]]:
     """ZeRO 0-1's data-parallel gradient reduction, per stage: buckets of ``bucket_mb``
     filled block by block as the last micro-batch's backward produces them (or all at its
-    end without overlap), reduced one after another on the communication stream. Returns
-    when each stage is done, and how much of it the backward did not hide."""
+    end without overlap), reduced one after another on the communication stream. The
+    buckets slow the backward they overlap and are slowed by it (``terms``): the backward
+    is stretched by the extra time of its overlapped seconds and the buckets replayed on
+    the stretched backward. Returns when each stage is done, and how much of it the
+    backward did not hide."""
     lay = plan.layout
     finish, exposed = [], []
     for s in range(lay.pp):
@@ -468,36 +522,72 @@ def _reduce_gradients(plan: TrainPlan, sysm, run, seg_t, grad_bytes: float, span
         comm_free = compute_end
         if lay.zero <= 1 and len(group) > 1:
             kind = "all_reduce" if lay.zero == 0 else "reduce_scatter"
+            chunks = sorted((c for c in range(len(plan.chunks)) if plan.stage_of_chunk(c) == s),
+                            key=lambda c: run.last_backward.get(c, (0.0, 0.0))[1])
+            comm_free, busy, _ = _play_buckets(plan, run, seg_t, grad_bytes, s, chunks,
+                                               compute_end, kind, group, sysm, terms, 0.0)
+            bwd = [run.last_backward.get(c, (compute_end, compute_end)) for c in chunks]
+            window = sum(e0 - b0 for b0, e0 in bwd)
+            over = sum(sum(overlap_s(busy, b0, e0).values()) for b0, e0 in bwd)
+            extra = slowed(window, {kind: over}, terms) - window
+            if extra > 0:
+                compute_end += extra
+            comm_free, busy, sizes = _play_buckets(plan, run, seg_t, grad_bytes, s, chunks,
+                                                   compute_end, kind, group, sysm, terms,
+                                                   extra)
             dev = lay.rank(pp=s)
-            comm_free, pending, ready_at = 0.0, 0.0, 0.0
-
-            def flush(nbytes: float, at: float, free: float) -> float:
-                t, e = _coll(sysm, kind, nbytes, group)
-                start = max(free, at)
+            for (b0, b1, _), nbytes in zip(busy, sizes):
                 spans.append((dev, "communication", f"{kind} {nbytes / 1e6:.0f} MB", "dp",
-                              start, start + t))
-                energy[s] += e / len(group)
-                return start + t
-            for c in sorted((c for c in range(len(plan.chunks))
-                             if plan.stage_of_chunk(c) == s),
-                            key=lambda c: run.last_backward.get(c, (0.0, 0.0))[1]):
-                b0, e0 = run.last_backward.get(c, (compute_end, compute_end))
-                blocks = list(reversed(plan.chunks[c]))
-                times = [seg_t.get((layer, BWD, s), 0.0) for layer in blocks]
-                total, acc = sum(times) or 1.0, 0.0
-                for layer, t in zip(blocks, times):
-                    acc += t
-                    ready_at = b0 + (e0 - b0) * acc / total if lay.overlap_grad_reduce \
-                        else compute_end
-                    pending += plan.params.get(layer, 0.0) * grad_bytes
-                    if pending >= lay.bucket_mb * 1e6:
-                        comm_free, pending = flush(pending, ready_at, comm_free), 0.0
-            if pending > 0:
-                comm_free = flush(pending, ready_at, comm_free)
+                              b0, b1))
+                energy[s] += _coll(sysm, kind, nbytes, group)[1] / len(group)
         end = max(compute_end, comm_free)
         exposed.append(end - compute_end)
         finish.append(end)
     return finish, exposed
+
+
+def _play_buckets(plan: TrainPlan, run, seg_t, grad_bytes: float, s: int, chunks: list[int],
+                  compute_end: float, kind: str, group: list[int], sysm, terms: Overheads,
+                  stretch_s: float
+                  ) -> tuple[float, list[tuple[float, float, str]], list[float]]:
+    """The buckets of stage ``s`` on the communication stream: each issued when the last
+    backward has produced it (that backward ``stretch_s`` longer, spread over its blocks),
+    slowed while it overlaps compute. Returns when the stream is free, its busy spans and the
+    buckets' bytes."""
+    lay = plan.layout
+    comm_free, pending, ready_at = 0.0, 0.0, 0.0
+    busy: list[tuple[float, float, str]] = []
+    sizes: list[float] = []
+    total_all = sum(e0 - b0 for b0, e0 in (run.last_backward.get(c, (0.0, 0.0))
+                                           for c in chunks)) or 1.0
+    shift = 0.0
+
+    def flush(nbytes: float, at: float, free: float) -> float:
+        t = _coll(sysm, kind, nbytes, group)[0]
+        start = max(free, at)
+        if start < compute_end:
+            t *= terms.comm(kind)
+        busy.append((start, start + t, kind))
+        sizes.append(nbytes)
+        return start + t
+    for c in chunks:
+        b0, e0 = run.last_backward.get(c, (compute_end, compute_end))
+        grow = stretch_s * (e0 - b0) / total_all
+        b0, e0 = b0 + shift, e0 + shift + grow
+        shift += grow
+        blocks = list(reversed(plan.chunks[c]))
+        times = [seg_t.get((layer, BWD, s), 0.0) for layer in blocks]
+        total, acc = sum(times) or 1.0, 0.0
+        for layer, t in zip(blocks, times):
+            acc += t
+            ready_at = b0 + (e0 - b0) * acc / total if lay.overlap_grad_reduce \
+                else compute_end
+            pending += plan.params.get(layer, 0.0) * grad_bytes
+            if pending >= lay.bucket_mb * 1e6:
+                comm_free, pending = flush(pending, ready_at, comm_free), 0.0
+    if pending > 0:
+        comm_free = flush(pending, ready_at, comm_free)
+    return comm_free, busy, sizes
 
 
 def _optimizer_step(plan: TrainPlan, sysm, design: Template, costs: _Costs, prec: Precision,

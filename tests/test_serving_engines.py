@@ -171,7 +171,7 @@ def test_cost_model_is_kept_on_disk_and_trusted_like_the_capture_cache(tmp_path,
     files[0].write_text('{"schema": 1, "key": "x", "g_latency_s": "rm -rf /"}')   # corrupt
     # ... and a well-formed fit with doubled latencies, planted without the cache's key
     planted = json.loads(sealed.partition(b"\n")[2])
-    planted["g_latency_s"] = [2 * x for x in planted["g_latency_s"]]
+    planted["g_latency_s"] = [x if x is None else 2 * x for x in planted["g_latency_s"]]
     monkeypatch.undo()
     monkeypatch.setenv("DSE_CACHE_DIR", str(tmp_path / "c"))
     api._COST_MODELS.clear()

@@ -310,7 +310,12 @@ def _segment_workload(w: Workload, names: list[str]) -> Workload:
     g = w.graph
     ops = [g.nodes[n]["op"] for n in names]
     edges = [(u, v, d.get("bytes", 0)) for u, v, d in g.subgraph(keep).edges(data=True)]
-    return _rebuild(w, ops, edges)
+    out = _rebuild(w, ops, edges)
+    # the view ops capture dropped, in this segment's share (the eager runtime charges each
+    # op its share of them; the whole model's views on every block multiplied them)
+    share = len(ops) / max(len(w.ops), 1)
+    out.free_ops = tuple((k, c * share) for k, c in w.free_ops)
+    return out
 
 
 def plan_training(joint: Workload, layout: TrainLayout) -> TrainPlan:

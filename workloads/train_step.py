@@ -290,15 +290,17 @@ def optimizer_from(name: str | Optimizer | None, impl: str | None = None) -> Opt
 
 
 # ------------------------------------------------------------------------------ parameters
-def params_by_layer(w: Workload) -> dict[int, int]:
-    """Trainable parameter elements by block of the model (``-1`` before the blocks,
-    ``layers`` after), each counted at its first forward use (tied weights once)."""
+def params_by_layer(w: Workload, tensors: bool = False) -> dict[int, int]:
+    """Trainable parameter elements (``tensors``: parameter tensors) by block of the model
+    (``-1`` before the blocks, ``layers`` after), each counted at its first forward use (tied
+    weights once). A capture without tensor counts counts one per op that first uses any."""
     captured: dict[int, int] = {}
     for op in w.ops:
         e = op.attrs.get("param_elems")
         if e and op.attrs.get("pass") == FWD:
             layer = int(op.attrs.get("layer", 0))
-            captured[layer] = captured.get(layer, 0) + int(e)
+            e = int(op.attrs.get("param_tensors", 1)) if tensors else int(e)
+            captured[layer] = captured.get(layer, 0) + e
     layers, _ = layers_of(w)
     out = {}
     for layer in range(-1, layers + 1):

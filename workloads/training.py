@@ -21,8 +21,9 @@ same kinds, FLOPs and bytes), and each op gets
   from forward hooks on the blocks (their forward) and gradient hooks on their outputs and
   inputs (their backward);
 * ``attrs["saved_bytes"]`` on a forward op: the bytes of its outputs that backward ops read
-  (the activations kept for backward, through views), and ``attrs["param_elems"]``: the
-  parameters whose first forward use is this op.
+  (the activations kept for backward, through views), and ``attrs["param_elems"]`` /
+  ``attrs["param_tensors"]``: the parameter elements / tensors whose first forward use is
+  this op.
 
 The blocks are the children of the ``nn.ModuleList`` / ``nn.Sequential`` containers of one
 module type holding the most parameters (GPT's ``blocks``, Llama's ``model.layers``, BERT's
@@ -57,7 +58,7 @@ from workloads.patterns import fuse_eager_attention
 TRAIN = "train"
 #: Version of the training capture's semantics, in its cache keys (bump when the graph a
 #: capture builds changes).
-CAPTURE_VERSION = 6
+CAPTURE_VERSION = 8   # 7: param_tensors on first-use ops; 8: attention dropout
 LOSSES = ("cross_entropy", "mse")
 ATTENTIONS = ("fused", "eager")
 FWD, BWD, OPT = "fwd", "bwd", "opt"
@@ -192,20 +193,23 @@ class _Marks:
 def _fused_attention(causal: bool):
     """SDPA as the fused kernel a GPU runs: the CPU's flash kernel takes neither dropout nor
     a mask tensor and would fall back to the math path, so the trace passes no dropout (a
-    fused kernel draws it in registers: no extra traffic) and, instead of a mask, causal
+    fused kernel draws it in registers: no extra traffic, but time; the largest dropout
+    probability seen is yielded and put on the attention ops) and, instead of a mask, causal
     attention where the capture is of a causal model with equal query and key lengths (what
     transformers hands SDPA on a GPU when nothing is padded), none otherwise."""
     original = F.scaled_dot_product_attention
+    seen = {"dropout": 0.0}
 
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
              enable_gqa=False):
         is_causal = bool(is_causal) or (attn_mask is not None and causal
                                         and query.shape[-2] == key.shape[-2])
+        seen["dropout"] = max(seen["dropout"], float(dropout_p or 0.0))
         return original(query, key, value, dropout_p=0.0, is_causal=is_causal, scale=scale,
                         enable_gqa=enable_gqa)
     F.scaled_dot_product_attention = sdpa
     try:
-        yield
+        yield seen
     finally:
         F.scaled_dot_product_attention = original
 
@@ -380,10 +384,10 @@ def _value_bytes(val: Any, index: int, elem: int) -> int:
 
 
 def _saved_and_params(nodes: list, passes: dict[str, str], param_of: dict[str, str],
-                      elem: int, numel: dict[str, int]) -> tuple[dict[str, int], dict[str, int],
-                                                                 int]:
-    """Bytes each forward op keeps for backward; parameter elements first used by each op;
-    bytes of graph inputs kept for backward."""
+                      elem: int, numel: dict[str, int]
+                      ) -> tuple[dict[str, int], dict[str, tuple[int, int]], int]:
+    """Bytes each forward op keeps for backward; parameter elements and tensors first used by
+    each op; bytes of graph inputs kept for backward."""
     cache: dict = {}
     saved: dict[tuple[str, int], tuple[str, int]] = {}
     inputs_saved: set[str] = set()
@@ -411,9 +415,10 @@ def _saved_and_params(nodes: list, passes: dict[str, str], param_of: dict[str, s
     saved_bytes: dict[str, int] = {}
     for name, b in saved.values():
         saved_bytes[name] = saved_bytes.get(name, 0) + b
-    param_elems: dict[str, int] = {}
+    param_elems: dict[str, tuple[int, int]] = {}
     for ph, user in first_use.items():
-        param_elems[user] = param_elems.get(user, 0) + numel[ph]
+        e, t = param_elems.get(user, (0, 0))
+        param_elems[user] = (e + numel[ph], t + 1)
     by_name = {n.name: n for n in nodes}
     input_bytes = sum(_value_bytes(by_name[n].meta.get("val"), 0, elem) for n in inputs_saved)
     return saved_bytes, param_elems, input_bytes
@@ -473,7 +478,7 @@ def capture_train(module: nn.Module, args: tuple = (), kwargs: dict | None = Non
         raise BadInput("weights", weights, "expected one of " + ", ".join(ir.DTYPE_BYTES))
     traced = dtype in TRACE_DTYPES and weights in TRACE_DTYPES
     amp = TRACE_DTYPES[dtype] if traced and weights != dtype else None
-    with _eager_attention() if attention == "eager" else _fused_attention(causal):
+    with _eager_attention() if attention == "eager" else _fused_attention(causal) as seen:
         gm, pnames, bnames, trainable, marks = trace_step(
             module, tuple(args), kwargs, loss, blocks,
             TRACE_DTYPES[weights] if traced else None, amp)
@@ -504,20 +509,23 @@ def capture_train(module: nn.Module, args: tuple = (), kwargs: dict | None = Non
         owner = _owner(n, names, cache, by_name)
         if owner is not None:
             owned_saved[owner] = owned_saved.get(owner, 0) + b
-    owned_params: dict[str, int] = {}
-    for n, e in param_elems.items():
+    owned_params: dict[str, tuple[int, int]] = {}
+    for n, (e, t) in param_elems.items():
         owner = _owner(n, names, cache, by_name)
         if owner is None:   # a parameter first used by a view that feeds nothing: its layer's
             owner = next(iter(names))
-        owned_params[owner] = owned_params.get(owner, 0) + e
+        e0, t0 = owned_params.get(owner, (0, 0))
+        owned_params[owner] = (e0 + e, t0 + t)
     layers = len(marks.fwd)
     for name in graph.nodes:
         op = graph.nodes[name]["op"]
         extra = {"pass": passes.get(name, BWD), "layer": layer_of.get(name, layers)}
+        if op.kind == ir.ATTENTION and (seen or {}).get("dropout"):
+            extra["dropout"] = seen["dropout"]   # the fused kernel draws it (not traced)
         if owned_saved.get(name):
             extra["saved_bytes"] = owned_saved[name]
         if owned_params.get(name):
-            extra["param_elems"] = owned_params[name]
+            extra["param_elems"], extra["param_tensors"] = owned_params[name]
         graph.nodes[name]["op"] = op.with_attrs(**extra)
     if unknown:
         warnings.warn("unknown ops (costed by their bytes only): "

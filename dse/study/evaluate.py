@@ -31,6 +31,10 @@ CACHE_SIZE = 4096
 #: Fewest npu points of a batch scored as (design, architecture) arrays [E: below it the
 #: arrays' set-up costs more than building each workload].
 PAIR_MIN = 16
+#: Step, tokens, decodes' mean KV length is rounded up to in a ``fidelity: multi`` serving
+#: study's screening (its front is confirmed exactly): vLLM's KV block [D vLLM docs,
+#: ``block_size`` = 16], so consecutive decode steps share one costing.
+SCREEN_KV_STEP = 16
 
 
 @dataclass(frozen=True)
@@ -353,16 +357,19 @@ class Evaluator:
     def _serve(self, base, design, system, layout) -> dict[str, float]:
         """Serving metrics of the design (or system) on the study's trace
         (:mod:`simulators.serving`), with the usual metrics read as the module
-        :mod:`dse.study.objectives` says."""
+        :mod:`dse.study.objectives` says. A ``multi`` study screens with decode KV lengths
+        rounded up to :data:`SCREEN_KV_STEP` (never below the exact run's iterations)."""
         from dse import api
         sv = self.study.spec.serving
+        screen = self.fidelity == "fast" and self.study.spec.fidelity == "multi"
         r = api.serve(base, trace=sv.trace, rate=sv.rate, requests=sv.requests,
                       accelerator=design if system is None else None, system=system,
                       parallel=layout, scheduler=sv.scheduler, max_batch=sv.max_batch,
                       token_budget=sv.token_budget, arrival=sv.arrival,
                       burstiness=sv.burstiness, seed=sv.seed, slo_ttft_s=sv.slo_ttft_s,
                       slo_tpot_s=sv.slo_tpot_s, fidelity=self.fidelity,
-                      economics=sv.economics.model_dump() if sv.economics else None)
+                      economics=sv.economics.model_dump() if sv.economics else None,
+                      decode_kv_step=SCREEN_KV_STEP if screen else 1)
         return {**r.metrics(), "latency_s": r.e2e_s["mean"],
                 "energy_j": r.energy_per_token_j, "avg_power_w": r.avg_power_w,
                 "edp": r.edp, "throughput": r.throughput_tok_s}
