@@ -264,6 +264,21 @@ def test_multimodal_types_get_the_inputs_their_processors_produce():
         (r.model_type, r.status, r.error) for r in rows]
 
 
+def test_minicpm_v46_published_config_gets_navit_packed_images():
+    """MiniCPM-V 4.6's published config (its default has no image token id): the image packed
+    as its processor does, patch grid 980 / 14 = 70 -> 68 (two 2 x 2 merges), and the text
+    holds one placeholder per merged feature row, (68 / 4) ** 2 = 289. (Batch 1: with several
+    images its tower splits attention by ``cu_seqlens`` moved to the meta device, whose values
+    an export does not know; that stays a clean refusal.)"""
+    data = sweep.small_config(_published("minicpmv4_6")["config"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = hf.prepare(data, "forward", batch=1, seq=8)
+    assert p.kwargs["pixel_values"].shape == (1, 3, 14, 68 * 68 * 14)
+    assert p.module._constants["target_sizes"].tolist() == [[68, 68]]
+    assert p.kwargs["input_ids"].shape == (1, 8 + 289)
+
+
 def test_a_missing_library_is_the_environment_not_transformers():
     from dse.errors import CaptureError
     status, _ = sweep._classify(CaptureError(
