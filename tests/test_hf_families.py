@@ -132,6 +132,16 @@ def test_published_moe_configs_route_their_experts():
     assert w.active_params < w.params / 2
 
 
+def test_adapted_experts_decode_from_their_published_config():
+    """DBRX's experts loop over the experts a batch hits (``nonzero``, which meta tensors
+    cannot run): the decode's cache probe must route them as the capture does."""
+    data = sweep.small_config(_published("dbrx")["config"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        w = _workload(data, phase="decode", batch=1, context=16)
+    assert [op.attrs["top_k"] for op in w.ops if op.kind == "moe"] == [4, 4]
+
+
 def test_doge_single_neuron_experts_are_one_routed_moe_op():
     """Doge's 1,024 product-key-routed experts (rows of ``down_embed`` / ``up_embed``, 16 per
     token) from its published config."""
