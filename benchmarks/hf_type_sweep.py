@@ -331,8 +331,9 @@ def _capture_check(row: Case, data: dict[str, Any], phase: str, simulate: bool) 
 def _reference_flops(prepared, phase: str, exported) -> tuple[int, str] | str:
     """torch's ``FlopCounterMode`` count of the module on its inputs, run eagerly on meta
     tensors; where that eager run cannot go (``.item()`` on a meta tensor: a check transformers
-    makes outside export), of the exported graph run on the same inputs (the graph's own ATen
-    calls, counted by torch). Returns ``(flops, "eager" | "exported graph")`` or the error."""
+    makes outside export; a text placeholder check ``embeds[mask]`` on meta), of the exported
+    graph run on the same inputs (the graph's own ATen calls, counted by torch). Returns
+    ``(flops, "eager" | "exported graph")`` or the error."""
     from torch.utils.flop_counter import FlopCounterMode
     from workloads import hf
     try:
@@ -343,8 +344,11 @@ def _reference_flops(prepared, phase: str, exported) -> tuple[int, str] | str:
     except Exception as eager_exc:
         from torch._subclasses.fake_tensor import FakeTensorMode
         from torch.fx.experimental.symbolic_shapes import ShapeEnv
-        try:   # fake tensors: the graph's checks (.item()) become symbols, not errors
-            with FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv()), \
+        from workloads.hf_inputs import vision_helpers_eager
+        try:   # fake tensors: the graph's checks (.item()) become symbols, not errors; its
+            # CPU constants (audio masks, cu_seqlens) meet meta activations as in the capture
+            with vision_helpers_eager(), FakeTensorMode(allow_non_fake_inputs=True,
+                                                        shape_env=ShapeEnv()), \
                     FlopCounterMode(display=False) as fc, torch.no_grad():
                 exported.module()(**prepared.kwargs)
             return int(fc.get_total_flops()), "exported graph"

@@ -132,6 +132,16 @@ def test_published_moe_configs_route_their_experts():
     assert w.active_params < w.params / 2
 
 
+def test_adapted_experts_decode_from_their_published_config():
+    """DBRX's experts loop over the experts a batch hits (``nonzero``, which meta tensors
+    cannot run): the decode's cache probe must route them as the capture does."""
+    data = sweep.small_config(_published("dbrx")["config"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        w = _workload(data, phase="decode", batch=1, context=16)
+    assert [op.attrs["top_k"] for op in w.ops if op.kind == "moe"] == [4, 4]
+
+
 def test_doge_single_neuron_experts_are_one_routed_moe_op():
     """Doge's 1,024 product-key-routed experts (rows of ``down_embed`` / ``up_embed``, 16 per
     token) from its published config."""
@@ -262,6 +272,21 @@ def test_multimodal_types_get_the_inputs_their_processors_produce():
     assert {r.model_type for r in rows} == set(MULTIMODAL_INPUTS)
     assert all(r.status == "captured" and r.flops_ok for r in rows), [
         (r.model_type, r.status, r.error) for r in rows]
+
+
+def test_minicpm_v46_published_config_gets_navit_packed_images():
+    """MiniCPM-V 4.6's published config (its default has no image token id): the image packed
+    as its processor does, patch grid 980 / 14 = 70 -> 68 (two 2 x 2 merges), and the text
+    holds one placeholder per merged feature row, (68 / 4) ** 2 = 289. (Batch 1: with several
+    images its tower splits attention by ``cu_seqlens`` moved to the meta device, whose values
+    an export does not know; that stays a clean refusal.)"""
+    data = sweep.small_config(_published("minicpmv4_6")["config"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = hf.prepare(data, "forward", batch=1, seq=8)
+    assert p.kwargs["pixel_values"].shape == (1, 3, 14, 68 * 68 * 14)
+    assert p.module._constants["target_sizes"].tolist() == [[68, 68]]
+    assert p.kwargs["input_ids"].shape == (1, 8 + 289)
 
 
 def test_a_missing_library_is_the_environment_not_transformers():

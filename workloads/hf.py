@@ -592,7 +592,8 @@ def module_and_inputs(config, kind: str, phase: str, batch: int, seq: int, conte
             if phase == "prefill":
                 kw = {"input_ids": _ids(batch, seq, vocab_size(config)), "use_cache": False}
                 return model, ({**kw, "logits_to_keep": 1} if keep else kw)
-            with selective_scan_as_one_op(), as_if_traced(), static_rope(model):
+            with selective_scan_as_one_op(), hf_experts.routed(model), as_if_traced(), \
+                    static_rope(model):   # the cache probe routes experts as the capture does
                 out = model(input_ids=_ids(batch, context, vocab_size(config)), use_cache=True)
             cache = next((c for c in (getattr(out, n, None) for n in
                                       ("cache", "past_key_values", "cache_params"))

@@ -134,12 +134,31 @@ def image_layouts(model: nn.Module, config, batch: int, image_size: int | None
     pixels = first["pixel_values"]
     if pixels.dim() == 4 and not const:
         out.append(({"pixel_values": pixels[:, None]}, {}))
-    getter = getter_of(model, "get_image_features")
-    needs = _required(getter) if getter is not None else set()
+    # the parameters the getter requires (the inner model's, where the outer one passes *args)
+    needs = set().union(*(_required(f) for f in (getattr(m, "get_image_features", None)
+                                                  for m in (model, getattr(model, "model", None)))
+                          if f is not None))
+    if "target_sizes" in needs:   # NaViT-packed (MiniCPM-V 4.6+): see navit_part
+        out.insert(0, navit_part(config, batch, pixels.shape[1], pixels.shape[-1]))
     if "image_sizes" in needs:   # as Python ints, read per image
         size = pixels.shape[-1]
         out = [(t, {"image_sizes": [[size, size]] * batch, **c}) for t, c in out]
     return out
+
+
+def navit_part(config, batch: int, channels: int, size: int
+               ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """One image per sequence as MiniCPM-V 4.6's processor packs it: every image's patches
+    side by side in one row, ``[1, C, patch, images * h * w * patch]``, with the patch grid
+    ``target_sizes`` ``[[h, w]] * images`` (int32). ``h = w = size / patch`` rounded down to a
+    multiple of 4: the insert merger and the output merger each fold 2 x 2 patches
+    [R transformers ``MiniCPMV4_6ImageProcessor.reshape_by_patch``, ``MiniCPMV4_6Model``]."""
+    vc = _sub(config, "vision_config") or config
+    patch = _int(getattr(vc, "patch_size", None), 14)
+    side = max(4, (size // patch) // 4 * 4)
+    pixels = torch.zeros(1, channels, patch, batch * side * side * patch)
+    return {"pixel_values": pixels}, {
+        "target_sizes": torch.tensor([[side, side]] * batch, dtype=torch.int32, device="cpu")}
 
 
 def _required(fn) -> set[str]:
