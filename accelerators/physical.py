@@ -395,8 +395,14 @@ def _package_usd(dies: int, die_mm2: float, mem: MemorySystem | None) -> tuple[f
 def chiplet_costs(options: dict[int, float], node_nm: int,
                   mem: MemorySystem | None) -> dict[int, float]:
     """US$ of each option (dies -> die mm²): dies and their test, and the package."""
-    return {n: n * die_cost_usd(a, node_nm) * (1 + TEST_COST_FRACTION)
-            + _package_usd(n, a, mem)[0] for n, a in options.items()}
+    return {n: _option_usd(n, a, node_nm, mem)[0] for n, a in options.items()}
+
+
+def _option_usd(dies: int, die_mm2: float, node_nm: int,
+                mem: MemorySystem | None) -> tuple[float, float]:
+    """(US$, interposer mm²) of ``dies`` dies of ``die_mm2``: dies, their test, package."""
+    usd, interposer = _package_usd(dies, die_mm2, mem)
+    return dies * die_cost_usd(die_mm2, node_nm) * (1 + TEST_COST_FRACTION) + usd, interposer
 
 
 def _choose_dies(options: dict[int, float], node_nm: int, mem: MemorySystem | None,
@@ -408,8 +414,9 @@ def _choose_dies(options: dict[int, float], node_nm: int, mem: MemorySystem | No
         return pinned if pinned in options else None
     if not options:
         return None
-    costs = chiplet_costs(options, node_nm, mem)
-    fits = [n for n in options if _package_usd(n, options[n], mem)[1] <= MAX_INTERPOSER_MM2]
+    priced = {n: _option_usd(n, a, node_nm, mem) for n, a in options.items()}
+    costs = {n: usd for n, (usd, _) in priced.items()}
+    fits = [n for n, (_, interposer) in priced.items() if interposer <= MAX_INTERPOSER_MM2]
     return min(fits or options, key=lambda n: (round(costs[n], 6), n))
 
 

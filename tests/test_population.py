@@ -106,6 +106,24 @@ def test_selection_prefers_feasible_non_dominated_spread_points():
                            values["hw.dram_bandwidth_Bps"])
 
 
+def test_dominance_matrix_follows_the_definition():
+    """population.dominates against Deb's constrained dominance written pair by pair: ties,
+    NaN objectives, infeasible rows, one to three objectives."""
+    rng = np.random.default_rng(3)
+    for m in (1, 2, 3):
+        f = rng.integers(0, 4, (40, m)).astype(float)
+        f[::9, m - 1] = np.nan
+        viol = np.where(rng.random(40) < 0.3, rng.integers(1, 4, 40) / 2, 0.0)
+        want = np.zeros((40, 40), dtype=bool)
+        for i in range(40):
+            for j in range(40):
+                if viol[i] <= 0 and viol[j] <= 0:
+                    want[i, j] = all(f[i] <= f[j]) and any(f[i] < f[j])
+                else:
+                    want[i, j] = viol[i] <= 0 or (viol[j] > 0 and viol[i] < viol[j])
+        assert (population.dominates(f, viol) == want).all()
+
+
 def test_a_generation_is_stored_as_optuna_stores_it(tmp_path):
     """The one-transaction write of a generation equals Optuna's own add_trial path."""
     from dse.study.batched_storage import BatchedStorage
@@ -113,10 +131,10 @@ def test_a_generation_is_stored_as_optuna_stores_it(tmp_path):
     dists = {"a": optuna.distributions.IntDistribution(1, 100, log=True),
              "b": optuna.distributions.CategoricalDistribution(["p", "q"])}
     done = optuna.trial.TrialState.COMPLETE
-    made = [optuna.trial.create_trial(
-        state=done, values=[float(a), 1.0], params={"a": a, "b": b}, distributions=dists,
+    made = [optuna.trial.create_trial(   # an infinite value: stored as Optuna's enum says
+        state=done, values=[float(a), v], params={"a": a, "b": b}, distributions=dists,
         user_attrs={"metrics": {"x": a}}, system_attrs={"constraints": [a - 50.0]})
-        for a, b in ((3, "p"), (70, "q"))]
+        for a, b, v in ((3, "p", 1.0), (70, "q", float("inf")))]
     made.append(optuna.trial.create_trial(
         state=optuna.trial.TrialState.PRUNED, params={"a": 5, "b": "q"}, distributions=dists,
         user_attrs={"infeasible_reason": "x"}))

@@ -72,8 +72,10 @@ class Evaluator:
         self._batch_designs: dict[str, Any] = {}
         self._batching = False
 
-    def evaluate(self, point: Point) -> Evaluation:
-        key = point.key()
+    def evaluate(self, point: Point, key: str | None = None) -> Evaluation:
+        """The point's evaluation (``key``: its :meth:`Point.key`, where the caller has it)."""
+        if key is None:
+            key = point.key()
         hit = self._cache.get(key)
         if hit is not None:
             self._cache.move_to_end(key)
@@ -97,11 +99,12 @@ class Evaluator:
         gc.disable()
         self._batching = True
         try:
+            keys = [p.key() for p in points]
             if (self.fidelity == "fast" and not study.spec.heterogeneous
                     and study.spec.system is None and study.spec.serving is None
                     and study.spec.disaggregated is None and study.spec.fleet is None):
-                self._prefetch([p for p in points if p.key() not in self._cache])
-            return [self.evaluate(p) for p in points]
+                self._prefetch([p for p, k in zip(points, keys) if k not in self._cache])
+            return [self.evaluate(p, k) for p, k in zip(points, keys)]
         finally:
             self._batching = False
             self._batch_workloads.clear()

@@ -226,6 +226,12 @@ def workload_metrics(result_metrics: Mapping[str, float], params: int, flops: in
     return out
 
 
+#: Metrics :func:`totals` sums over the workloads where every workload has them.
+_SUMMED = tuple({**SERVING_METRICS, **DISAGGREGATED_METRICS, **FLEET_METRICS,
+                 **TRAINING_METRICS})
+_SUMMED_SET = frozenset(_SUMMED)
+
+
 def totals(per_workload: Mapping[str, Mapping[str, float]], weights: Mapping[str, float],
            design: Mapping[str, float], extra: Mapping[str, float] | None = None
            ) -> dict[str, float]:
@@ -250,10 +256,9 @@ def totals(per_workload: Mapping[str, Mapping[str, float]], weights: Mapping[str
         out["edp"] = own.get("edp", out["edp"])
     else:
         out["throughput"] = 1.0 / latency if latency > 0 else 0.0
-    for key in {**SERVING_METRICS, **DISAGGREGATED_METRICS, **FLEET_METRICS,
-                **TRAINING_METRICS}:
-        if all(key in per_workload[w] for w in labels):
-            out[key] = sum(per_workload[w][key] for w in labels)
+    common = _SUMMED_SET.intersection(*(per_workload[w] for w in labels))
+    for key in (k for k in _SUMMED if k in common) if common else ():
+        out[key] = sum(per_workload[w][key] for w in labels)
     if all("communication_s" in per_workload[w] for w in labels):
         out["communication_s"] = sum(weights[w] * per_workload[w]["communication_s"]
                                      for w in labels)

@@ -93,8 +93,12 @@ def dominates(f: np.ndarray, viol: np.ndarray) -> np.ndarray:
     """``D[i, j]``: i constraint-dominates j (objectives ``f`` (N, m) minimised, ``viol`` (N,)
     the summed violation, 0 when feasible)."""
     feas = viol <= 0
-    le = (f[:, None, :] <= f[None, :, :]).all(axis=2)
-    lt = (f[:, None, :] < f[None, :, :]).any(axis=2)
+    n = len(f)
+    le, lt = np.ones((n, n), dtype=bool), np.zeros((n, n), dtype=bool)
+    for k in range(f.shape[1]):   # per objective: no (N, N, m) array reduced over its last axis
+        a, b = f[:, k, None], f[None, :, k]
+        le &= a <= b
+        lt |= a < b
     both = feas[:, None] & feas[None, :]
     return ((both & le & lt) | (feas[:, None] & ~feas[None, :])
             | (~feas[:, None] & ~feas[None, :] & (viol[:, None] < viol[None, :])))
