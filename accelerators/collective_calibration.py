@@ -42,20 +42,29 @@ CALIBRATION_DIR = Path(__file__).resolve().parent / "calibration"
 MODES = ("device", "eager_b2b", "eager_call", "graph_b2b", "graph_call")
 
 
-@lru_cache(maxsize=16)
-def calibration(link: str) -> dict[str, Any] | None:
-    """The shipped calibration of link standard ``link``, or None."""
-    path = CALIBRATION_DIR / f"collectives_{link}.json"
+def shipped_json(name: str, what: str) -> Any | None:
+    """The parsed JSON of shipped calibration file ``name`` (in :data:`CALIBRATION_DIR`), or
+    None when it is not shipped; one line naming the file when it is not JSON (``what``: the
+    kind of calibration it should hold)."""
+    path = CALIBRATION_DIR / name
     if not path.is_file():
         return None
     try:
-        d = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except (OSError, ValueError):
-        raise BadInput("calibration", path.name, "expected a JSON collective calibration") \
-            from None
+        raise BadInput("calibration", name, f"expected a JSON {what}") from None
+
+
+@lru_cache(maxsize=16)
+def calibration(link: str) -> dict[str, Any] | None:
+    """The shipped calibration of link standard ``link``, or None."""
+    name = f"collectives_{link}.json"
+    d = shipped_json(name, "collective calibration")
+    if d is None:
+        return None
     problem = _problem(d)
     if problem:
-        raise BadInput("calibration", path.name, f"expected a valid collective calibration "
+        raise BadInput("calibration", name, f"expected a valid collective calibration "
                        f"({problem})")
     return d
 

@@ -40,13 +40,12 @@ host time). They never make a step faster. Reading the file runs no code (JSON).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from accelerators.collective_calibration import CALIBRATION_DIR
+from accelerators.collective_calibration import shipped_json
 from dse.errors import BadInput
 from workloads import ir
 from workloads.ir import Op
@@ -85,15 +84,9 @@ def overheads_for(link: str | None) -> Overheads:
     """The shipped terms of link standard ``link`` (``nvlink4``), or :data:`OFF`."""
     if not link:
         return OFF
-    path = CALIBRATION_DIR / f"train_overheads_{link}.json"
-    if not path.is_file():
-        return OFF
-    try:
-        d = json.loads(path.read_text())
-    except (OSError, ValueError):
-        raise BadInput("calibration", path.name, "expected a JSON training-overhead "
-                       "calibration") from None
-    return from_dict(d, path.name)
+    name = f"train_overheads_{link}.json"
+    d = shipped_json(name, "training-overhead calibration")
+    return OFF if d is None else from_dict(d, name)
 
 
 def overheads_in(sysm, group: list[int]) -> Overheads:
@@ -114,13 +107,9 @@ ATTENTION_KEYS = ("forward", "backward", "forward_dropout", "backward_dropout")
 
 @lru_cache(maxsize=4)
 def _attention_file(name: str) -> dict[str, float] | None:
-    path = CALIBRATION_DIR / name
-    if not path.is_file():
+    d = shipped_json(name, "attention calibration")
+    if d is None:
         return None
-    try:
-        d = json.loads(path.read_text())
-    except (OSError, ValueError):
-        raise BadInput("calibration", name, "expected a JSON attention calibration") from None
     f = d.get("factors") if isinstance(d, dict) else None
     if not isinstance(f, dict) or any(k not in ATTENTION_KEYS or not _num(v) or not 1.0 <= v <= 4.0
                                       for k, v in f.items()):

@@ -191,7 +191,8 @@ def test_attention_dropout_is_captured_and_its_factor_applied():
 
 
 def test_a_bad_attention_calibration_names_the_field(monkeypatch, tmp_path):
-    monkeypatch.setattr(to, "CALIBRATION_DIR", tmp_path)
+    from accelerators import collective_calibration as cc
+    monkeypatch.setattr(cc, "CALIBRATION_DIR", tmp_path)   # where shipped files are read
     to._attention_file.cache_clear()
     try:
         assert to._attention_file("train_attention_sm90.json") is None
