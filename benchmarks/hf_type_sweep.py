@@ -178,14 +178,30 @@ def small_config(data: dict[str, Any], min_layers: int = 0) -> dict[str, Any]:
             out[k] = {x: y for x, y in v.items() if int(x) < n}
         elif k.startswith("first_k_dense") and isinstance(v, int) and v > 1:
             out[k] = 1
-        elif k.endswith("_offset") and isinstance(v, int) and v >= n:
-            out[k] = n - 1
+        elif k.endswith("layer_offset") and isinstance(v, int) and v >= n:
+            out[k] = n - 1   # a layer index (Jamba's); token and vocab offsets are kept
         elif k.endswith("_period") and isinstance(v, int) and v > n:
             out[k] = n
         elif isinstance(v, dict) and (k.endswith("_config") or k == "text_config"):
-            out[k] = small_config(v, _layers_read(data) if k == "vision_config" else 0)
+            out[k] = _backbone_cut(small_config(v, _layers_read(data) if k == "vision_config"
+                                                else 0))
         else:
             out[k] = v
+    return out
+
+
+def _backbone_cut(cut: dict[str, Any]) -> dict[str, Any]:
+    """A cut backbone sub-config (``out_indices`` / ``out_features`` over its stages: TIPSv2's
+    vision tower reads ``stage12``, its last layer) reading the same depth of the cut tower:
+    indices past its layers become its last layer; ``stage_names`` and ``out_features`` are
+    dropped, so transformers derives them from the cut depth and the indices."""
+    layers = next((cut[k] for k in LAYER_KEYS if isinstance(cut.get(k), int)), None)
+    idx = cut.get("out_indices")
+    if not layers or not isinstance(idx, list) or not all(isinstance(i, int) for i in idx) \
+            or all(-layers - 1 <= i <= layers for i in idx):
+        return cut
+    out = {k: v for k, v in cut.items() if k not in ("stage_names", "out_features")}
+    out["out_indices"] = sorted({min(i, layers) for i in idx})
     return out
 
 
