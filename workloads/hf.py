@@ -548,8 +548,9 @@ def _multimodal(model: nn.Module, config, batch: int, seq: int,
         if "input_ids" in names and unset and hi.token_id(config, *token_names) is None:
             raise BadInput(f"hf_config.{unset[0]}", None, f"the {what} placeholder token id "
                            f"the {config.model_type} processor puts in the text (an int)")
-        sized = ("input_ids" in names and hi.token_id(config, *token_names) is not None
-                 and hi.getter_of(model, getter) is not None)
+        sized = ("input_ids" in names and hi.getter_of(model, getter) is not None
+                 and (hi.token_id(config, *token_names) is not None
+                      or (what == "image" and hi.POSITION_MASK in names)))
         chosen, errors = None, []
         for tensors, const in layouts:
             if not sized:
@@ -570,6 +571,8 @@ def _multimodal(model: nn.Module, config, batch: int, seq: int,
         placeholders += chosen[2]
     if "input_ids" in names:
         inputs["input_ids"] = _ids(batch, seq + placeholders, vocab_size(config))
+    if hi.POSITION_MASK in names and placeholders:   # Kosmos-2: where the image rows go
+        constants[hi.POSITION_MASK] = hi.position_mask(batch, seq + placeholders, placeholders)
     if "position_ids" in names and any(hasattr(m, "get_rope_index") for m in model.modules()):
         inputs["position_ids"] = torch.zeros(3, batch, seq + placeholders, dtype=torch.long)
     return hi.WithConstants(model, constants, options), inputs

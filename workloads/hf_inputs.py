@@ -212,6 +212,21 @@ def audio_masks(model: nn.Module, audio: dict[str, torch.Tensor]) -> dict[str, t
             for n in AUDIO_MASKS if n in names}
 
 
+#: A forward that takes the image rows' positions as a mask instead of placeholder token ids.
+POSITION_MASK = "image_embeds_position_mask"
+
+
+def position_mask(batch: int, tokens: int, rows: int) -> torch.Tensor:
+    """Kosmos-2's ``image_embeds_position_mask`` (a CPU constant: the rows are written where it
+    is set, ``embeds[mask] = image``): its processor puts ``<s><image>``, one position per
+    image feature row (``latent_query_num``), then ``</image>`` and the text
+    [R transformers ``Kosmos2Processor``]."""
+    mask = torch.zeros(batch, tokens, dtype=torch.long, device="cpu")
+    start = max(0, min(2, tokens - rows))
+    mask[:, start:start + rows] = 1
+    return mask
+
+
 def _feature_rows(out: Any) -> int:
     """Feature rows in a tower's output (a tensor ``[..., rows, width]``, a list of them, an
     output object with ``pooler_output`` / ``last_hidden_state``; extra outputs such as
