@@ -535,7 +535,9 @@ def _multimodal(model: nn.Module, config, batch: int, seq: int,
             raise BadInput("image_size", size, f"{native} (the {config.model_type} vision tower "
                            f"takes {native}x{native} images; its processor resizes to that)")
         options["interpolate_pos_encoding"] = True
-    if "pixel_values" in names:
+    cross = hi.cross_attended_images(model, config, batch, seq, media.get("image_size"))
+    inputs.update(cross)
+    if "pixel_values" in names and not cross:
         parts.append(("image", hi.image_layouts(model, config, batch, media.get("image_size")),
                       ("image_token_id", "image_token_index"), "get_image_features"))
     aud = hi.audio_part(model, config, batch, media.get("frames"), media.get("audio_seconds"))

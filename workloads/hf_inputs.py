@@ -148,6 +148,21 @@ def image_layouts(model: nn.Module, config, batch: int, image_size: int | None
     return out
 
 
+def cross_attended_images(model: nn.Module, config, batch: int, seq: int,
+                          image_size: int | None) -> dict[str, torch.Tensor]:
+    """A Flamingo-style model's images (Idefics: a perceiver resampler's latents that the text
+    cross-attends; no placeholder rows in the text): one image per sequence
+    ``[batch, 1, C, H, W]`` and ``image_attention_mask`` ``[batch, seq, 1]``, every text token
+    after the image (its processor puts it first) attending to it
+    [R transformers ``IdeficsProcessor``]; {} for any other model."""
+    names = accepts(model)
+    if not {"image_attention_mask", "perceiver_embeddings", "pixel_values"} <= names:
+        return {}
+    pixels = image_part(model, config, batch, image_size)[0]["pixel_values"]
+    return {"pixel_values": pixels[:, None],
+            "image_attention_mask": torch.ones(batch, seq, 1, dtype=torch.long)}
+
+
 def navit_part(config, batch: int, channels: int, size: int
                ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """One image per sequence as MiniCPM-V 4.6's processor packs it: every image's patches
