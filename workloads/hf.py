@@ -526,7 +526,6 @@ def _multimodal(model: nn.Module, config, batch: int, seq: int,
     inputs: dict[str, Any] = {}
     constants: dict[str, Any] = {}
     options: dict[str, Any] = {"use_cache": False} if "use_cache" in names else {}
-    placeholders = 0
     parts = []
     native = getattr(getattr(config, "vision_config", None), "image_size", None)
     size = media.get("image_size")
@@ -536,8 +535,9 @@ def _multimodal(model: nn.Module, config, batch: int, seq: int,
                            f"takes {native}x{native} images; its processor resizes to that)")
         options["interpolate_pos_encoding"] = True
     cross = hi.cross_attended_images(model, config, batch, seq, media.get("image_size"))
-    inputs.update(cross)
-    if "pixel_values" in names and not cross:
+    robot, placeholders = hi.robot_step(model, config, batch, media.get("image_size"))
+    inputs.update(cross, **robot)
+    if "pixel_values" in names and not (cross or robot):
         parts.append(("image", hi.image_layouts(model, config, batch, media.get("image_size")),
                       ("image_token_id", "image_token_index"), "get_image_features"))
     aud = hi.audio_part(model, config, batch, media.get("frames"), media.get("audio_seconds"))

@@ -163,6 +163,32 @@ def cross_attended_images(model: nn.Module, config, batch: int, seq: int,
             "image_attention_mask": torch.ones(batch, seq, 1, dtype=torch.long)}
 
 
+def robot_step(model: nn.Module, config, batch: int, image_size: int | None
+               ) -> tuple[dict[str, torch.Tensor], int]:
+    """A vision-language-action model's forward (PI0: one flow-matching step of its action
+    expert over the VLM's prefix) on what its processor produces: one camera image per
+    sequence ``[batch, 1, C, H, W]`` with ``pixel_attention_mask`` ``[batch, 1]``, the robot
+    ``state`` zero-padded to ``max_state_dim``, and the step's ``noise``
+    ``[batch, chunk_size, max_action_dim]`` and ``timestep`` [R transformers ``PI0Processor``,
+    ``PI0ForConditionalGeneration.sample_actions``]. Returns (meta inputs, placeholder rows per
+    sequence: the VLM tower's feature rows for the image, as the processor's
+    ``image_seq_length`` image tokens); ({}, 0) for any other model."""
+    names = accepts(model)
+    vlm = getattr(getattr(model, "model", None), "vlm", None)
+    if not {"state", "noise", "timestep", "pixel_attention_mask"} <= names or vlm is None:
+        return {}, 0
+    vc = getattr(config, "vlm_config", None)
+    image = image_part(vlm, vc, batch, image_size)[0]["pixel_values"]
+    from workloads.hf import as_if_traced
+    with as_if_traced(), torch.no_grad():
+        rows = _feature_rows(vlm.get_image_features(pixel_values=image.to("meta")))
+    return {"pixel_values": image[:, None],
+            "pixel_attention_mask": torch.ones(batch, 1, dtype=torch.bool),
+            "state": torch.zeros(batch, config.max_state_dim),
+            "noise": torch.zeros(batch, config.chunk_size, config.max_action_dim),
+            "timestep": torch.zeros(batch)}, rows // batch
+
+
 def navit_part(config, batch: int, channels: int, size: int
                ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """One image per sequence as MiniCPM-V 4.6's processor packs it: every image's patches
