@@ -536,7 +536,7 @@ def _multimodal(model: nn.Module, config, batch: int, seq: int,
         options["interpolate_pos_encoding"] = True
     cross = hi.cross_attended_images(model, config, batch, seq, media.get("image_size"))
     robot, placeholders = hi.robot_step(model, config, batch, media.get("image_size"))
-    inputs.update(cross, **robot)
+    inputs.update(cross, **robot, **hi.video_part(model, config, batch, media.get("image_size")))
     if "pixel_values" in names and not (cross or robot):
         parts.append(("image", hi.image_layouts(model, config, batch, media.get("image_size")),
                       ("image_token_id", "image_token_index"), "get_image_features"))

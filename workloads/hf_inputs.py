@@ -163,6 +163,22 @@ def cross_attended_images(model: nn.Module, config, batch: int, seq: int,
             "image_attention_mask": torch.ones(batch, seq, 1, dtype=torch.long)}
 
 
+def video_part(model: nn.Module, config, batch: int, image_size: int | None
+               ) -> dict[str, torch.Tensor]:
+    """One clip per sequence, ``pixel_values_videos`` ``[batch, frames, C, H, W]``, where the
+    forward requires one (a video-text model, VideoPrism's CLIP-style one): the tower's own
+    ``num_frames`` at its ``image_size``, as its processor samples and resizes
+    [R transformers ``VideoPrismVideoProcessor``]; {} otherwise (models taking images or
+    videos get images)."""
+    forward = getattr(model, "forward", None)
+    if forward is None or "pixel_values_videos" not in _required(forward):
+        return {}
+    vc = _sub(config, "vision_config") or config
+    frames = _int(getattr(vc, "num_frames", None), 16)
+    pixels = image_part(model, config, batch, image_size)[0]["pixel_values"]
+    return {"pixel_values_videos": torch.zeros(batch, frames, *pixels.shape[1:])}
+
+
 def robot_step(model: nn.Module, config, batch: int, image_size: int | None
                ) -> tuple[dict[str, torch.Tensor], int]:
     """A vision-language-action model's forward (PI0: one flow-matching step of its action
