@@ -36,3 +36,59 @@ def test_cut_backbone_reads_its_last_kept_stage_and_token_offsets_stay():
     apertus = _small("apertus1p5")
     assert apertus["image_token_offset"] == 131272 and apertus["audio_token_offset"] == 262344
     assert _small("jamba")["attn_layer_offset"] < _small("jamba")["num_hidden_layers"]
+
+
+def test_kosmos2_image_rows_go_where_its_position_mask_says():
+    """Kosmos-2 has no image token id: its processor marks the 64 positions of the image's
+    latent queries (``latent_query_num``) in ``image_embeds_position_mask``, after
+    ``<s><image>``."""
+    data = _small("kosmos-2")
+    p = _prepared(data)
+    mask = p.module._constants["image_embeds_position_mask"]
+    rows = data.get("latent_query_num", 64)
+    assert p.kwargs["input_ids"].shape == (1, 8 + rows) and mask.shape == (1, 8 + rows)
+    assert mask.sum().item() == rows and mask[0, 2:2 + rows].all()
+
+
+def test_idefics_images_are_cross_attended_not_placeholders():
+    p = _prepared(_small("idefics"))
+    assert p.kwargs["pixel_values"].shape == (1, 1, 3, 224, 224)
+    assert p.kwargs["image_attention_mask"].shape == (1, 8, 1)
+    assert p.kwargs["input_ids"].shape == (1, 8)   # no placeholder rows in the text
+
+
+def test_pi0_step_gets_robot_state_noise_and_the_vlm_image_rows():
+    data = _small("pi0")
+    p = _prepared(data)
+    vision = data["vlm_config"]["vision_config"]
+    rows = (vision["image_size"] // vision["patch_size"]) ** 2   # PaliGemma: 256 at 224 px
+    assert p.kwargs["input_ids"].shape == (1, 8 + rows)
+    assert p.kwargs["state"].shape == (1, data.get("max_state_dim", 32))
+    assert p.kwargs["noise"].shape[1:] == (data.get("chunk_size", 50), data.get("max_action_dim", 32))
+    assert p.kwargs["pixel_values"].shape[:2] == (1, 1)
+
+
+def test_videoprism_gets_a_clip_of_its_own_frames():
+    data = _small("videoprism")
+    p = _prepared(data)
+    vision = data["vision_config"]
+    size = vision["image_size"]
+    assert p.kwargs["pixel_values_videos"].shape == (1, vision["num_frames"], 3, size, size)
+
+
+def test_voxtral_published_config_gets_its_audio_placeholders():
+    """Voxtral-Mini's published ``audio_token_id`` (24, its [AUDIO] token); 30 s of mel frames
+    give 3,000 / 2 (conv stride) / 4 (the projector folds 4 frames) = 375 rows."""
+    p = _prepared(_small("voxtral"))
+    assert p.kwargs["input_features"].shape == (1, 128, 3000)
+    assert p.kwargs["input_ids"].shape == (1, 8 + 375)
+
+
+#: One cheap type per mechanism (the rest are in the all-types sweep).
+CAPTURED = ["idefics", "pi0", "tipsv2", "voxtral"]
+
+
+def test_these_types_capture_with_flops_within_one_percent_of_flopcountermode():
+    rows = sweep.sweep(CAPTURED, phase="forward", simulate=False)
+    assert [(r.model_type, r.status, bool(r.flops_ok)) for r in rows] == [
+        (t, "captured", True) for t in CAPTURED], [(r.model_type, r.error) for r in rows]
