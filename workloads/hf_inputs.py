@@ -140,11 +140,9 @@ def image_layouts(model: nn.Module, config, batch: int, image_size: int | None
                           if f is not None))
     if "target_sizes" in needs:   # NaViT-packed (MiniCPM-V 4.6+): see navit_part
         out.insert(0, navit_part(config, batch, pixels.shape[1], pixels.shape[-1]))
-    if "image_sizes" in needs:   # as Python ints, read per image; else a CPU tensor of them
-        size = pixels.shape[-1]   # (Apertus-1.5 reads ``image_sizes.tolist()``)
-        out = [(t, {"image_sizes": sizes, **c}) for sizes in
-               ([[size, size]] * batch, torch.tensor([[size, size]] * batch, device="cpu"))
-               for t, c in out]
+    if "image_sizes" in needs:   # as Python ints, read per image
+        size = pixels.shape[-1]
+        out = [(t, {"image_sizes": [[size, size]] * batch, **c}) for t, c in out]
     return out
 
 
@@ -243,9 +241,8 @@ def audio_part(model: nn.Module, config, batch: int, frames: int | None,
         mels = _int(getattr(ac, "num_mel_bins", None) or getattr(ac, "n_mels", None)
                     or getattr(ac, "feature_size", None), 128)
         return {"input_features": torch.zeros(batch, mels, frames)}
-    if "input_values" in names:   # at the tower's own rate (Apertus-1.5's WavTokenizer: 24 kHz)
-        rate = _int(getattr(ac, "sampling_rate", None), SAMPLE_RATE)
-        samples = int(rate * (audio_seconds or DEFAULT_AUDIO_S))
+    if "input_values" in names:
+        samples = int(SAMPLE_RATE * (audio_seconds or DEFAULT_AUDIO_S))
         return {"input_values": torch.zeros(batch, samples)}
     return {}
 
@@ -258,13 +255,9 @@ def audio_masks(model: nn.Module, audio: dict[str, torch.Tensor]) -> dict[str, t
     """The mask of every frame of each clip (a processor's ``input_features_mask`` /
     ``feature_attention_mask``: ones, no padding) where the model's forward takes one."""
     features = audio.get("input_features")
-    names = accepts(model)
-    if features is None and "input_values" in audio and "padding_mask" in names:
-        # raw samples with the feature extractor's mask of valid samples (Apertus-1.5)
-        return {"padding_mask": torch.ones(audio["input_values"].shape, dtype=torch.long,
-                                           device="cpu")}
     if features is None:
         return {}
+    names = accepts(model)
     return {n: torch.ones(features.shape[0], features.shape[-1], dtype=torch.long, device="cpu")
             for n in AUDIO_MASKS if n in names}
 
