@@ -518,7 +518,7 @@ def _multimodal(model: nn.Module, config, batch: int, seq: int,
     audio clip per sequence and their placeholder tokens (:mod:`workloads.hf_inputs`): the
     image layouts processors produce are tried in turn on the model's own image tower, the
     first it takes is kept."""
-    from workloads import hf_inputs as hi
+    from workloads import hf_family_inputs as hfi, hf_inputs as hi
     names = hi.accepts(model)
     for c in {id(c): c for c in (config, text_config(config))}.values():
         if hasattr(c, "use_cache"):
@@ -526,6 +526,7 @@ def _multimodal(model: nn.Module, config, batch: int, seq: int,
     inputs: dict[str, Any] = {}
     constants: dict[str, Any] = {}
     options: dict[str, Any] = {"use_cache": False} if "use_cache" in names else {}
+    placeholders = 0
     parts = []
     native = getattr(getattr(config, "vision_config", None), "image_size", None)
     size = media.get("image_size")
@@ -534,10 +535,12 @@ def _multimodal(model: nn.Module, config, batch: int, seq: int,
             raise BadInput("image_size", size, f"{native} (the {config.model_type} vision tower "
                            f"takes {native}x{native} images; its processor resizes to that)")
         options["interpolate_pos_encoding"] = True
-    cross = hi.cross_attended_images(model, config, batch, seq, media.get("image_size"))
-    robot, placeholders = hi.robot_step(model, config, batch, media.get("image_size"))
-    inputs.update(cross, **robot, **hi.video_part(model, config, batch, media.get("image_size")))
-    if "pixel_values" in names and not (cross or robot):
+    family = hfi.family_inputs(model, config, batch, seq, media.get("image_size"))
+    if family:   # more than pixels and placeholder ids (Idefics, Kosmos-2, PI0, VideoPrism)
+        inputs.update(family[0])
+        constants.update(family[1])
+        placeholders += family[2]
+    elif "pixel_values" in names:
         parts.append(("image", hi.image_layouts(model, config, batch, media.get("image_size")),
                       ("image_token_id", "image_token_index"), "get_image_features"))
     aud = hi.audio_part(model, config, batch, media.get("frames"), media.get("audio_seconds"))
@@ -550,9 +553,8 @@ def _multimodal(model: nn.Module, config, batch: int, seq: int,
         if "input_ids" in names and unset and hi.token_id(config, *token_names) is None:
             raise BadInput(f"hf_config.{unset[0]}", None, f"the {what} placeholder token id "
                            f"the {config.model_type} processor puts in the text (an int)")
-        sized = ("input_ids" in names and hi.getter_of(model, getter) is not None
-                 and (hi.token_id(config, *token_names) is not None
-                      or (what == "image" and hi.POSITION_MASK in names)))
+        sized = ("input_ids" in names and hi.token_id(config, *token_names) is not None
+                 and hi.getter_of(model, getter) is not None)
         chosen, errors = None, []
         for tensors, const in layouts:
             if not sized:
@@ -573,8 +575,6 @@ def _multimodal(model: nn.Module, config, batch: int, seq: int,
         placeholders += chosen[2]
     if "input_ids" in names:
         inputs["input_ids"] = _ids(batch, seq + placeholders, vocab_size(config))
-    if hi.POSITION_MASK in names and placeholders:   # Kosmos-2: where the image rows go
-        constants[hi.POSITION_MASK] = hi.position_mask(batch, seq + placeholders, placeholders)
     if "position_ids" in names and any(hasattr(m, "get_rope_index") for m in model.modules()):
         inputs["position_ids"] = torch.zeros(3, batch, seq + placeholders, dtype=torch.long)
     return hi.WithConstants(model, constants, options), inputs

@@ -146,63 +146,6 @@ def image_layouts(model: nn.Module, config, batch: int, image_size: int | None
     return out
 
 
-def cross_attended_images(model: nn.Module, config, batch: int, seq: int,
-                          image_size: int | None) -> dict[str, torch.Tensor]:
-    """A Flamingo-style model's images (Idefics: a perceiver resampler's latents that the text
-    cross-attends; no placeholder rows in the text): one image per sequence
-    ``[batch, 1, C, H, W]`` and ``image_attention_mask`` ``[batch, seq, 1]``, every text token
-    after the image (its processor puts it first) attending to it
-    [R transformers ``IdeficsProcessor``]; {} for any other model."""
-    names = accepts(model)
-    if not {"image_attention_mask", "perceiver_embeddings", "pixel_values"} <= names:
-        return {}
-    pixels = image_part(model, config, batch, image_size)[0]["pixel_values"]
-    return {"pixel_values": pixels[:, None],
-            "image_attention_mask": torch.ones(batch, seq, 1, dtype=torch.long)}
-
-
-def video_part(model: nn.Module, config, batch: int, image_size: int | None
-               ) -> dict[str, torch.Tensor]:
-    """One clip per sequence, ``pixel_values_videos`` ``[batch, frames, C, H, W]``, where the
-    forward requires one (a video-text model, VideoPrism's CLIP-style one): the tower's own
-    ``num_frames`` at its ``image_size``, as its processor samples and resizes
-    [R transformers ``VideoPrismVideoProcessor``]; {} otherwise (models taking images or
-    videos get images)."""
-    forward = getattr(model, "forward", None)
-    if forward is None or "pixel_values_videos" not in _required(forward):
-        return {}
-    vc = _sub(config, "vision_config") or config
-    frames = _int(getattr(vc, "num_frames", None), 16)
-    pixels = image_part(model, config, batch, image_size)[0]["pixel_values"]
-    return {"pixel_values_videos": torch.zeros(batch, frames, *pixels.shape[1:])}
-
-
-def robot_step(model: nn.Module, config, batch: int, image_size: int | None
-               ) -> tuple[dict[str, torch.Tensor], int]:
-    """A vision-language-action model's forward (PI0: one flow-matching step of its action
-    expert over the VLM's prefix) on what its processor produces: one camera image per
-    sequence ``[batch, 1, C, H, W]`` with ``pixel_attention_mask`` ``[batch, 1]``, the robot
-    ``state`` zero-padded to ``max_state_dim``, and the step's ``noise``
-    ``[batch, chunk_size, max_action_dim]`` and ``timestep`` [R transformers ``PI0Processor``,
-    ``PI0ForConditionalGeneration.sample_actions``]. Returns (meta inputs, placeholder rows per
-    sequence: the VLM tower's feature rows for the image, as the processor's
-    ``image_seq_length`` image tokens); ({}, 0) for any other model."""
-    names = accepts(model)
-    vlm = getattr(getattr(model, "model", None), "vlm", None)
-    if not {"state", "noise", "timestep", "pixel_attention_mask"} <= names or vlm is None:
-        return {}, 0
-    vc = getattr(config, "vlm_config", None)
-    image = image_part(vlm, vc, batch, image_size)[0]["pixel_values"]
-    from workloads.hf import as_if_traced
-    with as_if_traced(), torch.no_grad():
-        rows = _feature_rows(vlm.get_image_features(pixel_values=image.to("meta")))
-    return {"pixel_values": image[:, None],
-            "pixel_attention_mask": torch.ones(batch, 1, dtype=torch.bool),
-            "state": torch.zeros(batch, config.max_state_dim),
-            "noise": torch.zeros(batch, config.chunk_size, config.max_action_dim),
-            "timestep": torch.zeros(batch)}, rows // batch
-
-
 def navit_part(config, batch: int, channels: int, size: int
                ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """One image per sequence as MiniCPM-V 4.6's processor packs it: every image's patches
@@ -260,21 +203,6 @@ def audio_masks(model: nn.Module, audio: dict[str, torch.Tensor]) -> dict[str, t
     names = accepts(model)
     return {n: torch.ones(features.shape[0], features.shape[-1], dtype=torch.long, device="cpu")
             for n in AUDIO_MASKS if n in names}
-
-
-#: A forward that takes the image rows' positions as a mask instead of placeholder token ids.
-POSITION_MASK = "image_embeds_position_mask"
-
-
-def position_mask(batch: int, tokens: int, rows: int) -> torch.Tensor:
-    """Kosmos-2's ``image_embeds_position_mask`` (a CPU constant: the rows are written where it
-    is set, ``embeds[mask] = image``): its processor puts ``<s><image>``, one position per
-    image feature row (``latent_query_num``), then ``</image>`` and the text
-    [R transformers ``Kosmos2Processor``]."""
-    mask = torch.zeros(batch, tokens, dtype=torch.long, device="cpu")
-    start = max(0, min(2, tokens - rows))
-    mask[:, start:start + rows] = 1
-    return mask
 
 
 def _feature_rows(out: Any) -> int:

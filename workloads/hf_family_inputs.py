@@ -1,0 +1,111 @@
+"""The inputs of multimodal families whose processors produce more than pixel values and
+placeholder token ids (:mod:`workloads.hf_inputs` builds those), each built from the config:
+
+* **cross-attended images** (Idefics: a perceiver's latents that the text cross-attends; no
+  placeholder rows in the text);
+* **a position mask** instead of placeholder ids (Kosmos-2's ``image_embeds_position_mask``);
+* **a robot action step** (PI0: camera image and mask, robot state, noise, timestep);
+* **a video clip** where the forward requires ``pixel_values_videos`` (VideoPrism).
+
+:func:`family_inputs` returns (meta inputs, CPU constants, placeholder rows per sequence) for
+such a model, None for any other; the model's generic image part is then not built.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from workloads.hf_inputs import (_feature_rows, _int, _required, _sub, accepts, image_part,
+                                 placeholder_tokens)
+
+Part = tuple[dict[str, torch.Tensor], dict[str, Any], int]
+
+
+def family_inputs(model: nn.Module, config, batch: int, seq: int, image_size: int | None
+                  ) -> Part | None:
+    """The first family layout ``model`` takes (see the module docstring), else None."""
+    for build in (cross_attended_images, position_masked_images, robot_step, video_clip):
+        part = build(model, config, batch, seq, image_size)
+        if part is not None:
+            return part
+    return None
+
+
+def cross_attended_images(model: nn.Module, config, batch: int, seq: int,
+                          image_size: int | None) -> Part | None:
+    """A Flamingo-style model's images (Idefics): one image per sequence
+    ``[batch, 1, C, H, W]`` and ``image_attention_mask`` ``[batch, seq, 1]``, every text token
+    after the image (its processor puts it first) attending to it; no placeholder rows
+    [R transformers ``IdeficsProcessor``]."""
+    if not {"image_attention_mask", "perceiver_embeddings", "pixel_values"} <= accepts(model):
+        return None
+    pixels = image_part(model, config, batch, image_size)[0]["pixel_values"]
+    return {"pixel_values": pixels[:, None],
+            "image_attention_mask": torch.ones(batch, seq, 1, dtype=torch.long)}, {}, 0
+
+
+#: A forward that takes the image rows' positions as a mask instead of placeholder token ids.
+POSITION_MASK = "image_embeds_position_mask"
+
+
+def position_masked_images(model: nn.Module, config, batch: int, seq: int,
+                           image_size: int | None) -> Part | None:
+    """Kosmos-2's image and ``image_embeds_position_mask`` (a CPU constant: the rows are written
+    where it is set, ``embeds[mask] = image``): its processor puts ``<s><image>``, one position
+    per image feature row (the tower's ``latent_query_num``, counted by running it on meta
+    tensors), then ``</image>`` and the text [R transformers ``Kosmos2Processor``]."""
+    if not {POSITION_MASK, "pixel_values", "input_ids"} <= accepts(model):
+        return None
+    tensors, const = image_part(model, config, batch, image_size)
+    rows = placeholder_tokens(model, "get_image_features", tensors, const) // batch
+    return tensors, {**const, POSITION_MASK: position_mask(batch, seq + rows, rows)}, rows
+
+
+def position_mask(batch: int, tokens: int, rows: int) -> torch.Tensor:
+    """``[batch, tokens]``, set on the ``rows`` positions after ``<s><image>``."""
+    mask = torch.zeros(batch, tokens, dtype=torch.long, device="cpu")
+    start = max(0, min(2, tokens - rows))
+    mask[:, start:start + rows] = 1
+    return mask
+
+
+def robot_step(model: nn.Module, config, batch: int, seq: int, image_size: int | None
+               ) -> Part | None:
+    """A vision-language-action model's forward (PI0: one flow-matching step of its action
+    expert over the VLM's prefix) on what its processor produces: one camera image per
+    sequence ``[batch, 1, C, H, W]`` with ``pixel_attention_mask`` ``[batch, 1]``, the robot
+    ``state`` zero-padded to ``max_state_dim``, and the step's ``noise``
+    ``[batch, chunk_size, max_action_dim]`` and ``timestep``; the text holds one placeholder
+    per row of the VLM tower's features (the processor's ``image_seq_length``)
+    [R transformers ``PI0Processor``, ``PI0ForConditionalGeneration.sample_actions``]."""
+    vlm = getattr(getattr(model, "model", None), "vlm", None)
+    if vlm is None or not {"state", "noise", "timestep", "pixel_attention_mask"} <= accepts(model):
+        return None
+    image = image_part(vlm, getattr(config, "vlm_config", None), batch, image_size)[0]["pixel_values"]
+    from workloads.hf import as_if_traced
+    with as_if_traced(), torch.no_grad():
+        rows = _feature_rows(vlm.get_image_features(pixel_values=image.to("meta")))
+    return {"pixel_values": image[:, None],
+            "pixel_attention_mask": torch.ones(batch, 1, dtype=torch.bool),
+            "state": torch.zeros(batch, config.max_state_dim),
+            "noise": torch.zeros(batch, config.chunk_size, config.max_action_dim),
+            "timestep": torch.zeros(batch)}, {}, rows // batch
+
+
+def video_clip(model: nn.Module, config, batch: int, seq: int, image_size: int | None
+               ) -> Part | None:
+    """One clip per sequence, ``pixel_values_videos`` ``[batch, frames, C, H, W]``, where the
+    forward requires one (VideoPrism's CLIP-style video-text model): the tower's own
+    ``num_frames`` at its ``image_size``, as its processor samples and resizes
+    [R transformers ``VideoPrismVideoProcessor``]. Models that take images or videos get
+    images (the generic image part)."""
+    forward = getattr(model, "forward", None)
+    if forward is None or "pixel_values_videos" not in _required(forward):
+        return None
+    vc = _sub(config, "vision_config") or config
+    frames = _int(getattr(vc, "num_frames", None), 16)
+    pixels = image_part(model, config, batch, image_size)[0]["pixel_values"]
+    return {"pixel_values_videos": torch.zeros(batch, frames, *pixels.shape[1:])}, {}, 0
