@@ -92,3 +92,20 @@ def test_these_types_capture_with_flops_within_one_percent_of_flopcountermode():
     rows = sweep.sweep(CAPTURED, phase="forward", simulate=False)
     assert [(r.model_type, r.status, bool(r.flops_ok)) for r in rows] == [
         (t, "captured", True) for t in CAPTURED], [(r.model_type, r.error) for r in rows]
+
+
+def test_instructblip_gets_its_qformer_prompt_and_names_a_missing_placeholder_id():
+    """InstructBLIP(-Video) takes the prompt's ids in the Q-Former's vocabulary beside the
+    image (a 4-frame clip); its default config has no placeholder id, so that is one line
+    naming the field. With an id set (any: the capture does not read its value, and no
+    published config is claimed here) the text holds 32 query rows per image or frame."""
+    from dse.errors import BadInput
+    for model_type, key, frames in (("instructblip", "image_token_index", 0),
+                                    ("instructblipvideo", "video_token_index", 4)):
+        data = _small(model_type)
+        with pytest.raises(BadInput, match=f"hf_config.{key}"):
+            _prepared(data)
+        p = _prepared({**data, key: 7})
+        assert p.kwargs["qformer_input_ids"].shape == (1, 8)
+        assert p.kwargs["input_ids"].shape == (1, 8 + 32 * max(frames, 1))
+        assert p.kwargs["pixel_values"].dim() == (5 if frames else 4)

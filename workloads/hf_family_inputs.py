@@ -5,7 +5,9 @@ placeholder token ids (:mod:`workloads.hf_inputs` builds those), each built from
   placeholder rows in the text);
 * **a position mask** instead of placeholder ids (Kosmos-2's ``image_embeds_position_mask``);
 * **a robot action step** (PI0: camera image and mask, robot state, noise, timestep);
-* **a video clip** where the forward requires ``pixel_values_videos`` (VideoPrism).
+* **a video clip** where the forward requires ``pixel_values_videos`` (VideoPrism);
+* **a Q-Former prompt** (InstructBLIP, InstructBLIP-Video: the prompt's ids in the Q-Former's
+  own vocabulary beside the image or 4-frame clip).
 
 :func:`family_inputs` returns (meta inputs, CPU constants, placeholder rows per sequence) for
 such a model, None for any other; the model's generic image part is then not built.
@@ -18,8 +20,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from workloads.hf_inputs import (_feature_rows, _int, _required, _sub, accepts, image_part,
-                                 placeholder_tokens)
+from dse.errors import BadInput
+from workloads.hf_inputs import (_feature_rows, _int, _required, _sub, accepts, getter_of,
+                                 image_part, placeholder_tokens, token_id)
 
 Part = tuple[dict[str, torch.Tensor], dict[str, Any], int]
 
@@ -27,7 +30,8 @@ Part = tuple[dict[str, torch.Tensor], dict[str, Any], int]
 def family_inputs(model: nn.Module, config, batch: int, seq: int, image_size: int | None
                   ) -> Part | None:
     """The first family layout ``model`` takes (see the module docstring), else None."""
-    for build in (cross_attended_images, position_masked_images, robot_step, video_clip):
+    for build in (cross_attended_images, position_masked_images, robot_step, video_clip,
+                  qformer_prompted):
         part = build(model, config, batch, seq, image_size)
         if part is not None:
             return part
@@ -109,3 +113,32 @@ def video_clip(model: nn.Module, config, batch: int, seq: int, image_size: int |
     frames = _int(getattr(vc, "num_frames", None), 16)
     pixels = image_part(model, config, batch, image_size)[0]["pixel_values"]
     return {"pixel_values_videos": torch.zeros(batch, frames, *pixels.shape[1:])}, {}, 0
+
+
+#: Frames an InstructBLIP-Video clip has ("InstrucBLIP works with 4 frames only"
+#: [R transformers ``InstructBlipVideoProcessor``]).
+QFORMER_VIDEO_FRAMES = 4
+
+
+def qformer_prompted(model: nn.Module, config, batch: int, seq: int, image_size: int | None
+                     ) -> Part | None:
+    """InstructBLIP's inputs: the image (InstructBLIP-Video: a clip of 4 frames
+    ``[batch, 4, C, H, W]``), the prompt's ``seq`` ids in the Q-Former's vocabulary
+    (``qformer_input_ids``: its processor tokenizes the same prompt with the Q-Former's
+    tokenizer), and one placeholder per query row the tower returns (``num_query_tokens`` per
+    image or frame) [R transformers ``InstructBlipProcessor``, ``InstructBlipVideoProcessor``].
+    The placeholder id must be set (the default config has none): else one line naming it."""
+    if not {"qformer_input_ids", "pixel_values", "input_ids"} <= accepts(model):
+        return None
+    video = getter_of(model, "get_video_features") is not None
+    what, key = ("video", "video_token_index") if video else ("image", "image_token_index")
+    if token_id(config, key, key.replace("_index", "_id")) is None:
+        raise BadInput(f"hf_config.{key}", None, f"the {what} placeholder token id the "
+                       f"{config.model_type} processor puts in the text (an int)")
+    pixels = image_part(model, config, batch, image_size)[0]["pixel_values"]
+    if video:
+        pixels = torch.zeros(batch, QFORMER_VIDEO_FRAMES, *pixels.shape[1:])
+    tensors = {"pixel_values": pixels,
+               "qformer_input_ids": torch.zeros(batch, seq, dtype=torch.long)}
+    getter = "get_video_features" if video else "get_image_features"
+    return tensors, {}, placeholder_tokens(model, getter, tensors, {}) // batch
