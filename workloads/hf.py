@@ -536,7 +536,7 @@ def _multimodal(model: nn.Module, config, batch: int, seq: int,
                            f"takes {native}x{native} images; its processor resizes to that)")
         options["interpolate_pos_encoding"] = True
     family = hfi.family_inputs(model, config, batch, seq, media.get("image_size"))
-    if family:   # more than pixels and placeholder ids (Idefics, Kosmos-2, PI0, VideoPrism)
+    if family:   # more than pixels and placeholder ids (Idefics, Kosmos-2, PI0, InstructBLIP...)
         inputs.update(family[0])
         constants.update(family[1])
         placeholders += family[2]

@@ -88,7 +88,8 @@ def robot_step(model: nn.Module, config, batch: int, seq: int, image_size: int |
     vlm = getattr(getattr(model, "model", None), "vlm", None)
     if vlm is None or not {"state", "noise", "timestep", "pixel_attention_mask"} <= accepts(model):
         return None
-    image = image_part(vlm, getattr(config, "vlm_config", None), batch, image_size)[0]["pixel_values"]
+    vlm_config = getattr(config, "vlm_config", None)
+    image = image_part(vlm, vlm_config, batch, image_size)[0]["pixel_values"]
     from workloads.hf import as_if_traced
     with as_if_traced(), torch.no_grad():
         rows = _feature_rows(vlm.get_image_features(pixel_values=image.to("meta")))
