@@ -64,7 +64,8 @@ def test_pi0_step_gets_robot_state_noise_and_the_vlm_image_rows():
     rows = (vision["image_size"] // vision["patch_size"]) ** 2   # PaliGemma: 256 at 224 px
     assert p.kwargs["input_ids"].shape == (1, 8 + rows)
     assert p.kwargs["state"].shape == (1, data.get("max_state_dim", 32))
-    assert p.kwargs["noise"].shape[1:] == (data.get("chunk_size", 50), data.get("max_action_dim", 32))
+    noise = (data.get("chunk_size", 50), data.get("max_action_dim", 32))   # PI0Config defaults
+    assert p.kwargs["noise"].shape[1:] == noise
     assert p.kwargs["pixel_values"].shape[:2] == (1, 1)
 
 
