@@ -110,3 +110,21 @@ def test_instructblip_gets_its_qformer_prompt_and_names_a_missing_placeholder_id
         assert p.kwargs["qformer_input_ids"].shape == (1, 8)
         assert p.kwargs["input_ids"].shape == (1, 8 + 32 * max(frames, 1))
         assert p.kwargs["pixel_values"].dim() == (5 if frames else 4)
+
+
+def test_apertus_media_are_tokenized_at_their_true_sizes():
+    """Apertus-1.5 tokenizes an image (16 px patches: 224 / 16 = 14, 196 codes) and a clip at
+    24 kHz (WavTokenizer: 40 codes a second) into the shared vocabulary; the image's true size
+    and the clip's mask of valid samples are constants, and the audio tokenizer's conv sizes
+    are read as constants (on meta its integer buffers have no values)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = hf.prepare(_small("apertus1p5"), "forward", batch=1, seq=8,
+                       media={"audio_seconds": 1.0})
+    assert p.kwargs["input_values"].shape == (1, 1, 24000)
+    assert p.module._constants["image_sizes"].tolist() == [[224, 224]]
+    assert p.module._constants["padding_mask"].shape == (1, 24000)
+    assert p.kwargs["input_ids"].shape == (1, 8 + 196 + 40)
+    convs = [m for m in p.module.modules() if hasattr(m, "_conv_sizes")]
+    assert convs and all(m.stride.device.type == "cpu" and "stride" not in m._buffers
+                         for m in convs)

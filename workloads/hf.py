@@ -535,7 +535,7 @@ def _multimodal(model: nn.Module, config, batch: int, seq: int,
             raise BadInput("image_size", size, f"{native} (the {config.model_type} vision tower "
                            f"takes {native}x{native} images; its processor resizes to that)")
         options["interpolate_pos_encoding"] = True
-    family = hfi.family_inputs(model, config, batch, seq, media.get("image_size"))
+    family = hfi.family_inputs(model, config, batch, seq, media)
     if family:   # more than pixels and placeholder ids (Idefics, Kosmos-2, PI0, InstructBLIP...)
         inputs.update(family[0])
         constants.update(family[1])
@@ -543,7 +543,8 @@ def _multimodal(model: nn.Module, config, batch: int, seq: int,
     elif "pixel_values" in names:
         parts.append(("image", hi.image_layouts(model, config, batch, media.get("image_size")),
                       ("image_token_id", "image_token_index"), "get_image_features"))
-    aud = hi.audio_part(model, config, batch, media.get("frames"), media.get("audio_seconds"))
+    aud = {} if family else hi.audio_part(model, config, batch, media.get("frames"),
+                                          media.get("audio_seconds"))
     if aud:
         parts.append(("audio", [(aud, hi.audio_masks(model, aud))],
                       ("audio_token_id", "audio_token_index"),

@@ -7,7 +7,9 @@ placeholder token ids (:mod:`workloads.hf_inputs` builds those), each built from
 * **a robot action step** (PI0: camera image and mask, robot state, noise, timestep);
 * **a video clip** where the forward requires ``pixel_values_videos`` (VideoPrism);
 * **a Q-Former prompt** (InstructBLIP, InstructBLIP-Video: the prompt's ids in the Q-Former's
-  own vocabulary beside the image or 4-frame clip).
+  own vocabulary beside the image or 4-frame clip);
+* **tokenized media** (Apertus-1.5: an image and a clip turned into token ids of the shared
+  vocabulary by VQ tokenizers, each with its true size).
 
 :func:`family_inputs` returns (meta inputs, CPU constants, placeholder rows per sequence) for
 such a model, None for any other; the model's generic image part is then not built.
@@ -21,21 +23,23 @@ import torch
 from torch import nn
 
 from dse.errors import BadInput
-from workloads.hf_inputs import (_feature_rows, _int, _required, _sub, accepts, getter_of,
-                                 image_part, placeholder_tokens, token_id)
+from workloads.hf_inputs import (DEFAULT_AUDIO_S, _feature_rows, _int, _required, _sub, accepts,
+                                 getter_of, image_part, masks_all_true, placeholder_tokens,
+                                 token_id, vision_helpers_eager)
 
 Part = tuple[dict[str, torch.Tensor], dict[str, Any], int]
 
 
-def family_inputs(model: nn.Module, config, batch: int, seq: int, image_size: int | None
+def family_inputs(model: nn.Module, config, batch: int, seq: int, media: dict[str, Any]
                   ) -> Part | None:
-    """The first family layout ``model`` takes (see the module docstring), else None."""
+    """The first family layout ``model`` takes (see the module docstring), else None
+    (``media``: ``image_size``, ``audio_seconds``)."""
     for build in (cross_attended_images, position_masked_images, robot_step, video_clip,
                   qformer_prompted):
-        part = build(model, config, batch, seq, image_size)
+        part = build(model, config, batch, seq, media.get("image_size"))
         if part is not None:
             return part
-    return None
+    return tokenized_media(model, config, batch, media)
 
 
 def cross_attended_images(model: nn.Module, config, batch: int, seq: int,
@@ -143,3 +147,64 @@ def qformer_prompted(model: nn.Module, config, batch: int, seq: int, image_size:
                "qformer_input_ids": torch.zeros(batch, seq, dtype=torch.long)}
     getter = "get_video_features" if video else "get_image_features"
     return tensors, {}, placeholder_tokens(model, getter, tensors, {}) // batch
+
+
+def tokenized_media(model: nn.Module, config, batch: int, media: dict[str, Any]) -> Part | None:
+    """Apertus-1.5's inputs: one image per sequence ``[batch, C, H, W]`` with its true size
+    ``image_sizes`` (a CPU constant: each image is tokenized at its own size,
+    ``image_sizes.tolist()``) and one clip of raw samples ``[batch, 1, samples]`` at the audio
+    tokenizer's ``sampling_rate`` (24 kHz; ``--audio-seconds``, default 30 s) with the feature
+    extractor's ``padding_mask`` of valid samples (a CPU constant, all ones: the clip's length
+    is read from it); the text holds one placeholder per image and audio token the tokenizers
+    emit [R transformers ``Apertus1p5Processor``, ``Apertus1p5Model.get_audio_tokens``]. The
+    audio tokenizer's conv sizes become constants (:func:`conv_sizes_as_constants`)."""
+    names = accepts(model)
+    if not {"pixel_values", "image_sizes", "input_values", "padding_mask"} <= names:
+        return None
+    conv_sizes_as_constants(model)
+    image = image_part(model, config, batch, media.get("image_size"))[0]
+    size = image["pixel_values"].shape[-1]
+    ac = _sub(config, "audio_config") or config
+    samples = int(_int(getattr(ac, "sampling_rate", None), 24000)
+                  * (media.get("audio_seconds") or DEFAULT_AUDIO_S))
+    audio = {"input_values": torch.zeros(batch, 1, samples)}
+    constants = {"image_sizes": torch.tensor([[size, size]] * batch, device="cpu"),
+                 "padding_mask": torch.ones(batch, samples, dtype=torch.long, device="cpu")}
+    with vision_helpers_eager(), masks_all_true():
+        rows = (placeholder_tokens(model, "get_image_features", image,
+                                   {"image_sizes": constants["image_sizes"]})
+                + placeholder_tokens(model, "get_audio_features", audio,
+                                     {"padding_mask": constants["padding_mask"]}))
+    return {**image, **audio}, constants, rows // batch
+
+
+def conv_sizes_as_constants(model: nn.Module) -> None:
+    """Padded 1-D convs that keep their stride and (dilated) kernel size as integer buffers
+    (WavTokenizer's: its padding is computed from them, ``max(pad_left, pad_right)``): on the
+    meta device those have no values, and an export's buffers carry none, so each becomes a
+    tensor made from the conv's own values when read (``torch.tensor``, which a capture keeps
+    as a constant) [R transformers ``WavTokenizerConv1d.__init__``]."""
+    for m in model.modules():
+        conv = getattr(m, "conv", None)
+        if not isinstance(conv, nn.Conv1d) or not set(_CONV_SIZES) <= set(m._buffers):
+            continue
+        kernel = (conv.kernel_size[0] - 1) * conv.dilation[0] + 1
+        for name in _CONV_SIZES:
+            del m._buffers[name]
+        m._conv_sizes = dict(zip(_CONV_SIZES, (conv.stride[0], kernel, kernel - conv.stride[0])))
+        m.__class__ = _with_constant_sizes(type(m))
+
+
+_CONV_SIZES = ("stride", "kernel_size", "padding_total")
+_CONSTANT_SIZE_CLASSES: dict[type, type] = {}
+
+
+def _with_constant_sizes(cls: type) -> type:
+    """``cls`` with :data:`_CONV_SIZES` read as CPU tensors of ``self._conv_sizes``."""
+    if cls not in _CONSTANT_SIZE_CLASSES:
+        def size(name):
+            return property(lambda self: torch.tensor(self._conv_sizes[name], dtype=torch.int64,
+                                                      device="cpu"))
+        _CONSTANT_SIZE_CLASSES[cls] = type(cls.__name__, (cls,),
+                                           {n: size(n) for n in _CONV_SIZES})
+    return _CONSTANT_SIZE_CLASSES[cls]

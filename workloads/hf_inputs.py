@@ -41,8 +41,9 @@ FRAMES_PER_S = 100
 DEFAULT_AUDIO_S = 30.0
 DEFAULT_IMAGE_SIZE = 224
 #: The most elements a constant of the capture (``cu_seqlens`` and the like: one entry per
-#: image, frame or attention window) keeps its values through an export's fake mode.
-CONSTANT_ELEMENTS = 1 << 16
+#: image, frame or attention window; a clip's mask of valid samples, 720,000 for Apertus-1.5's
+#: 30 s at 24 kHz) keeps its values through an export's fake mode.
+CONSTANT_ELEMENTS = 1 << 20
 
 
 class WithConstants(nn.Module):

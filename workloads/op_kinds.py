@@ -48,6 +48,7 @@ ATTENTION = frozenset("scaled_dot_product_attention _scaled_dot_product_flash_at
 NORM = frozenset("""
 layer_norm rms_norm batch_norm _native_batch_norm_legit_no_training native_batch_norm
 native_layer_norm group_norm native_group_norm instance_norm _batch_norm_with_update
+_weight_norm _weight_norm_interface
 """.split())
 SOFTMAX = frozenset("softmax _softmax log_softmax _log_softmax _safe_softmax".split())
 REDUCTION = frozenset("""
