@@ -540,7 +540,8 @@ def _multimodal(model: nn.Module, config, batch: int, seq: int,
                       ("image_token_id", "image_token_index"), "get_image_features"))
     aud = hi.audio_part(model, config, batch, media.get("frames"), media.get("audio_seconds"))
     if aud:
-        parts.append(("audio", [(aud, hi.audio_masks(model, aud))],
+        parts.append(("audio", hi.audio_layouts(model, config, batch, media.get("frames"),
+                                                media.get("audio_seconds")),
                       ("audio_token_id", "audio_token_index"),
                       "get_audio_features"))
     for what, layouts, token_names, getter in parts:

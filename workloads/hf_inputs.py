@@ -190,6 +190,84 @@ def audio_part(model: nn.Module, config, batch: int, frames: int | None,
     return {}
 
 
+def extractor_defaults(model_type: str) -> dict[str, Any]:
+    """The constructor defaults of the feature extractor transformers maps ``model_type`` to
+    (``n_mels``, ``sampling_rate``, LFR ``num_frames_lfr`` / ``stride_lfr``...): what its
+    processor produces when the checkpoint's preprocessor config keeps them; {} without one.
+    Read from the extractor's own module (the lazy top-level class is a placeholder when an
+    audio library it needs at call time, e.g. torchaudio, is missing)."""
+    import importlib
+    try:
+        from transformers.models.auto.configuration_auto import model_type_to_module_name
+        from transformers.models.auto.feature_extraction_auto import \
+            FEATURE_EXTRACTOR_MAPPING_NAMES as names
+    except ImportError:
+        return {}
+    wanted = names.get(model_type)
+    wanted = wanted[0] if isinstance(wanted, (list, tuple)) else wanted
+    for key, name in names.items():
+        name = name[0] if isinstance(name, (list, tuple)) else name
+        if name != wanted or not wanted:
+            continue
+        module = model_type_to_module_name(key)
+        try:
+            cls = getattr(importlib.import_module(
+                f"transformers.models.{module}.feature_extraction_{module}"), name)
+            params = inspect.signature(cls.__init__).parameters.values()
+        except (ImportError, AttributeError, TypeError, ValueError):
+            continue
+        return {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+    return {}
+
+
+def audio_layouts(model: nn.Module, config, batch: int, frames: int | None,
+                  audio_seconds: float | None) -> list[tuple[dict[str, torch.Tensor], dict[str, Any]]]:
+    """The audio inputs processors produce, most likely first, each with its masks (CPU
+    constants): :func:`audio_part` (Whisper's ``[batch, mel bins, frames]``, raw samples
+    ``[batch, samples]``); then the frames-major features of Conformer / Paraformer-style
+    towers, :func:`frames_major_part`; then raw samples with a channel axis
+    ``[batch, 1, samples]`` (a convolutional front end: OmniASR, VibeVoice's tokenizers) at the
+    extractor's sampling rate."""
+    first = audio_part(model, config, batch, frames, audio_seconds)
+    out = [(first, audio_masks(model, first))]
+    if "input_features" in first:
+        out.append(frames_major_part(model, config, first["input_features"]))
+    if "input_values" in first:
+        rate = extractor_defaults(config.model_type).get("sampling_rate")
+        rate = rate if isinstance(rate, int) and rate > 0 else SAMPLE_RATE
+        samples = int(rate * (audio_seconds or DEFAULT_AUDIO_S))
+        out.append(({"input_values": torch.zeros(batch, 1, samples)}, {}))
+    return out
+
+
+def frames_major_part(model: nn.Module, config, features: torch.Tensor
+                      ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """``features`` (``[batch, mel bins, frames]``) as a frames-major extractor produces them,
+    ``[batch, rows, width]``, with the frame mask ``[batch, rows]`` where the audio getter takes
+    one. Low-frame-rate stacking (the extractor's ``num_frames_lfr`` frames every ``stride_lfr``,
+    FunASR: 7 and 6 [R transformers ``FunAsrNanoFeatureExtractor._apply_lfr``]) gives
+    ``ceil(frames / stride)`` rows of ``mels * stack``; a tower whose input width is a multiple
+    ``k`` of the extractor's mel bins takes ``k`` frames stacked per row (Granite Speech: pairs,
+    ``frames // 2`` rows of 160 [R ``GraniteSpeechFeatureExtractor._extract_mel_spectrograms``]);
+    else one row per frame."""
+    batch, width, frames = features.shape
+    fe = extractor_defaults(config.model_type)
+    mels = fe.get("n_mels") or fe.get("feature_size")
+    stack, stride = fe.get("num_frames_lfr"), fe.get("stride_lfr")
+    if isinstance(stack, int) and isinstance(stride, int) and isinstance(mels, int) \
+            and stack > 0 and stride > 0:
+        rows, width = -(-frames // stride), mels * stack
+    elif isinstance(mels, int) and 0 < mels < width and width % mels == 0:
+        rows = frames // (width // mels)
+    else:
+        rows = frames
+    getter = getter_of(model, "get_audio_features")
+    takes = set(inspect.signature(getter).parameters) if getter is not None else set()
+    masks = {n: torch.ones(batch, rows, dtype=torch.long, device="cpu")
+             for n in AUDIO_MASKS if n in takes}
+    return {"input_features": torch.zeros(batch, rows, width)}, masks
+
+
 #: Masks an audio tower reads the clip's length from (its values, hence CPU constants).
 AUDIO_MASKS = ("input_features_mask", "feature_attention_mask")
 
