@@ -539,6 +539,11 @@ def _multimodal(model: nn.Module, config, batch: int, seq: int,
         parts.append(("image", hi.image_layouts(model, config, batch, media.get("image_size")),
                       ("image_token_id", "image_token_index"), "get_image_features"))
     aud = hi.audio_part(model, config, batch, media.get("frames"), media.get("audio_seconds"))
+    mismatch = hi.projector_width_mismatch(config) if aud else None
+    if mismatch:
+        field, value, expected = mismatch
+        raise BadInput(field, value, f"{expected}, the width of the {config.model_type} audio "
+                       "encoder's states its projector reads")
     if aud:
         parts.append(("audio", hi.audio_layouts(model, config, batch, media.get("frames"),
                                                 media.get("audio_seconds")),
@@ -549,7 +554,8 @@ def _multimodal(model: nn.Module, config, batch: int, seq: int,
         if "input_ids" in names and unset and hi.token_id(config, *token_names) is None:
             raise BadInput(f"hf_config.{unset[0]}", None, f"the {what} placeholder token id "
                            f"the {config.model_type} processor puts in the text (an int)")
-        sized = ("input_ids" in names and hi.token_id(config, *token_names) is not None
+        added = what == "audio" and config.model_type in hi.AUDIO_ADDED_PER_TOKEN
+        sized = ("input_ids" in names and (added or hi.token_id(config, *token_names) is not None)
                  and hi.getter_of(model, getter) is not None)
         chosen, errors = None, []
         for tensors, const in layouts:
@@ -568,7 +574,10 @@ def _multimodal(model: nn.Module, config, batch: int, seq: int,
                                f"takes ({'; '.join(errors)[:300]})")
         inputs.update(chosen[0])
         constants.update(chosen[1])
-        placeholders += chosen[2]
+        if added and sized:   # one text token per audio row, its embedding added to it
+            seq = chosen[2]
+        else:
+            placeholders += chosen[2]
     if "input_ids" in names:
         inputs["input_ids"] = _ids(batch, seq + placeholders, vocab_size(config))
     if "position_ids" in names and any(hasattr(m, "get_rope_index") for m in model.modules()):

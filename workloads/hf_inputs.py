@@ -268,6 +268,31 @@ def frames_major_part(model: nn.Module, config, features: torch.Tensor
     return {"input_features": torch.zeros(batch, rows, width)}, masks
 
 
+def projector_width_mismatch(config) -> tuple[str, int, int] | None:
+    """(field, value, expected) where a speech model's q-former projector reads encoder
+    states of another width than its audio encoder gives: ``projector_config.encoder_hidden_size``
+    against ``encoder_config.hidden_dim`` (times the concatenated layers, Granite Speech Plus's
+    ``cat_hidden_layers``). transformers' default Granite Speech config has this (Blip-2's
+    default 1408 against the encoder's 1024), so it cannot run its own audio path; the
+    published checkpoints set 1024. None when the widths agree or the config has neither."""
+    proj, enc = getattr(config, "projector_config", None), getattr(config, "encoder_config", None)
+    width = getattr(proj, "encoder_hidden_size", None)
+    hidden = getattr(enc, "hidden_dim", None)
+    if not (isinstance(width, int) and isinstance(hidden, int)):
+        return None
+    cat = getattr(enc, "cat_hidden_layers", None)
+    expected = hidden * (len(cat) + 1 if isinstance(cat, (list, tuple)) else 1)
+    return None if width == expected else (
+        "hf_config.projector_config.encoder_hidden_size", width, expected)
+
+
+#: Streaming speech models that add each audio row's embedding to one text token's (no
+#: placeholder tokens): the text is as long as the audio rows [R transformers
+#: ``VoxtralRealtimeModel.forward``: ``inputs_embeds += audio_embeds``; its processor pads the
+#: transcription prompt to the audio's frames].
+AUDIO_ADDED_PER_TOKEN = ("voxtral_realtime",)
+
+
 #: Masks an audio tower reads the clip's length from (its values, hence CPU constants).
 AUDIO_MASKS = ("input_features_mask", "feature_attention_mask")
 
