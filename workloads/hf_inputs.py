@@ -326,8 +326,27 @@ def _feature_rows(out: Any) -> int:
 
 
 def getter_of(model: nn.Module, name: str):
-    """``model.<name>`` (or its inner ``model``'s), the method that runs one tower."""
-    return getattr(model, name, None) or getattr(getattr(model, "model", None), name, None)
+    """``model.<name>`` (or its inner ``model``'s), the method that runs one tower; for the
+    audio getter of a model that runs its ``audio_tower`` inline in its forward (Qwen2-Audio),
+    that tower's rows (its projector keeps them)."""
+    fn = getattr(model, name, None) or getattr(getattr(model, "model", None), name, None)
+    inline = inline_audio_owner(model) if name == "get_audio_features" else None
+    if fn is None and inline is not None:
+        def fn(input_features, **_constants):
+            return inline.audio_tower(input_features).last_hidden_state
+    return fn
+
+
+def inline_audio_owner(model: nn.Module) -> nn.Module | None:
+    """The module (``model`` or a model it wraps as ``.model``) holding an ``audio_tower`` but
+    no ``get_audio_features``: its forward runs the tower inline (Qwen2-Audio); None if none."""
+    obj: Any = model
+    while isinstance(obj, nn.Module):
+        if isinstance(getattr(obj, "audio_tower", None), nn.Module) \
+                and getattr(obj, "get_audio_features", None) is None:
+            return obj
+        obj = getattr(obj, "model", None)
+    return None
 
 
 def placeholder_tokens(model: nn.Module, getter: str, inputs: dict[str, torch.Tensor],
@@ -500,6 +519,12 @@ def towers_masks_all_true(model: nn.Module) -> Iterator[None]:
                 obj.__dict__[name] = _with_full_masks(fn.__get__(obj))
                 patched.append((obj, name))
         obj = getattr(obj, "model", None)
+    inline = inline_audio_owner(model)
+    if inline is not None and "forward" not in inline.__dict__:
+        # its tower runs inside its forward, which keeps the audio rows by a mask of the clip
+        # lengths (``audio_features[mask]``): the whole forward runs with full masks
+        inline.__dict__["forward"] = _with_full_masks(type(inline).forward.__get__(inline))
+        patched.append((inline, "forward"))
     try:
         yield
     finally:
