@@ -393,6 +393,32 @@ _TO_META = {"get_vision_position_ids": None, "get_vision_window_index": (0,),
             "get_vision_nearest_position_ids": None}
 
 
+#: Audio helpers of the Qwen-Omni audio towers (module functions of their modeling files),
+#: functions of the clip lengths only, run eagerly like :data:`_TO_META`'s: ``cu_seqlens``
+#: stays a CPU constant (the attention splits by its values), the gather indices go to meta.
+_AUDIO_HELPERS = {"get_audio_cu_seqlens": False, "get_valid_indices": None,
+                  "get_pool_indices": None}
+
+
+def _chunked(fn):
+    """``chunk_and_pad_features(input_features, feature_lens, n_window)`` with the chunk
+    lengths computed eagerly from the real clip lengths (a CPU constant), then the features
+    split by those known ints and padded as transformers does; without known lengths, ``fn``."""
+    def wrapped(input_features, feature_lens, n_window, kwargs=None):
+        lens = _real(feature_lens)
+        if not (isinstance(lens, torch.Tensor) and lens.device.type == "cpu"
+                and not _is_fake(lens)) or (kwargs and "chunk_lengths" in kwargs):
+            return fn(input_features, feature_lens, n_window, kwargs=kwargs)
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+        from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
+        with unset_fake_temporarily(), disable_proxy_modes_tracing(), torch.device("cpu"):
+            _, lengths = fn(torch.zeros(1, input_features.shape[-1]), lens, n_window)
+        chunks = input_features.T.split(lengths.tolist(), dim=0)
+        padded = nn.utils.rnn.pad_sequence(chunks, batch_first=True).transpose(1, 2)
+        return padded, _constant(lengths)
+    return wrapped
+
+
 def _real(value: Any) -> Any:
     """A fake tensor that carries its constant (a module-attribute constant under export) as
     that real tensor; anything else as is."""
@@ -573,6 +599,12 @@ class vision_helpers_eager:
                 if getattr(mod, name, None) is fn:
                     self.patched.append((mod, name, fn))
                     setattr(mod, name, _eager(fn, _TO_META.get(name, False)))
+            for name in (*_AUDIO_HELPERS, "chunk_and_pad_features"):
+                fn = getattr(mod, name, None)
+                if callable(fn) and getattr(fn, "__module__", None) == mod.__name__:
+                    self.patched.append((mod, name, fn))
+                    setattr(mod, name, _chunked(fn) if name == "chunk_and_pad_features"
+                            else _eager(fn, _AUDIO_HELPERS[name]))
         return self
 
     def __exit__(self, *exc):
