@@ -471,9 +471,17 @@ class _Seq2SeqDecode(nn.Module):
         cache = EncoderDecoderCache(own, cross)
         for i in range(len(kv_cache["cross"])):
             cache.is_updated[i] = True
-        out = self.model(decoder_input_ids=decoder_input_ids, encoder_outputs=(encoder_hidden,),
+        out = self.model(decoder_input_ids=decoder_input_ids,
+                         encoder_outputs=_encoder_output(encoder_hidden),
                          past_key_values=cache, use_cache=True)
         return out.logits if hasattr(out, "logits") else out.last_hidden_state
+
+
+def _encoder_output(hidden: torch.Tensor):
+    """The encoder's states as transformers' output class (indexable like the plain tuple;
+    Florence-2 and T5Gemma-2 read ``encoder_outputs.last_hidden_state``)."""
+    from transformers.modeling_outputs import BaseModelOutput
+    return BaseModelOutput(last_hidden_state=hidden)
 
 
 def _filled(cache, pairs):
@@ -623,7 +631,8 @@ def module_and_inputs(config, kind: str, phase: str, batch: int, seq: int, conte
             start = _ids(batch, context, vocab_size(config))
             with as_if_traced():
                 hidden = encoder(**enc_in).last_hidden_state
-                out = model(decoder_input_ids=start, encoder_outputs=(hidden,), use_cache=True)
+                out = model(decoder_input_ids=start, encoder_outputs=_encoder_output(hidden),
+                            use_cache=True)
             cache = out.past_key_values
             kv = {"self": _cache_pairs(cache.self_attention_cache),
                   "cross": _cache_pairs(cache.cross_attention_cache)}
