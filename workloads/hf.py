@@ -511,13 +511,20 @@ def _accepts(module: nn.Module, name: str) -> bool:
 def as_if_traced():
     """Run a probe forward on meta tensors the way an export runs it: transformers then skips
     the data-dependent shortcuts (``.item()`` on masks) that meta tensors cannot take, and
-    takes the paths it takes under export (Qwen3-Next's triangular solve as matmuls)."""
+    takes the paths it takes under export (Qwen3-Next's triangular solve as matmuls).
+    ``torch.distributions`` skip their argument checks (``.item()`` of a constraint on meta
+    tensors; Gemma-3n's ``Normal(0, 1)`` for its activation sparsity): they check values, and
+    change neither shapes nor work."""
+    from torch.distributions import Distribution
     originals = (torch.compiler.is_compiling, torch.compiler.is_exporting)
+    validate = Distribution._validate_args
     torch.compiler.is_compiling = torch.compiler.is_exporting = lambda: True
+    Distribution.set_default_validate_args(False)
     try:
         yield
     finally:
         torch.compiler.is_compiling, torch.compiler.is_exporting = originals
+        Distribution.set_default_validate_args(validate)
 
 
 def _multimodal(model: nn.Module, config, batch: int, seq: int,
