@@ -613,6 +613,7 @@ def module_and_inputs(config, kind: str, phase: str, batch: int, seq: int, conte
     with torch.device("meta"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if kind == "causal":
+            _refuse_drafter(model, config)
             keep = _accepts(model, "logits_to_keep")
             if phase == "prefill":
                 kw = {"input_ids": _ids(batch, seq, vocab_size(config)), "use_cache": False}
@@ -653,6 +654,20 @@ def module_and_inputs(config, kind: str, phase: str, batch: int, seq: int, conte
                 model, config = model.thinker, model.thinker.config
             return _multimodal(model, config, batch, seq, media or {})
         return model, _main_input(model, config, batch, seq, media)
+
+
+def _refuse_drafter(model: nn.Module, config) -> None:
+    """A drafter that computes no KV of its own (every layer KV-shared, reading the target
+    model's ``shared_kv_states`` and taking its hidden states as ``inputs_embeds``: Gemma-4's
+    unified assistant) cannot run on token ids alone: one clean line."""
+    tc = text_config(config)
+    shared, layers = (getattr(tc, n, None) for n in ("num_kv_shared_layers", "num_hidden_layers"))
+    if _accepts(model, "shared_kv_states") and isinstance(shared, int) and isinstance(layers, int) \
+            and shared >= layers:
+        raise BadInput("hf_config.num_kv_shared_layers", shared,
+                       f"fewer than num_hidden_layers ({layers}): {config.model_type} is a drafter "
+                       "that reads the target model's KV (shared_kv_states) and hidden states "
+                       "(inputs_embeds); capture its target model instead")
 
 
 # ----------------------------------------------------------------------------- the workload
