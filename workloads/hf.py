@@ -618,6 +618,12 @@ def module_and_inputs(config, kind: str, phase: str, batch: int, seq: int, conte
             if phase == "prefill":
                 kw = {"input_ids": _ids(batch, seq, vocab_size(config)), "use_cache": False}
                 return model, ({**kw, "logits_to_keep": 1} if keep else kw)
+            if _accepts(model, "lengths"):
+                # XLM's generate re-runs the whole sequence plus a mask token every step (its
+                # forward reads the lengths by .item() and slices cached positions itself)
+                raise BadInput("phase", phase, f"prefill ({config.model_type} decodes by "
+                               "re-running the whole sequence each step, with no cache to hand "
+                               "over: capture prefill at the decoded length)")
             with selective_scan_as_one_op(), hf_experts.routed(model), as_if_traced(), \
                     static_rope(model):   # the cache probe routes experts as the capture does
                 out = model(input_ids=_ids(batch, context, vocab_size(config)), use_cache=True)
