@@ -553,16 +553,14 @@ def _multimodal(model: nn.Module, config, batch: int, seq: int,
     if "pixel_values" in names:
         parts.append(("image", hi.image_layouts(model, config, batch, media.get("image_size")),
                       ("image_token_id", "image_token_index"), "get_image_features"))
-    aud = hi.audio_part(model, config, batch, media.get("frames"), media.get("audio_seconds"))
-    mismatch = hi.projector_width_mismatch(config) if aud else None
-    if mismatch:
-        field, value, expected = mismatch
-        raise BadInput(field, value, f"{expected}, the width of the {config.model_type} audio "
-                       "encoder's states its projector reads")
-    if aud:
-        parts.append(("audio", hi.audio_layouts(model, config, batch, media.get("frames"),
-                                                media.get("audio_seconds")),
-                      ("audio_token_id", "audio_token_index"),
+    aud = hi.audio_layouts(model, config, batch, media.get("frames"), media.get("audio_seconds"))
+    if aud[0][0]:
+        mismatch = hi.projector_width_mismatch(config)
+        if mismatch:
+            field, value, expected = mismatch
+            raise BadInput(field, value, f"{expected}, the width of the {config.model_type} "
+                           "audio encoder's states its projector reads")
+        parts.append(("audio", aud, ("audio_token_id", "audio_token_index"),
                       "get_audio_features"))
     for what, layouts, token_names, getter in parts:
         unset = [n for n in token_names if hasattr(config, n) and getattr(config, n) is None]

@@ -203,16 +203,17 @@ def extractor_defaults(model_type: str) -> dict[str, Any]:
             FEATURE_EXTRACTOR_MAPPING_NAMES as names
     except ImportError:
         return {}
-    wanted = names.get(model_type)
-    wanted = wanted[0] if isinstance(wanted, (list, tuple)) else wanted
+    first = lambda n: n[0] if isinstance(n, (list, tuple)) else n
+    wanted = first(names.get(model_type))
+    if not wanted:
+        return {}
     for key, name in names.items():
-        name = name[0] if isinstance(name, (list, tuple)) else name
-        if name != wanted or not wanted:
+        if first(name) != wanted:
             continue
         module = model_type_to_module_name(key)
         try:
             cls = getattr(importlib.import_module(
-                f"transformers.models.{module}.feature_extraction_{module}"), name)
+                f"transformers.models.{module}.feature_extraction_{module}"), wanted)
             params = inspect.signature(cls.__init__).parameters.values()
         except (ImportError, AttributeError, TypeError, ValueError):
             continue
