@@ -14,7 +14,10 @@ holding as many image / audio placeholder tokens as the towers emit features.
   ``--audio-seconds`` at 100 frames per second [R: Whisper's 10 ms hop, 160 samples at
   16 kHz]; default the tower's own frames, e.g. Whisper's 3,000), with a mask of every frame
   where the forward takes one (``input_features_mask``: Qwen3-ASR, GLM-ASR), or
-  ``input_values`` ``[batch, 16 kHz * seconds]``.
+  ``input_values`` ``[batch, 16 kHz * seconds]``; where the tower takes neither, the
+  frames-major features of Conformer / Paraformer-style extractors (``[batch, rows, width]``,
+  frames stacked as the extractor stacks them: FunASR, Granite Speech, Nemotron) or samples
+  with a channel axis ``[batch, 1, samples]`` (OmniASR, VibeVoice) (:func:`audio_layouts`).
 * **placeholder tokens** — the tower is run once on meta tensors (``get_image_features`` /
   ``get_audio_features``) and the text gets one ``image_token_id`` (``audio_token_id``) per
   feature row it returns, after ``seq`` text tokens: what a processor's prompt expansion does.
