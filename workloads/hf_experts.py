@@ -14,7 +14,10 @@
   the routed work with ``active_params == params``; its adapter takes the router's top-k
   (sigmoid scores, as Llama-4 does) and calls the op with the same expert weights, plus the
   shared expert as before; Doge's ``DogeCDMoE`` (single-neuron experts picked by product
-  keys, a gather of expert rows plus two batched matmuls) likewise. Llama-4 scales each expert's *input* by its score where the op
+  keys, a gather of expert rows plus two batched matmuls) likewise; JetMoE's ``JetMoeMoE``
+  (experts split by ``.tolist()`` of the routed counts) too, and its mixture of attention
+  (routed query / output projections, no MLP: not an op) runs with the counts of a balanced
+  route, so its work is exact. Llama-4 scales each expert's *input* by its score where the op
   scales the *output*: the work and bytes are the same.
 
 :func:`set_routing` hands each experts block the load imbalance and capacity factor the
