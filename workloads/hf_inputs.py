@@ -114,8 +114,11 @@ def image_part(model: nn.Module, config, batch: int, image_size: int | None
         temporal = _int(getattr(vc, "temporal_patch_size", None)
                         or getattr(vc, "patch_temporal", None), 1)
         pixels = torch.zeros(batch * side * side, channels * temporal * patch * patch)
-        return {"pixel_values": pixels}, {
-            "image_grid_thw": torch.tensor([[1, side, side]] * batch, device="cpu")}
+        grid = {"image_grid_thw": torch.tensor([[1, side, side]] * batch, device="cpu")}
+        if "image_merge_sizes" in names:   # VideoLLaMA3: each image's merge (its image
+            # processor's ``merge_size`` 1 for images; 2 is for videos)
+            grid["image_merge_sizes"] = torch.tensor([merge] * batch, device="cpu")
+        return {"pixel_values": pixels}, grid
     if "image_sizes" in names and tiled(model):
         tiles = num_tiles(model, config, size)
         tile = _int(getattr(vc, "image_size", None), size)
@@ -134,6 +137,8 @@ def image_layouts(model: nn.Module, config, batch: int, image_size: int | None
     pixels = first["pixel_values"]
     if pixels.dim() == 4 and not const:
         out.append(({"pixel_values": pixels[:, None]}, {}))
+    if "image_grid_thw" in const:   # each patch as an image (PaddleOCR-VL, Kimi-K2.5)
+        out.append(({"pixel_values": patches_as_images(config, pixels)}, const))
     # the parameters the getter requires (the inner model's, where the outer one passes *args)
     needs = set().union(*(_required(f) for f in (getattr(m, "get_image_features", None)
                                                   for m in (model, getattr(model, "model", None)))
@@ -144,6 +149,19 @@ def image_layouts(model: nn.Module, config, batch: int, image_size: int | None
         size = pixels.shape[-1]
         out = [(t, {"image_sizes": [[size, size]] * batch, **c}) for t, c in out]
     return out
+
+
+def patches_as_images(config, pixels: torch.Tensor) -> torch.Tensor:
+    """Flattened patches ``[n, C * temporal * patch**2]`` as a Qwen-VL-style processor's
+    patches for towers whose patch embedding is a ``Conv2d`` on each patch: ``[n, C, patch,
+    patch]`` (temporal 1), ``[n, C, temporal, patch, patch]`` otherwise [R transformers
+    ``PaddleOCRVisionEmbeddings``, ``Kimi_K25VisionPatchEmbed``]."""
+    vc = _sub(config, "vision_config") or config
+    patch = _int(getattr(vc, "patch_size", None), 14)
+    temporal = pixels.shape[-1] // (patch * patch * _int(
+        getattr(vc, "num_channels", None) or getattr(vc, "in_channels", None), 3))
+    shape = (patch, patch) if temporal == 1 else (temporal, patch, patch)
+    return pixels.reshape(pixels.shape[0], -1, *shape)
 
 
 def navit_part(config, batch: int, channels: int, size: int
@@ -306,7 +324,8 @@ def _constant(t: torch.Tensor) -> torch.Tensor:
     return torch.tensor(t.tolist(), dtype=t.dtype, device="cpu")
 
 
-_DEVICE_MISMATCH = ("is not on the expected device", "Expected all tensors to be on the same device")
+_DEVICE_MISMATCH = ("is not on the expected device", "Expected all tensors to be on the same device",
+                    "expected to be in the same device")   # the last: index_add (Kimi-K2.5)
 
 
 def _to_meta(value: Any) -> Any:
