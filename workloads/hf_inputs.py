@@ -143,6 +143,9 @@ def image_layouts(model: nn.Module, config, batch: int, image_size: int | None
     needs = set().union(*(_required(f) for f in (getattr(m, "get_image_features", None)
                                                   for m in (model, getattr(model, "model", None)))
                           if f is not None))
+    family = FAMILY_LAYOUTS.get(getattr(config, "model_type", None))
+    if family is not None:   # a processor whose inputs no generic layout above makes
+        out.insert(0, family(config, batch, first, const))
     if "target_sizes" in needs:   # NaViT-packed (MiniCPM-V 4.6+): see navit_part
         out.insert(0, navit_part(config, batch, pixels.shape[1], pixels.shape[-1]))
     if "image_sizes" in needs:   # as Python ints, read per image
@@ -162,6 +165,28 @@ def patches_as_images(config, pixels: torch.Tensor) -> torch.Tensor:
         getattr(vc, "num_channels", None) or getattr(vc, "in_channels", None), 3))
     shape = (patch, patch) if temporal == 1 else (temporal, patch, patch)
     return pixels.reshape(pixels.shape[0], -1, *shape)
+
+
+def _tiles_mask(config, batch: int, first: dict[str, torch.Tensor], const: dict[str, Any]
+                ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """One tile per image ``[batch, 1, C, H, W]`` and the mask of real tiles
+    ``pixel_attention_mask`` ``[batch, 1]`` (bool, a CPU constant: the tower splits its
+    features by the tiles per image) [R transformers ``GraniteDoclingModel.get_image_features``]."""
+    pixels = first["pixel_values"]
+    return {"pixel_values": pixels[:, None]}, {
+        **const, "pixel_attention_mask": torch.ones(batch, 1, dtype=torch.bool, device="cpu")}
+
+
+def _high_res(config, batch: int, first: dict[str, torch.Tensor], const: dict[str, Any]
+              ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The low-res image and the same image at the high-res (SAM) tower's size,
+    ``high_res_pixel_values`` ``[batch, C, H', W']`` [R transformers
+    ``DeepseekVLHybridImageProcessor`` (``high_res_size`` 1024 = its tower's ``image_size``)]."""
+    hc = getattr(config, "high_res_vision_config", None)
+    pixels = first["pixel_values"]
+    size = _int(getattr(hc, "image_size", None), 1024)
+    channels = _int(getattr(hc, "num_channels", None), pixels.shape[1])
+    return {**first, "high_res_pixel_values": torch.zeros(batch, channels, size, size)}, const
 
 
 def navit_part(config, batch: int, channels: int, size: int
@@ -495,3 +520,9 @@ def num_tiles(model: nn.Module, config, size: int) -> int:
                       patch_size=_int(getattr(vc, "image_size", None), size)))
     except Exception:
         return 1
+
+
+#: model_type -> the image inputs its processor produces that no generic layout makes:
+#: ``fn(config, batch, first, constants) -> (meta inputs, CPU constants)``, where ``first``
+#: and ``constants`` are :func:`image_part`'s.
+FAMILY_LAYOUTS = {"granite_docling": _tiles_mask, "deepseek_vl_hybrid": _high_res}
