@@ -40,6 +40,8 @@ SAMPLE_RATE = 16000
 FRAMES_PER_S = 100
 DEFAULT_AUDIO_S = 30.0
 DEFAULT_IMAGE_SIZE = 224
+#: LFM2-VL's image tile (px) [R transformers ``Lfm2VlImageProcessor.tile_size``].
+LFM2_VL_TILE_PX = 512
 #: The most elements a constant of the capture (``cu_seqlens`` and the like: one entry per
 #: image, frame or attention window) keeps its values through an export's fake mode.
 CONSTANT_ELEMENTS = 1 << 16
@@ -145,7 +147,7 @@ def image_layouts(model: nn.Module, config, batch: int, image_size: int | None
                           if f is not None))
     family = FAMILY_LAYOUTS.get(getattr(config, "model_type", None))
     if family is not None:   # a processor whose inputs no generic layout above makes
-        out.insert(0, family(config, batch, first, const))
+        out.insert(0, family(config, batch, first, const, image_size))
     if "target_sizes" in needs:   # NaViT-packed (MiniCPM-V 4.6+): see navit_part
         out.insert(0, navit_part(config, batch, pixels.shape[1], pixels.shape[-1]))
     if "image_sizes" in needs:   # as Python ints, read per image
@@ -167,7 +169,8 @@ def patches_as_images(config, pixels: torch.Tensor) -> torch.Tensor:
     return pixels.reshape(pixels.shape[0], -1, *shape)
 
 
-def _tiles_mask(config, batch: int, first: dict[str, torch.Tensor], const: dict[str, Any]
+def _tiles_mask(config, batch: int, first: dict[str, torch.Tensor], const: dict[str, Any],
+                image_size: int | None
                 ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """One tile per image ``[batch, 1, C, H, W]`` and the mask of real tiles
     ``pixel_attention_mask`` ``[batch, 1]`` (bool, a CPU constant: the tower splits its
@@ -177,7 +180,8 @@ def _tiles_mask(config, batch: int, first: dict[str, torch.Tensor], const: dict[
         **const, "pixel_attention_mask": torch.ones(batch, 1, dtype=torch.bool, device="cpu")}
 
 
-def _high_res(config, batch: int, first: dict[str, torch.Tensor], const: dict[str, Any]
+def _high_res(config, batch: int, first: dict[str, torch.Tensor], const: dict[str, Any],
+              image_size: int | None
               ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """The low-res image and the same image at the high-res (SAM) tower's size,
     ``high_res_pixel_values`` ``[batch, C, H', W']`` [R transformers
@@ -187,6 +191,27 @@ def _high_res(config, batch: int, first: dict[str, torch.Tensor], const: dict[st
     size = _int(getattr(hc, "image_size", None), 1024)
     channels = _int(getattr(hc, "num_channels", None), pixels.shape[1])
     return {**first, "high_res_pixel_values": torch.zeros(batch, channels, size, size)}, const
+
+
+def _naflex(config, batch: int, first: dict[str, torch.Tensor], const: dict[str, Any],
+            image_size: int | None
+            ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """SigLIP2-NaFlex patches (LFM2-VL): ``[batch, h * w, C * patch**2]``, the patch grid
+    ``spatial_shapes`` ``[[h, w]] * batch`` and ``pixel_attention_mask`` (ones: no padding
+    patch), both CPU constants. Without ``--image-size``, a 512 px image: the processor's
+    ``tile_size``, whose 32 x 32 patches fill its ``max_num_patches`` 1024, so no patch is
+    padding; ``h = w`` are rounded down to the connector's ``downsample_factor``
+    [R transformers ``Lfm2VlImageProcessor`` (``tile_size`` 512, ``encoder_patch_size`` 16,
+    ``max_image_tokens`` 256, ``downsample_factor`` 2)]."""
+    vc = _sub(config, "vision_config") or config
+    patch = _int(getattr(vc, "patch_size", None), 16)
+    factor = _int(getattr(config, "downsample_factor", None), 1)
+    pixels = first["pixel_values"]
+    size = image_size or LFM2_VL_TILE_PX
+    side = max(factor, (size // patch) // factor * factor)
+    return {"pixel_values": torch.zeros(batch, side * side, pixels.shape[1] * patch * patch)}, {
+        "spatial_shapes": torch.tensor([[side, side]] * batch, device="cpu"),
+        "pixel_attention_mask": torch.ones(batch, side * side, dtype=torch.int32, device="cpu")}
 
 
 def navit_part(config, batch: int, channels: int, size: int
@@ -523,6 +548,7 @@ def num_tiles(model: nn.Module, config, size: int) -> int:
 
 
 #: model_type -> the image inputs its processor produces that no generic layout makes:
-#: ``fn(config, batch, first, constants) -> (meta inputs, CPU constants)``, where ``first``
-#: and ``constants`` are :func:`image_part`'s.
-FAMILY_LAYOUTS = {"granite_docling": _tiles_mask, "deepseek_vl_hybrid": _high_res}
+#: ``fn(config, batch, first, constants, image_size) -> (meta inputs, CPU constants)``, where
+#: ``first`` and ``constants`` are :func:`image_part`'s.
+FAMILY_LAYOUTS = {"granite_docling": _tiles_mask, "deepseek_vl_hybrid": _high_res,
+                  "lfm2_vl": _naflex}
