@@ -480,6 +480,31 @@ def _with_full_masks(fn):
     return wrapped
 
 
+#: Methods ``(module, class, method)`` that gather rows of their first argument by offsets
+#: computed from a patch grid (their second): :func:`_gather_eager` finds those offsets on the
+#: real grid, outside the trace.
+_GATHERS = (("transformers.models.ernie4_5_vl_moe.modeling_ernie4_5_vl_moe",
+             "Ernie4_5_VLMoeVariableResolutionResamplerModel", "_temporal_slicing"),)
+
+
+def _gather_eager(method):
+    """``method(self, rows, grid)`` that concatenates gathers of ``rows`` along the last
+    dimension (ERNIE-4.5-VL's ``_temporal_slicing``: even / odd frames side by side), run once
+    eagerly on a column of row numbers ``arange(n)[:, None]`` and the real grid: its output
+    ``[m, k]`` holds the k row indices of each output row, which then gather the traced rows.
+    The same gathers, as constants (computed in the trace, their offsets are unbacked ints)."""
+    def wrapped(self, rows, grid, *args, **kwargs):
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+        from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
+        with unset_fake_temporarily(), disable_proxy_modes_tracing(), torch.device("cpu"):
+            numbers = torch.arange(rows.shape[0])[:, None]
+            index = method(self, numbers, _real(grid), *args, **kwargs)
+        index = _constant(index).to(rows.device)
+        return torch.cat([rows.index_select(0, index[:, k]) for k in range(index.shape[1])],
+                         dim=-1)
+    return wrapped
+
+
 class vision_helpers_eager:
     """Within the block, the ``transformers.vision_utils`` helpers (``get_vision_*``: patch
     positions, ``cu_seqlens``, window indices, interpolation taps, all functions of the patch
@@ -514,6 +539,11 @@ class vision_helpers_eager:
                 if getattr(mod, name, None) is fn:
                     self.patched.append((mod, name, fn))
                     setattr(mod, name, _eager(fn, _TO_META.get(name, False)))
+        for modname, cls_name, method in _GATHERS:
+            cls = getattr(sys.modules.get(modname), cls_name, None)
+            if cls is not None and method in cls.__dict__:
+                self.patched.append((cls, method, cls.__dict__[method]))
+                setattr(cls, method, _gather_eager(cls.__dict__[method]))
         return self
 
     def __exit__(self, *exc):
