@@ -214,6 +214,24 @@ def _naflex(config, batch: int, first: dict[str, torch.Tensor], const: dict[str,
         "pixel_attention_mask": torch.ones(batch, side * side, dtype=torch.int32, device="cpu")}
 
 
+def _merged_blocks(config, batch: int, first: dict[str, torch.Tensor], const: dict[str, Any],
+                   image_size: int | None
+                   ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Inkling-2's layout: the image padded (not resized) to whole ``merge * patch`` blocks,
+    one block per image token ``[batch * r * r, merge * patch, merge * patch, C]``, and the
+    grid in tokens ``[[1, r, r]] * batch`` (``r = ceil(size / (merge * patch))``; the tower
+    multiplies it by ``merge``) [R transformers ``Inkling2ImageProcessor`` (``size`` 40 =
+    ``patch_size`` 20 x ``spatial_merge_size`` 2), ``Inkling2VisionModel.forward``]."""
+    vc = _sub(config, "vision_config") or config
+    block = _int(getattr(vc, "patch_size", None), 20) * _int(
+        getattr(vc, "spatial_merge_size", None), 1)
+    channels = _int(getattr(vc, "num_channels", None), 3)
+    size = image_size or _int(getattr(vc, "image_size", None), DEFAULT_IMAGE_SIZE)
+    r = -(-size // block)
+    return {"pixel_values": torch.zeros(batch * r * r, block, block, channels)}, {
+        "image_grid_thw": torch.tensor([[1, r, r]] * batch, device="cpu")}
+
+
 def navit_part(config, batch: int, channels: int, size: int
                ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """One image per sequence as MiniCPM-V 4.6's processor packs it: every image's patches
@@ -581,4 +599,4 @@ def num_tiles(model: nn.Module, config, size: int) -> int:
 #: ``fn(config, batch, first, constants, image_size) -> (meta inputs, CPU constants)``, where
 #: ``first`` and ``constants`` are :func:`image_part`'s.
 FAMILY_LAYOUTS = {"granite_docling": _tiles_mask, "deepseek_vl_hybrid": _high_res,
-                  "lfm2_vl": _naflex}
+                  "lfm2_vl": _naflex, "inkling2": _merged_blocks, "inkling2_loop": _merged_blocks}
