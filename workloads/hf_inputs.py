@@ -221,13 +221,18 @@ def _merged_blocks(config, batch: int, first: dict[str, torch.Tensor], const: di
     one block per image token ``[batch * r * r, merge * patch, merge * patch, C]``, and the
     grid in tokens ``[[1, r, r]] * batch`` (``r = ceil(size / (merge * patch))``; the tower
     multiplies it by ``merge``) [R transformers ``Inkling2ImageProcessor`` (``size`` 40 =
-    ``patch_size`` 20 x ``spatial_merge_size`` 2), ``Inkling2VisionModel.forward``]."""
+    ``patch_size`` 20 x ``spatial_merge_size`` 2), ``Inkling2VisionModel.forward``]. Inkling
+    (``temporal_patch_size``): one 40 px patch per token, repeated over time,
+    ``[batch * r * r, temporal, patch, patch, C]``, no grid [R ``InklingImageProcessor``]."""
     vc = _sub(config, "vision_config") or config
     block = _int(getattr(vc, "patch_size", None), 20) * _int(
         getattr(vc, "spatial_merge_size", None), 1)
     channels = _int(getattr(vc, "num_channels", None), 3)
     size = image_size or _int(getattr(vc, "image_size", None), DEFAULT_IMAGE_SIZE)
     r = -(-size // block)
+    if hasattr(vc, "temporal_patch_size"):   # Inkling: each block repeated over time, no grid
+        temporal = _int(vc.temporal_patch_size, 1)
+        return {"pixel_values": torch.zeros(batch * r * r, temporal, block, block, channels)}, {}
     return {"pixel_values": torch.zeros(batch * r * r, block, block, channels)}, {
         "image_grid_thw": torch.tensor([[1, r, r]] * batch, device="cpu")}
 
@@ -599,4 +604,5 @@ def num_tiles(model: nn.Module, config, size: int) -> int:
 #: ``fn(config, batch, first, constants, image_size) -> (meta inputs, CPU constants)``, where
 #: ``first`` and ``constants`` are :func:`image_part`'s.
 FAMILY_LAYOUTS = {"granite_docling": _tiles_mask, "deepseek_vl_hybrid": _high_res,
-                  "lfm2_vl": _naflex, "inkling2": _merged_blocks, "inkling2_loop": _merged_blocks}
+                  "lfm2_vl": _naflex, "inkling2": _merged_blocks, "inkling2_loop": _merged_blocks,
+                  "inkling_mm_model": _merged_blocks}
