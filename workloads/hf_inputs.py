@@ -237,6 +237,69 @@ def _merged_blocks(config, batch: int, first: dict[str, torch.Tensor], const: di
         "image_grid_thw": torch.tensor([[1, r, r]] * batch, device="cpu")}
 
 
+def _molmo2_tiling(side: int, window: int, max_crops: int) -> tuple[int, int]:
+    """The crop tiling Molmo2 picks for a square image [R transformers Molmo2 ``select_tiling``]."""
+    import itertools
+    tilings = sorted(((h, w) for h, w in itertools.product(range(1, max_crops + 1), repeat=2)
+                      if h * w <= max_crops), key=lambda x: (x[0] * x[1], x[0]))
+    scales = [min(h * window, w * window) / side for h, w in tilings]
+    if all(x < 1 for x in scales):
+        return tilings[max(range(len(scales)), key=scales.__getitem__)]
+    return tilings[min(range(len(scales)), key=lambda i: scales[i] if scales[i] >= 1 else 1e10)]
+
+
+def _pooling_windows(grid: torch.Tensor, pool: int) -> tuple[torch.Tensor, int, int]:
+    """A patch-index grid in ``pool x pool`` windows, padded with -1 [R transformers Molmo2
+    ``arange_for_pooling``]."""
+    ph, pw = -grid.shape[0] % pool, -grid.shape[1] % pool
+    grid = torch.nn.functional.pad(grid, (pw // 2, (pw + 1) // 2, ph // 2, (ph + 1) // 2), value=-1)
+    rows, cols = grid.shape[0] // pool, grid.shape[1] // pool
+    return grid.reshape(rows, pool, cols, pool).permute(0, 2, 1, 3).reshape(-1, pool * pool), rows, cols
+
+
+def _molmo2(config, batch: int, first: dict[str, torch.Tensor], const: dict[str, Any],
+            image_size: int | None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Molmo2's crops: one global 378 px view plus the overlapping 378 px crops of the image's
+    canvas, ``[batch * crops, patches per crop, C * patch**2]``; ``image_token_pooling``, the
+    patches each image token pools (2 x 2 windows, -1 where a window overhangs), and
+    ``image_grids`` ``[global h, w, crops' h, w]`` in tokens, both CPU constants. Without
+    ``--image-size``, a 378 px image: one crop [R transformers ``Molmo2ImageProcessor``
+    (``size`` 378, ``max_crops`` 8, ``overlap_margins`` [4, 4], ``pooling_size`` [2, 2])]."""
+    vc = _sub(config, "vision_config") or config
+    patch = _int(getattr(vc, "patch_size", None), 14)
+    crop = _int(getattr(vc, "image_size", None), 378)
+    channels = _int(getattr(vc, "num_channels", None), 3)
+    size, margins, max_crops = image_size or crop, 4 + 4, 8
+    per_side = crop // patch
+    window = (per_side - margins) * patch
+    th, tw = _molmo2_tiling(size - margins * patch, window, max_crops)
+    with torch.device("cpu"):   # constants (the inputs are built on the meta device)
+        pooling, grids = _molmo2_pooling(batch, per_side, th, tw, margins)
+    n = 1 + th * tw   # crops per image, the global view first
+    return {"pixel_values": torch.zeros(batch * n, per_side ** 2, channels * patch * patch)}, {
+        "image_token_pooling": pooling, "image_grids": grids}
+
+
+def _molmo2_pooling(batch: int, per_side: int, th: int, tw: int, margins: int
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``image_token_pooling`` and ``image_grids`` of :func:`_molmo2` (2 x 2 pooling)."""
+    pool = 2
+    grid = torch.arange(th * tw * per_side ** 2).reshape(th, tw, per_side, per_side)
+    grid[1:, :, :4, :] = -1
+    grid[:, 1:, :, :4] = -1
+    grid[:-1, :, -4:, :] = -1
+    grid[:, :-1, :, -4:] = -1
+    grid = grid.permute(0, 2, 1, 3).reshape(-1)
+    canvas = th * (per_side - margins) + margins, tw * (per_side - margins) + margins
+    crops, rows, cols = _pooling_windows(grid[grid >= 0].reshape(canvas), pool)
+    whole, h, w = _pooling_windows(torch.arange(per_side ** 2).reshape(per_side, per_side), pool)
+    one = torch.cat([whole, torch.where(crops >= 0, crops + per_side ** 2, -1)])
+    n = 1 + th * tw   # crops per image, the global view first
+    pooling = torch.cat([torch.where(one >= 0, one + i * n * per_side ** 2, -1)
+                         for i in range(batch)])
+    return pooling, torch.tensor([[h, w, rows, cols]] * batch)
+
+
 def navit_part(config, batch: int, channels: int, size: int
                ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """One image per sequence as MiniCPM-V 4.6's processor packs it: every image's patches
@@ -605,4 +668,4 @@ def num_tiles(model: nn.Module, config, size: int) -> int:
 #: ``first`` and ``constants`` are :func:`image_part`'s.
 FAMILY_LAYOUTS = {"granite_docling": _tiles_mask, "deepseek_vl_hybrid": _high_res,
                   "lfm2_vl": _naflex, "inkling2": _merged_blocks, "inkling2_loop": _merged_blocks,
-                  "inkling_mm_model": _merged_blocks}
+                  "inkling_mm_model": _merged_blocks, "molmo2": _molmo2}
