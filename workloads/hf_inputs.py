@@ -300,6 +300,38 @@ def _molmo2_pooling(batch: int, per_side: int, th: int, tw: int, margins: int
     return pooling, torch.tensor([[h, w, rows, cols]] * batch)
 
 
+def _ovis2_widths(config, batch: int, first: dict[str, torch.Tensor], const: dict[str, Any],
+                  image_size: int | None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Ovis2's image as :func:`image_part` makes it, once its visual embedding table (rows of
+    ``hidden_size``) fits the text it replaces embeddings of (``text_config.hidden_size``):
+    transformers' default config has 1536 and 4096, which its own forward rejects
+    [R transformers ``Ovis2Model.get_placeholder_mask``; its conversion script sets
+    ``hidden_size`` to the LLM's]."""
+    width, text_width = config.hidden_size, config.text_config.hidden_size
+    if width != text_width:
+        from dse.errors import BadInput
+        raise BadInput("hf_config.hidden_size", width, f"{text_width} (text_config.hidden_size: "
+                       "the visual embedding table's rows replace text embeddings)")
+    return first, const
+
+
+def _gemma3_pooling(config, batch: int, first: dict[str, torch.Tensor], const: dict[str, Any],
+                    image_size: int | None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """A Gemma-3-style image (ShieldGemma 2) as :func:`image_part` makes it, once the
+    projector's pooling kernel, patches per side // tokens per side, is at least 1:
+    transformers' default config pairs a 224 px tower (14 x 14 patches) with 256 tokens per
+    image (16 x 16), a kernel of 0 its own forward rejects [R transformers
+    ``Gemma3MultiModalProjector``]."""
+    vc = config.vision_config
+    side = vc.image_size // vc.patch_size
+    if int(config.mm_tokens_per_image ** 0.5) > side:
+        from dse.errors import BadInput
+        raise BadInput("hf_config.mm_tokens_per_image", config.mm_tokens_per_image,
+                       f"at most {side * side} (the {vc.image_size} px vision tower's "
+                       f"{side} x {side} patches, pooled to the tokens per image)")
+    return first, const
+
+
 def navit_part(config, batch: int, channels: int, size: int
                ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """One image per sequence as MiniCPM-V 4.6's processor packs it: every image's patches
@@ -668,4 +700,5 @@ def num_tiles(model: nn.Module, config, size: int) -> int:
 #: ``first`` and ``constants`` are :func:`image_part`'s.
 FAMILY_LAYOUTS = {"granite_docling": _tiles_mask, "deepseek_vl_hybrid": _high_res,
                   "lfm2_vl": _naflex, "inkling2": _merged_blocks, "inkling2_loop": _merged_blocks,
-                  "inkling_mm_model": _merged_blocks, "molmo2": _molmo2}
+                  "inkling_mm_model": _merged_blocks, "molmo2": _molmo2,
+                  "ovis2": _ovis2_widths, "shieldgemma2": _gemma3_pooling}
