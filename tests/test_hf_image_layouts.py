@@ -85,6 +85,11 @@ def test_lfm2_vl_gets_naflex_patches_of_one_full_tile():
     assert c["spatial_shapes"] == [[32, 32]]
     assert len(c["pixel_attention_mask"][0]) == 1024 and all(c["pixel_attention_mask"][0])
     assert p.kwargs["input_ids"].shape == (1, SEQ + 256)
+    with pytest.raises(BadInput, match="image_size"):   # padded by its processor
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            hf.prepare(_default("lfm2_vl"), "forward", batch=1, seq=SEQ,
+                       media={"image_size": 384})
 
 
 @pytest.mark.parametrize("model_type, pixels, grid", [

@@ -196,20 +196,22 @@ def _high_res(config, batch: int, first: dict[str, torch.Tensor], const: dict[st
 def _naflex(config, batch: int, first: dict[str, torch.Tensor], const: dict[str, Any],
             image_size: int | None
             ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """SigLIP2-NaFlex patches (LFM2-VL): ``[batch, h * w, C * patch**2]``, the patch grid
-    ``spatial_shapes`` ``[[h, w]] * batch`` and ``pixel_attention_mask`` (ones: no padding
-    patch), both CPU constants. Without ``--image-size``, a 512 px image: the processor's
-    ``tile_size``, whose 32 x 32 patches fill its ``max_num_patches`` 1024, so no patch is
-    padding; ``h = w`` are rounded down to the connector's ``downsample_factor``
-    [R transformers ``Lfm2VlImageProcessor`` (``tile_size`` 512, ``encoder_patch_size`` 16,
-    ``max_image_tokens`` 256, ``downsample_factor`` 2)]."""
+    """SigLIP2-NaFlex patches (LFM2-VL) of one 512 px image, its processor's ``tile_size``,
+    whose 32 x 32 patches fill its ``max_num_patches`` 1024 (no padding patch):
+    ``[batch, 1024, C * 16**2]``, the patch grid ``spatial_shapes`` ``[[32, 32]] * batch`` and
+    ``pixel_attention_mask`` (ones), both CPU constants [R transformers
+    ``Lfm2VlImageProcessor`` (``tile_size`` 512, ``encoder_patch_size`` 16)]. Other sizes are
+    refused: the processor pads smaller images' patches to 1024, which the tower's token
+    gather reads on the meta device, and tiles larger ones."""
     vc = _sub(config, "vision_config") or config
     patch = _int(getattr(vc, "patch_size", None), 16)
-    factor = _int(getattr(config, "downsample_factor", None), 1)
-    pixels = first["pixel_values"]
-    size = image_size or LFM2_VL_TILE_PX
-    side = max(factor, (size // patch) // factor * factor)
-    return {"pixel_values": torch.zeros(batch, side * side, pixels.shape[1] * patch * patch)}, {
+    if image_size not in (None, LFM2_VL_TILE_PX):
+        from dse.errors import BadInput
+        raise BadInput("image_size", image_size, f"{LFM2_VL_TILE_PX} (one LFM2-VL tile; its "
+                       "processor pads or tiles other sizes, not modelled)")
+    side = LFM2_VL_TILE_PX // patch
+    return {"pixel_values": torch.zeros(batch, side * side, first["pixel_values"].shape[1]
+                                        * patch * patch)}, {
         "spatial_shapes": torch.tensor([[side, side]] * batch, device="cpu"),
         "pixel_attention_mask": torch.ones(batch, side * side, dtype=torch.int32, device="cpu")}
 
