@@ -15,6 +15,10 @@ holding as many image / audio placeholder tokens as the towers emit features.
   16 kHz]; default the tower's own frames, e.g. Whisper's 3,000), with a mask of every frame
   where the forward takes one (``input_features_mask``: Qwen3-ASR, GLM-ASR), or
   ``input_values`` ``[batch, 16 kHz * seconds]``.
+* **family layouts** — processors no generic layout matches (:data:`FAMILY_LAYOUTS`):
+  NaFlex patches with their grid and mask (LFM2-VL), Molmo2's crops and pooling windows,
+  Inkling's padded blocks, a high-res second image (DeepSeek-VL-Hybrid), a tile mask
+  (GraniteDocling); defaults whose widths do not fit are refused naming the field.
 * **placeholder tokens** — the tower is run once on meta tensors (``get_image_features`` /
   ``get_audio_features``) and the text gets one ``image_token_id`` (``audio_token_id``) per
   feature row it returns, after ``seq`` text tokens: what a processor's prompt expansion does.
@@ -256,7 +260,8 @@ def _pooling_windows(grid: torch.Tensor, pool: int) -> tuple[torch.Tensor, int, 
     ph, pw = -grid.shape[0] % pool, -grid.shape[1] % pool
     grid = torch.nn.functional.pad(grid, (pw // 2, (pw + 1) // 2, ph // 2, (ph + 1) // 2), value=-1)
     rows, cols = grid.shape[0] // pool, grid.shape[1] // pool
-    return grid.reshape(rows, pool, cols, pool).permute(0, 2, 1, 3).reshape(-1, pool * pool), rows, cols
+    windows = grid.reshape(rows, pool, cols, pool).permute(0, 2, 1, 3).reshape(-1, pool * pool)
+    return windows, rows, cols
 
 
 def _molmo2(config, batch: int, first: dict[str, torch.Tensor], const: dict[str, Any],
@@ -271,28 +276,30 @@ def _molmo2(config, batch: int, first: dict[str, torch.Tensor], const: dict[str,
     patch = _int(getattr(vc, "patch_size", None), 14)
     crop = _int(getattr(vc, "image_size", None), 378)
     channels = _int(getattr(vc, "num_channels", None), 3)
-    size, margins, max_crops = image_size or crop, 4 + 4, 8
+    size, margin, max_crops = image_size or crop, 4, 8   # margin: patches, each side
     per_side = crop // patch
-    window = (per_side - margins) * patch
-    th, tw = _molmo2_tiling(size - margins * patch, window, max_crops)
+    window = (per_side - 2 * margin) * patch
+    th, tw = _molmo2_tiling(size - 2 * margin * patch, window, max_crops)
     with torch.device("cpu"):   # constants (the inputs are built on the meta device)
-        pooling, grids = _molmo2_pooling(batch, per_side, th, tw, margins)
+        pooling, grids = _molmo2_pooling(batch, per_side, th, tw, margin)
     n = 1 + th * tw   # crops per image, the global view first
     return {"pixel_values": torch.zeros(batch * n, per_side ** 2, channels * patch * patch)}, {
         "image_token_pooling": pooling, "image_grids": grids}
 
 
-def _molmo2_pooling(batch: int, per_side: int, th: int, tw: int, margins: int
+def _molmo2_pooling(batch: int, per_side: int, th: int, tw: int, margin: int
                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``image_token_pooling`` and ``image_grids`` of :func:`_molmo2` (2 x 2 pooling)."""
+    """``image_token_pooling`` and ``image_grids`` of :func:`_molmo2` (2 x 2 pooling): the
+    crops' patches less the overlap margins each neighbour covers, in one canvas grid."""
     pool = 2
     grid = torch.arange(th * tw * per_side ** 2).reshape(th, tw, per_side, per_side)
-    grid[1:, :, :4, :] = -1
-    grid[:, 1:, :, :4] = -1
-    grid[:-1, :, -4:, :] = -1
-    grid[:, :-1, :, -4:] = -1
+    grid[1:, :, :margin, :] = -1
+    grid[:, 1:, :, :margin] = -1
+    grid[:-1, :, -margin:, :] = -1
+    grid[:, :-1, :, -margin:] = -1
     grid = grid.permute(0, 2, 1, 3).reshape(-1)
-    canvas = th * (per_side - margins) + margins, tw * (per_side - margins) + margins
+    inner = per_side - 2 * margin
+    canvas = th * inner + 2 * margin, tw * inner + 2 * margin
     crops, rows, cols = _pooling_windows(grid[grid >= 0].reshape(canvas), pool)
     whole, h, w = _pooling_windows(torch.arange(per_side ** 2).reshape(per_side, per_side), pool)
     one = torch.cat([whole, torch.where(crops >= 0, crops + per_side ** 2, -1)])
@@ -494,7 +501,8 @@ def _constant(t: torch.Tensor) -> torch.Tensor:
     return torch.tensor(t.tolist(), dtype=t.dtype, device="cpu")
 
 
-_DEVICE_MISMATCH = ("is not on the expected device", "Expected all tensors to be on the same device",
+_DEVICE_MISMATCH = ("is not on the expected device",
+                    "Expected all tensors to be on the same device",
                     "expected to be in the same device")   # the last: index_add (Kimi-K2.5)
 
 
