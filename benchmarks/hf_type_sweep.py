@@ -137,6 +137,14 @@ def _layers_read(data: dict[str, Any]) -> int:
     return need
 
 
+def _global_layers_read(data: dict[str, Any]) -> int:
+    """Layers a SAM-style tower must keep: up to its first global-attention layer
+    (``global_attn_indexes[0]``), whose hidden state DeepSeek-VL-Hybrid reads; 0 without."""
+    idx = data.get("global_attn_indexes")
+    ok = isinstance(idx, (list, tuple)) and idx and all(isinstance(i, int) for i in idx)
+    return min(idx) + 1 if ok else 0
+
+
 def small_config(data: dict[str, Any], min_layers: int = 0) -> dict[str, Any]:
     """``data`` cut to a few layers: 2, or as many as it takes for every kind of layer a
     hybrid lists (``layer_types`` and the like, pattern strings such as Nemotron-H's) to appear
@@ -146,6 +154,10 @@ def small_config(data: dict[str, Any], min_layers: int = 0) -> dict[str, Any]:
     out: dict[str, Any] = {}
     total = next((data[k] for k in LAYER_KEYS if isinstance(data.get(k), int)), None)
     n = 2
+    read = _global_layers_read(data)
+    if read:   # a tower whose output is read at its first global-attention layer (SAM)
+        min_layers = max(min_layers, read)
+        out["global_attn_indexes"] = [i for i in data["global_attn_indexes"] if i < read]
     if total:
         for k, v in data.items():
             if _per_layer(k, v, total) and (isinstance(v, str) or all(isinstance(x, str) for x in v)):
