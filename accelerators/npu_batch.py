@@ -78,11 +78,7 @@ def build_npus(preset: str | None, values: Sequence[dict[str, Any]]) -> list[NPU
         g = groups.get(key)
         if g is None:
             g = groups[key] = len(refs)
-            try:
-                ref = NPU(preset, **dict(zip(discrete, key)))
-                refs.append(ref if _covered(ref) else None)
-            except DSEError:
-                refs.append(None)   # each member raises the same: left to the constructor
+            refs.append(_reference(preset, discrete, key))
         if refs[g] is not None:
             gid[i] = g
     members = np.flatnonzero(gid >= 0)
@@ -93,6 +89,28 @@ def build_npus(preset: str | None, values: Sequence[dict[str, Any]]) -> list[NPU
     for i, d in zip(members.tolist(), made):
         out[i] = d
     return out
+
+
+#: Designs that stand for their groups, by (preset, coerced values but CONTINUOUS), for the
+#: process (a population's generations draw from the same groups); None: left to the
+#: constructor. Designs are never changed once built.
+_REFERENCES: dict[tuple, NPU | None] = {}
+REFERENCES_KEPT = 4096
+
+
+def _reference(preset: str, names: list[str], values: tuple) -> NPU | None:
+    key = (preset, values)
+    if key in _REFERENCES:
+        return _REFERENCES[key]
+    try:
+        ref = NPU(preset, **dict(zip(names, values)))
+        ref = ref if _covered(ref) else None
+    except DSEError:
+        ref = None   # each member raises the same: left to the constructor
+    if len(_REFERENCES) >= REFERENCES_KEPT:
+        _REFERENCES.clear()
+    _REFERENCES[key] = ref
+    return ref
 
 
 def _coerced(coerce, value, name: str):
