@@ -107,3 +107,45 @@ def test_the_problems_the_arrays_flag_are_the_constructors():
             assert reason, hw
             reasons.add(reason.split(" ")[0])
     assert len(reasons) >= 2, reasons
+
+
+STUDY = """
+name: npu_batch
+seed: 0
+workloads:
+  - {model: gpt2, phase: decode, batch: 2, context: 32}
+accelerator: {template: npu, preset: datacenter-bf16}
+search:
+  hardware:
+    rows: {choices: [4, 32, 256, 1024]}
+    cols: {choices: [4, 32, 256, 1024]}
+    dataflow:
+    arrays: {choices: [1, 8, 64]}
+    clock_hz: [1.0e8, 3.0e9]
+    dram_bandwidth_Bps: [1.0e10, 1.0e13]
+  architecture:
+    n_layer: [1, 6]
+    d_model: {low: 64, high: 256, step: 64}
+    n_head: {choices: [2, 4]}
+objectives: [latency_s, energy_j]
+fidelity: fast
+sampler: {name: nsga2-vectorized, population_size: 50}
+"""
+
+
+def test_a_batch_scores_the_same_with_designs_built_together(monkeypatch):
+    """Evaluator.evaluate_batch with the npu designs built as arrays gives the evaluations it
+    gives with each built by the constructor (metrics, records and prune reasons)."""
+    from dse.study.evaluate import Evaluator
+    from dse.study.loader import load_study_text
+    from dse.study.population import Encoding
+    s = load_study_text(STUDY)
+    enc = Encoding(s.space.dimensions)
+    pts = [s.space.point(v) for v in enc.decode(np.random.default_rng(3).random(
+        (240, len(enc.dims))))]
+    together = Evaluator(s, fidelity="fast").evaluate_batch(pts)
+    monkeypatch.setattr(Evaluator, "_prebuild", lambda self, points: None)
+    alone = Evaluator(s, fidelity="fast").evaluate_batch(pts)
+    assert together == alone
+    reasons = {e.infeasible.split(" ")[0] for e in together if e.infeasible}
+    assert sum(e.metrics is not None for e in together) >= 40 and len(reasons) >= 2, reasons
