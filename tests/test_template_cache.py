@@ -71,6 +71,7 @@ def test_a_stored_template_gives_the_workload_of_a_fresh_capture(case, cache, mo
     args = _args(model, phase, other, batch, seq, context)
     loaded = reshape.template_for(args)
     assert loaded is not None and loaded is not made
+    assert reshape.template_for(args) is loaded          # read once, then kept in memory
     assert template_cache.to_json(loaded) == template_cache.to_json(made)
     assert all(o.node is None for o in loaded.prefix + loaded.block + loaded.suffix)
     mine = reshape.reshaped(args)

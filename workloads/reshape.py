@@ -511,6 +511,8 @@ def _template(args: dict[str, Any], fam: tuple, make: bool) -> Template | None:
     hit = _TEMPLATES.get(key)
     if hit is None and make:
         hit = template_cache.load(key)   # verified by an earlier process on this machine
+        if hit is not None:
+            _TEMPLATES[key] = hit
     if hit is None and make:
         try:
             refs = [_reference(args, rule, variables, i, d) for i, d in enumerate(DEPTHS)]
