@@ -18,12 +18,8 @@ not read back is ignored (the family is captured again and the entry rewritten).
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import io
 import json
-import os
-import tempfile
 import warnings
 from functools import lru_cache
 from importlib import metadata
@@ -31,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from dse.errors import BadInput, first_line
-from dse.safe_io import read_regular, seal, unseal
 
 #: Format of a stored template; another number is ignored.
 FORMAT = "reshape-template-1"
@@ -174,13 +169,8 @@ def load(family: tuple):
     if not (d / name).exists():
         return None
     try:
-        packed = unseal(read_regular(d / name, "template cache", MAX_BYTES + 128), d, name)
-        if packed is None:
-            raise ValueError("its signature does not verify")
-        with gzip.GzipFile(fileobj=io.BytesIO(packed)) as f:
-            blob = f.read(MAX_BYTES + 1)
-        if len(blob) > MAX_BYTES:
-            raise ValueError("it is too large")
+        from workloads import build
+        blob = build.read_sealed(d, name, "template cache", MAX_BYTES)
         return from_json(json.loads(blob))
     except (BadInput, OSError, EOFError, ValueError, RecursionError, KeyError, TypeError,
             AttributeError, IndexError) as exc:
@@ -192,23 +182,14 @@ def load(family: tuple):
 def store(family: tuple, t) -> bool:
     """Write ``t`` for ``family`` (atomically); False where it cannot be stored (an op needs its
     node, a read-only cache directory)."""
-    d = _dir()
     data = to_json(t)
     if data is None:
         return False
-    tmp = None
+    d = _dir()
     try:
-        d.mkdir(mode=0o700, parents=True, exist_ok=True)
-        name = f"template-{key(family)}.json.gz"
-        packed = gzip.compress(json.dumps(data, separators=(",", ":")).encode(), mtime=0)
-        fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
-        with os.fdopen(fd, "wb") as raw:
-            raw.write(seal(packed, d, name))
-        os.replace(tmp, d / name)
-        tmp = None
+        from workloads import build
+        build.write_sealed(d, f"template-{key(family)}.json.gz",
+                           json.dumps(data, separators=(",", ":")).encode())
         return True
     except (OSError, TypeError, ValueError):
         return False
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
