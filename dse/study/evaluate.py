@@ -280,7 +280,8 @@ class Evaluator:
                 designs[name] = self._build(name, hw)
             except DSEError as exc:
                 return infeasible(f"{name}: {exc}" if len(point.hw) > 1 else str(exc))
-            described["designs"][name]["hw"] = dict(designs[name].hw)
+            hw_values = designs[name].hw
+            described["designs"][name]["hw"] = dict(getattr(hw_values, "_values", hw_values))
         if study.spec.heterogeneous:
             combined = Heterogeneous(designs)
         else:
