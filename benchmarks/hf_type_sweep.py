@@ -137,6 +137,14 @@ def _layers_read(data: dict[str, Any]) -> int:
     return need
 
 
+def _global_layers_read(data: dict[str, Any]) -> int:
+    """Layers a SAM-style tower must keep: up to its first global-attention layer
+    (``global_attn_indexes[0]``), whose hidden state DeepSeek-VL-Hybrid reads; 0 without."""
+    idx = data.get("global_attn_indexes")
+    ok = isinstance(idx, (list, tuple)) and idx and all(isinstance(i, int) for i in idx)
+    return min(idx) + 1 if ok else 0
+
+
 def small_config(data: dict[str, Any], min_layers: int = 0) -> dict[str, Any]:
     """``data`` cut to a few layers: 2, or as many as it takes for every kind of layer a
     hybrid lists (``layer_types`` and the like, pattern strings such as Nemotron-H's) to appear
@@ -146,6 +154,10 @@ def small_config(data: dict[str, Any], min_layers: int = 0) -> dict[str, Any]:
     out: dict[str, Any] = {}
     total = next((data[k] for k in LAYER_KEYS if isinstance(data.get(k), int)), None)
     n = 2
+    read = _global_layers_read(data)
+    if read:   # a tower whose output is read at its first global-attention layer (SAM)
+        min_layers = max(min_layers, read)
+        out["global_attn_indexes"] = [i for i in data["global_attn_indexes"] if i < read]
     if total:
         for k, v in data.items():
             if _per_layer(k, v, total) and (isinstance(v, str) or all(isinstance(x, str) for x in v)):
@@ -155,7 +167,9 @@ def small_config(data: dict[str, Any], min_layers: int = 0) -> dict[str, Any]:
                     if seen == kinds:
                         n = max(n, i + 1)
                         break
-        if isinstance(data.get("num_kv_shared_layers"), int) and data["num_kv_shared_layers"] > 0:
+        shared = data.get("num_kv_shared_layers")
+        all_shared = isinstance(shared, int) and shared >= total   # a drafter reading all its
+        if isinstance(shared, int) and 0 < shared < total:   # KV from the target model's cache
             n += 2   # the last layers reuse earlier layers' KV: keep two of them
             out["num_kv_shared_layers"] = 2
         parts = {k: v for k, v in data.items() if k.endswith("_layers") and k not in LAYER_KEYS
@@ -163,7 +177,11 @@ def small_config(data: dict[str, Any], min_layers: int = 0) -> dict[str, Any]:
         split = len(parts) > 1 and sum(parts.values()) == total
         if split:
             n = max(n, 2 * len(parts))
+        if data.get("model_type") in TIED_SHARED_BLOCK:
+            n = max(n, _second_of_each(data, total))
         n = min(max(n, 2, min_layers), max(MAX_SMALL_LAYERS, min_layers), total)
+        if all_shared:
+            out["num_kv_shared_layers"] = n
         if split:
             out.update(_split(parts, n))
             n = sum(out[k] for k in parts)
@@ -187,6 +205,23 @@ def small_config(data: dict[str, Any], min_layers: int = 0) -> dict[str, Any]:
         else:
             out[k] = v
     return out
+
+
+#: Hybrids whose one shared attention block is tied across their hybrid layers: transformers
+#: ties the second and later hybrid layers' copies to the first (Zamba's ``_tied_weights_keys``,
+#: a pattern that must match a layer), so a cut keeps two hybrid layers.
+TIED_SHARED_BLOCK = ("zamba",)
+
+
+def _second_of_each(data: dict[str, Any], total: int) -> int:
+    """Layers up to the second occurrence of every kind a per-layer kind list names."""
+    n = 0
+    for k, v in data.items():
+        if _per_layer(k, v, total) and all(isinstance(x, str) for x in v):
+            for kind in set(v):
+                at = [i for i, x in enumerate(v) if x == kind]
+                n = max(n, (at[1] if len(at) > 1 else at[0]) + 1)
+    return n
 
 
 def _per_layer(key: str, value: Any, total: int) -> bool:

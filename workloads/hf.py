@@ -471,9 +471,17 @@ class _Seq2SeqDecode(nn.Module):
         cache = EncoderDecoderCache(own, cross)
         for i in range(len(kv_cache["cross"])):
             cache.is_updated[i] = True
-        out = self.model(decoder_input_ids=decoder_input_ids, encoder_outputs=(encoder_hidden,),
+        out = self.model(decoder_input_ids=decoder_input_ids,
+                         encoder_outputs=_encoder_output(encoder_hidden),
                          past_key_values=cache, use_cache=True)
         return out.logits if hasattr(out, "logits") else out.last_hidden_state
+
+
+def _encoder_output(hidden: torch.Tensor):
+    """The encoder's states as transformers' output class (indexable like the plain tuple;
+    Florence-2 and T5Gemma-2 read ``encoder_outputs.last_hidden_state``)."""
+    from transformers.modeling_outputs import BaseModelOutput
+    return BaseModelOutput(last_hidden_state=hidden)
 
 
 def _filled(cache, pairs):
@@ -503,13 +511,20 @@ def _accepts(module: nn.Module, name: str) -> bool:
 def as_if_traced():
     """Run a probe forward on meta tensors the way an export runs it: transformers then skips
     the data-dependent shortcuts (``.item()`` on masks) that meta tensors cannot take, and
-    takes the paths it takes under export (Qwen3-Next's triangular solve as matmuls)."""
+    takes the paths it takes under export (Qwen3-Next's triangular solve as matmuls).
+    ``torch.distributions`` skip their argument checks (``.item()`` of a constraint on meta
+    tensors; Gemma-3n's ``Normal(0, 1)`` for its activation sparsity): they check values, and
+    change neither shapes nor work."""
+    from torch.distributions import Distribution
     originals = (torch.compiler.is_compiling, torch.compiler.is_exporting)
+    validate = Distribution._validate_args
     torch.compiler.is_compiling = torch.compiler.is_exporting = lambda: True
+    Distribution.set_default_validate_args(False)
     try:
         yield
     finally:
         torch.compiler.is_compiling, torch.compiler.is_exporting = originals
+        Distribution.set_default_validate_args(validate)
 
 
 def _multimodal(model: nn.Module, config, batch: int, seq: int,
@@ -538,17 +553,22 @@ def _multimodal(model: nn.Module, config, batch: int, seq: int,
     if "pixel_values" in names:
         parts.append(("image", hi.image_layouts(model, config, batch, media.get("image_size")),
                       ("image_token_id", "image_token_index"), "get_image_features"))
-    aud = hi.audio_part(model, config, batch, media.get("frames"), media.get("audio_seconds"))
-    if aud:
-        parts.append(("audio", [(aud, hi.audio_masks(model, aud))],
-                      ("audio_token_id", "audio_token_index"),
+    aud = hi.audio_layouts(model, config, batch, media.get("frames"), media.get("audio_seconds"))
+    if aud[0][0]:
+        mismatch = hi.projector_width_mismatch(config)
+        if mismatch:
+            field, value, expected = mismatch
+            raise BadInput(field, value, f"{expected}, the width of the {config.model_type} "
+                           "audio encoder's states its projector reads")
+        parts.append(("audio", aud, ("audio_token_id", "audio_token_index"),
                       "get_audio_features"))
     for what, layouts, token_names, getter in parts:
         unset = [n for n in token_names if hasattr(config, n) and getattr(config, n) is None]
         if "input_ids" in names and unset and hi.token_id(config, *token_names) is None:
             raise BadInput(f"hf_config.{unset[0]}", None, f"the {what} placeholder token id "
                            f"the {config.model_type} processor puts in the text (an int)")
-        sized = ("input_ids" in names and hi.token_id(config, *token_names) is not None
+        added = what == "audio" and config.model_type in hi.AUDIO_ADDED_PER_TOKEN
+        sized = ("input_ids" in names and (added or hi.token_id(config, *token_names) is not None)
                  and hi.getter_of(model, getter) is not None)
         chosen, errors = None, []
         for tensors, const in layouts:
@@ -567,7 +587,10 @@ def _multimodal(model: nn.Module, config, batch: int, seq: int,
                                f"takes ({'; '.join(errors)[:300]})")
         inputs.update(chosen[0])
         constants.update(chosen[1])
-        placeholders += chosen[2]
+        if added and sized:   # one text token per audio row, its embedding added to it
+            seq = chosen[2]
+        else:
+            placeholders += chosen[2]
     if "input_ids" in names:
         inputs["input_ids"] = _ids(batch, seq + placeholders, vocab_size(config))
     if "position_ids" in names and any(hasattr(m, "get_rope_index") for m in model.modules()):
@@ -588,10 +611,17 @@ def module_and_inputs(config, kind: str, phase: str, batch: int, seq: int, conte
     with torch.device("meta"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if kind == "causal":
+            _refuse_drafter(model, config)
             keep = _accepts(model, "logits_to_keep")
             if phase == "prefill":
                 kw = {"input_ids": _ids(batch, seq, vocab_size(config)), "use_cache": False}
                 return model, ({**kw, "logits_to_keep": 1} if keep else kw)
+            if _accepts(model, "lengths"):
+                # XLM's generate re-runs the whole sequence plus a mask token every step (its
+                # forward reads the lengths by .item() and slices cached positions itself)
+                raise BadInput("phase", phase, f"prefill ({config.model_type} decodes by "
+                               "re-running the whole sequence each step, with no cache to hand "
+                               "over: capture prefill at the decoded length)")
             with selective_scan_as_one_op(), hf_experts.routed(model), as_if_traced(), \
                     static_rope(model):   # the cache probe routes experts as the capture does
                 out = model(input_ids=_ids(batch, context, vocab_size(config)), use_cache=True)
@@ -613,7 +643,8 @@ def module_and_inputs(config, kind: str, phase: str, batch: int, seq: int, conte
             start = _ids(batch, context, vocab_size(config))
             with as_if_traced():
                 hidden = encoder(**enc_in).last_hidden_state
-                out = model(decoder_input_ids=start, encoder_outputs=(hidden,), use_cache=True)
+                out = model(decoder_input_ids=start, encoder_outputs=_encoder_output(hidden),
+                            use_cache=True)
             cache = out.past_key_values
             kv = {"self": _cache_pairs(cache.self_attention_cache),
                   "cross": _cache_pairs(cache.cross_attention_cache)}
@@ -627,6 +658,20 @@ def module_and_inputs(config, kind: str, phase: str, batch: int, seq: int, conte
                 model, config = model.thinker, model.thinker.config
             return _multimodal(model, config, batch, seq, media or {})
         return model, _main_input(model, config, batch, seq, media)
+
+
+def _refuse_drafter(model: nn.Module, config) -> None:
+    """A drafter that computes no KV of its own (every layer KV-shared, reading the target
+    model's ``shared_kv_states`` and taking its hidden states as ``inputs_embeds``: Gemma-4's
+    unified assistant) cannot run on token ids alone: one clean line."""
+    tc = text_config(config)
+    shared, layers = (getattr(tc, n, None) for n in ("num_kv_shared_layers", "num_hidden_layers"))
+    if _accepts(model, "shared_kv_states") and isinstance(shared, int) and isinstance(layers, int) \
+            and shared >= layers:
+        raise BadInput("hf_config.num_kv_shared_layers", shared,
+                       f"fewer than num_hidden_layers ({layers}): {config.model_type} is a drafter "
+                       "that reads the target model's KV (shared_kv_states) and hidden states "
+                       "(inputs_embeds); capture its target model instead")
 
 
 # ----------------------------------------------------------------------------- the workload

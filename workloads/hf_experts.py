@@ -14,7 +14,10 @@
   the routed work with ``active_params == params``; its adapter takes the router's top-k
   (sigmoid scores, as Llama-4 does) and calls the op with the same expert weights, plus the
   shared expert as before; Doge's ``DogeCDMoE`` (single-neuron experts picked by product
-  keys, a gather of expert rows plus two batched matmuls) likewise. Llama-4 scales each expert's *input* by its score where the op
+  keys, a gather of expert rows plus two batched matmuls) likewise; JetMoE's ``JetMoeMoE``
+  (experts split by ``.tolist()`` of the routed counts) too, and its mixture of attention
+  (routed query / output projections, no MLP: not an op) runs with the counts of a balanced
+  route, so its work is exact. Llama-4 scales each expert's *input* by its score where the op
   scales the *output*: the work and bytes are the same.
 
 :func:`set_routing` hands each experts block the load imbalance and capacity factor the
@@ -131,10 +134,45 @@ def _doge_moe(self, hidden_states, **kwargs):
     return shared + routed_out.view(bsz, seq_len, -1), router_logits
 
 
+def _jetmoe_moe(self, layer_input):
+    """``JetMoeMoE.forward`` (gated 1-layer experts; ``JetMoeParallelExperts`` splits the rows
+    by ``expert_size.tolist()``, data-dependent) as one op: top-k of the router's logits,
+    softmax over the k, experts ``input_linear.weight`` ``[E, 2f, d]`` (the first half gated by
+    the activation) and ``output_linear.weight`` ``[E, d, f]``, plus the layer's bias
+    [R: transformers ``modeling_jetmoe``]."""
+    bsz, length, d = layer_input.shape
+    h = layer_input.reshape(-1, d)
+    logits = self.router.layer(h).float()
+    top_logits, top_ids = logits.topk(self.router.top_k, dim=1)
+    gates = torch.softmax(top_logits, dim=1).to(h.dtype)
+    out = moe_experts(h, top_ids, gates, self.input_linear.weight, self.output_linear.weight,
+                      None, None, True, _activation_of(self.activation), *_routing_args(self))
+    return out.view(bsz, length, d) + self.bias
+
+
+def _jetmoe_gating(self, hidden_states):
+    """``JetMoeTopKGating.forward`` with the rows per expert of a balanced route (the
+    capture's assumption for routed experts, ``expert_imbalance`` 1; the real sizes are
+    data-dependent, ``.tolist()``): JetMoE's mixture of attention (``JetMoeMoA``: routed query
+    and output projections, one per token and pick) then runs the same rows through the same
+    number of expert projections, so its work is exact and only which expert serves which row
+    differs. ``_jetmoe_moe`` routes the MLP experts without it."""
+    logits = self.layer(hidden_states).float()
+    top_logits, top_ids = logits.topk(self.top_k, dim=1)
+    top_gates = torch.softmax(top_logits, dim=1).type_as(hidden_states)
+    rows, experts = top_ids.numel(), self.num_experts
+    expert_size = [rows // experts + (1 if i < rows % experts else 0) for i in range(experts)]
+    _, index_sorted = top_ids.flatten().sort(0)
+    batch_index = index_sorted.div(self.top_k, rounding_mode="trunc")
+    return index_sorted, batch_index, top_gates.flatten()[index_sorted], expert_size, logits
+
+
 #: MoE block classes (by name) that bypass the experts interface -> their routed forward.
 ADAPTERS: dict[str, Callable[..., Any]] = {"Llama4TextMoe": _llama4_moe,
                                            "DbrxExperts": _dbrx_experts,
-                                           "DogeCDMoE": _doge_moe}
+                                           "DogeCDMoE": _doge_moe,
+                                           "JetMoeMoE": _jetmoe_moe,
+                                           "JetMoeTopKGating": _jetmoe_gating}
 
 
 def adapted(model: nn.Module) -> list[nn.Module]:

@@ -23,7 +23,8 @@ meshgrid
 """.split())
 
 COPY = frozenset("""
-clone cat concat stack repeat repeat_interleave copy copy_ index_put index_put_ index_copy
+clone cat concat concatenate stack repeat repeat_interleave copy copy_ index_put index_put_ index_copy
+pad_sequence
 constant_pad_nd pad roll flip narrow_copy pixel_shuffle pixel_unshuffle
 reflection_pad1d reflection_pad2d reflection_pad3d replication_pad1d replication_pad2d
 replication_pad3d circular_pad1d circular_pad2d im2col col2im channel_shuffle
