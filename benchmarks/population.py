@@ -269,6 +269,7 @@ def section_population(designs: int, points: int) -> None:
     names = list(variables)
     template = reshape._template(args[0], fams[0], True)
     arrays = reshape_arrays.family_arrays(template, w.dtype, names, [f[1] for f in fams[:3]])
+    ev = Evaluator(s, fidelity="fast")
     designs = [ev._build(p.design, p.hw[p.design]) for p in pts]
     vals = np.array([[f[1][n] for f in fams] for n in names], dtype=np.int64)
     depth = np.array([x["arch"][rule.depth] for x in args], dtype=np.int64)
