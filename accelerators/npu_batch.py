@@ -5,8 +5,8 @@ A population study varies a few of a design's parameters per generation. The des
 grouped by every parameter except ``clock_hz`` and ``dram_bandwidth_Bps``; one design per group
 is built by the constructor and gives what depends on the group only (scratchpad and MAC
 energies, laid-out logic and SRAM, leakage, the scratchpad problem, host interface). Over all
-designs as arrays, the same formulas as :meth:`NPU.floorplan`, :func:`memory_standards.memory_system`
-and :func:`physical.assess` (same operations in the same order: the same IEEE doubles; the
+designs as arrays, the same formulas as :meth:`NPU.floorplan`,
+:func:`memory_standards.memory_system` and :func:`physical.assess` (same operations in the same order: the same IEEE doubles; the
 negative-binomial yield's power and the cost rounding taken per element by Python, as there):
 the memory devices a bandwidth needs, their PHYs, shoreline, price and power, the chiplet
 options and the one that costs least, package, TDP and power density. A design for which

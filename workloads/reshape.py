@@ -24,8 +24,8 @@ counts must be equal; otherwise it is refused (:func:`refusal` says why) and the
 captures every architecture of that family as before. A verified template is kept for the
 process and stored on disk (:mod:`workloads.template_cache`, JSON: each op keeps what the op
 builder reads from its exported node, :func:`workloads.capture.node_facts`, not the node), so
-a later process on the machine rebuilds the family without capturing. Ops whose attrs read more than shapes
-from the exported node (einsum, MoE, scans, recurrences, hash grids, sparse attention) are
+a later process on the machine rebuilds the family without capturing. Ops whose attrs read
+more than shapes from the exported node (einsum, MoE, scans, recurrences, hash grids, sparse attention) are
 refused the same way; a convolution's stride, padding and groups are part of its family.
 """
 
