@@ -5,7 +5,12 @@ wall and CPU user+sys) or ``evaluate_batch`` on 4,096 points (designs x architec
 second, best of two calls). Prints one JSON line per run and the medians.
 
 Usage: python benchmarks/population_ab.py A_CHECKOUT B_CHECKOUT [--what cosearch|batch]
-       [--pairs 4] [--trials 10000]
+       [--pairs 4] [--trials 10000] [--warm]
+
+``--warm``: each co-search's cache directory first holds what one earlier co-search of the study
+(200 trials, another process) left there (the family's re-shape template where the checkout
+stores one, workloads/template_cache.py): "a family already captured once on this machine".
+The warm-up is not timed.
 """
 
 from __future__ import annotations
@@ -61,18 +66,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--what", choices=("cosearch", "batch"), default="cosearch")
     ap.add_argument("--pairs", type=int, default=4)
     ap.add_argument("--trials", type=int, default=10000)
+    ap.add_argument("--warm", action="store_true",
+                    help="a 200-trial co-search in the same cache directory first (untimed)")
     args = ap.parse_args(argv)
     roots = {"A": os.path.abspath(args.a), "B": os.path.abspath(args.b)}
     runs: dict[str, list[dict]] = {k: [] for k in roots}
     for _ in range(args.pairs):
         for name, root in roots.items():
             with tempfile.TemporaryDirectory() as d:
+                env = {**os.environ, "PYTHONPATH": root, "DSE_CACHE_DIR": d,
+                       "PYTHONWARNINGS": "ignore"}
+                if args.warm:
+                    subprocess.run([sys.executable, "-c", COSEARCH, "200", d + "/warm"], cwd=root,
+                                   capture_output=True, text=True, env=env, check=True)
                 cmd = ([sys.executable, "-c", COSEARCH, str(args.trials), d + "/out"]
                        if args.what == "cosearch" else [sys.executable, "-c", BATCH])
                 load = os.getloadavg()[0]
-                p = subprocess.run(cmd, cwd=root, capture_output=True, text=True,
-                                   env={**os.environ, "PYTHONPATH": root, "DSE_CACHE_DIR": d,
-                                        "PYTHONWARNINGS": "ignore"})
+                p = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env)
             if p.returncode:
                 print(p.stderr[-2000:], file=sys.stderr)
                 return 1

@@ -65,7 +65,8 @@ def test_a_cached_workload_reads_back_exactly(cache):
     assert list(again.graph.edges(data=True)) == list(w.graph.edges(data=True))
     assert (again.params, again.arch, again.flops) == (w.params, w.arch, w.flops)
     files = [f for f in cache.iterdir() if f.name != ".signing-key"]
-    assert [f.name.endswith(".json.gz") for f in files] == [True]
+    assert sorted(f.name.startswith("template-") for f in files) == [False, True]  # + gpt2's
+    assert all(f.name.endswith(".json.gz") for f in files)           # re-shape template
     assert oct(cache.stat().st_mode & 0o777) == "0o700"
     assert oct((cache / ".signing-key").stat().st_mode & 0o777) == "0o600"
 

@@ -245,14 +245,7 @@ def _load(key: str) -> ir.Workload | None:
     if not (d / name).exists():
         return None
     try:
-        sealed = read_regular(d / name, "capture cache", MAX_CACHE_FILE_BYTES + 128)
-        packed = unseal(sealed, d, name)
-        if packed is None:
-            raise ValueError("its signature does not verify")
-        with gzip.GzipFile(fileobj=io.BytesIO(packed)) as f:
-            blob = f.read(MAX_CACHE_FILE_BYTES + 1)
-        if len(blob) > MAX_CACHE_FILE_BYTES:
-            raise ValueError("it is too large")
+        blob = read_sealed(d, name, "capture cache", MAX_CACHE_FILE_BYTES)
         w = ir_json.loads(blob, key)
         if w is None:   # another format version or another key: rebuilt without a word
             return None
@@ -266,19 +259,38 @@ def _load(key: str) -> ir.Workload | None:
 
 def _store(key: str, w: ir.Workload) -> None:
     d = check_cache_dir()
+    try:
+        write_sealed(d, f"{key}.json.gz", ir_json.dumps(w, key))
+    except (OSError, TypeError, ValueError):
+        pass  # a read-only home, or a value JSON cannot hold: works without the disk cache
+
+
+def read_sealed(d: Path, name: str, field: str, max_bytes: int) -> bytes:
+    """The payload of the gzipped, sealed entry ``name`` of cache directory ``d`` (at most
+    ``max_bytes`` once decompressed); :class:`BadInput`, OSError or ValueError where it is not
+    a regular file, does not verify (:func:`dse.safe_io.unseal`) or is too large."""
+    packed = unseal(read_regular(d / name, field, max_bytes + 128), d, name)
+    if packed is None:
+        raise ValueError("its signature does not verify")
+    with gzip.GzipFile(fileobj=io.BytesIO(packed)) as f:
+        blob = f.read(max_bytes + 1)
+    if len(blob) > max_bytes:
+        raise ValueError("it is too large")
+    return blob
+
+
+def write_sealed(d: Path, name: str, blob: bytes) -> None:
+    """Write ``blob`` gzipped and sealed as entry ``name`` of ``d``, atomically (temp file +
+    rename); OSError where it cannot."""
     tmp = None
     try:
-        blob = ir_json.dumps(w, key)
         d.mkdir(mode=0o700, parents=True, exist_ok=True)
-        packed = gzip.compress(blob, compresslevel=6, mtime=0)
-        sealed = seal(packed, d, f"{key}.json.gz")
+        sealed = seal(gzip.compress(blob, compresslevel=6, mtime=0), d, name)
         fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
         with os.fdopen(fd, "wb") as raw:
             raw.write(sealed)
-        os.replace(tmp, d / f"{key}.json.gz")
+        os.replace(tmp, d / name)
         tmp = None
-    except (OSError, TypeError, ValueError):
-        pass  # a read-only home, or a value JSON cannot hold: works without the disk cache
     finally:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)

@@ -308,9 +308,35 @@ def _bytes(t: _Tensor) -> int:
     return t.nbytes
 
 
+def node_facts(node, name: str, kind: str, inputs: list[_Tensor]) -> dict[str, Any] | None:
+    """What :func:`_make_op` reads from exported ``node`` besides its tensors, as JSON values
+    (a re-shape template keeps these instead of the node, so it can be stored on disk:
+    ``workloads/reshape.py``): a KV-cache append's strided-input flag, a convolution's stride,
+    padding, groups and transposition, an attention kernel's causal flag; ``{}`` where it reads
+    nothing more; None where it reads more (backward kernels, einsum, MoE, scans, recurrences,
+    hash grids, sparse attention): those ops need the node itself."""
+    if name in ("cat", "concat") and any(t.role == KV for t in inputs):
+        return {"strided_inputs": _strided_inputs(node)}
+    if name in ("copy_", "copy") and len(inputs) >= 2 and inputs[0].role == KV:
+        return {}
+    if kind == ir.EMBEDDING and inputs and inputs[0].role == WEIGHT:
+        return {}
+    if (name in BACKWARD[ir.ATTENTION] or name in BACKWARD[ir.CONV] or name == "einsum"
+            or kind in (ir.MOE, ir.SCAN, ir.RECURRENT, ir.HASHGRID, ir.SPARSE_ATTENTION)):
+        return None
+    if kind == ir.CONV:
+        return _conv_facts(name, node)
+    if kind == ir.ATTENTION and name != "mla_attention":
+        return {"causal": bool(backward_attrs.schema_arg(node, "is_causal", False))}
+    return {}
+
+
 def _make_op(node, op_name: str, name: str, kind: str, inputs: list[_Tensor], outputs: list[_Tensor],
-             dtype: str, elem: int) -> tuple[ir.Op, str]:
-    """The Op of one exported node, and the role of its outputs."""
+             dtype: str, elem: int, facts: dict[str, Any] | None = None) -> tuple[ir.Op, str]:
+    """The Op of one exported node, and the role of its outputs; ``facts``
+    (:func:`node_facts`), where given, instead of what the node would give."""
+    if facts is None:
+        facts = node_facts(node, name, kind, inputs)
     weight = act_r = kv_r = act_w = kv_w = 0
     out_role = ACT
     attrs: dict[str, Any] = {}
@@ -325,7 +351,7 @@ def _make_op(node, op_name: str, name: str, kind: str, inputs: list[_Tensor], ou
         out_role = KV
         attrs["kv_append"] = True
         attrs["elements"] = sum(t.numel for t in new)
-        if _strided_inputs(node):
+        if facts["strided_inputs"]:
             attrs["strided_inputs"] = True
     elif name in ("copy_", "copy") and len(inputs) >= 2 and inputs[0].role == KV:
         # In-place update of a cached state (a recurrent state, a conv window): read the
@@ -364,13 +390,14 @@ def _make_op(node, op_name: str, name: str, kind: str, inputs: list[_Tensor], ou
         elif kind == ir.RECURRENT:
             attrs, flops = op_attrs.recurrent_attrs(name, node, inputs)
         elif kind == ir.CONV:
-            attrs = _conv_attrs(name, node, inputs, outputs)
+            attrs = conv_shape_attrs(inputs[0], inputs[1], outputs[0].shape, facts["stride"],
+                                     facts["padding"], facts["groups"], facts["transposed"])
             flops = 2 * attrs["gemm_m"] * attrs["gemm_n"] * attrs["gemm_k"] * attrs["groups"]
         elif kind == ir.ATTENTION and name == "mla_attention":
             from workloads.mla_op import capture_attrs
             attrs, flops = capture_attrs(inputs)
         elif kind == ir.ATTENTION:
-            attrs = _attention_attrs(node, inputs)
+            attrs = _attention_attrs(facts["causal"], inputs)
             flops = attrs.pop("_flops")
         elif kind == ir.HASHGRID:
             attrs = _hashgrid_attrs(node, inputs)
@@ -453,8 +480,8 @@ def _matmul_attrs(name: str, node, inputs: list[_Tensor]) -> dict[str, Any]:
     return {"m": m, "n": n, "k": k, "batch": batch, "weight_operand": b.role == WEIGHT}
 
 
-def _conv_attrs(name: str, node, inputs: list[_Tensor], outputs: list[_Tensor]) -> dict[str, Any]:
-    x, w = inputs[0], inputs[1]
+def _conv_facts(name: str, node) -> dict[str, Any]:
+    """A convolution node's stride, padding, groups and transposition (:func:`node_facts`)."""
     args = list(node.args) + [None] * 10
     transposed = name.startswith("conv_transpose")
     if name in ("convolution", "_convolution"):
@@ -464,8 +491,8 @@ def _conv_attrs(name: str, node, inputs: list[_Tensor], outputs: list[_Tensor]) 
         stride = node.kwargs.get("stride", args[3] if args[3] is not None else 1)
         padding = node.kwargs.get("padding", args[4] if args[4] is not None else 0)
         groups = node.kwargs.get("groups", args[6] if args[6] is not None else 1)
-    return conv_shape_attrs(x, w, outputs[0].shape, stride, padding, int(groups or 1),
-                            transposed)
+    return {"stride": _as_list(stride), "padding": _as_list(padding),
+            "groups": int(groups or 1), "transposed": transposed}
 
 
 def conv_shape_attrs(x: _Tensor, w: _Tensor, out: tuple, stride, padding, groups: int,
@@ -512,9 +539,8 @@ def _as_list(v) -> list:
     return [v]
 
 
-def _attention_attrs(node, inputs: list[_Tensor]) -> dict[str, Any]:
+def _attention_attrs(causal: bool, inputs: list[_Tensor]) -> dict[str, Any]:
     q, k, v = inputs[0], inputs[1], inputs[2]
-    causal = bool(backward_attrs.schema_arg(node, "is_causal", False))
     b = math.prod(q.shape[:-3]) if len(q.shape) > 3 else 1
     heads, sq, d = (q.shape[-3] if len(q.shape) >= 3 else 1), q.shape[-2], q.shape[-1]
     kv_heads, skv, dv = (k.shape[-3] if len(k.shape) >= 3 else 1), k.shape[-2], v.shape[-1]

@@ -22,6 +22,7 @@ experts):
 
 from __future__ import annotations
 
+import functools
 import re
 
 from workloads.moe import MAX_EXPERTS
@@ -40,6 +41,7 @@ _EXPERTS = re.compile(r"(^|_)experts?($|_per_tok(en)?$)")
 _POSITIONS = re.compile(r"(^|_)(positions?|position_embeddings|max_seq|seq|context|ctx)($|_)")
 
 
+@functools.lru_cache(maxsize=4096)
 def int_limit(key: str) -> int:
     """The largest value an architecture integer named ``key`` may take."""
     key = key.lower()

@@ -21,8 +21,11 @@ at depth 1, 2 and 3, with the size variables set to distinct primes. Then:
 The template is then **verified** against the depth-3 capture at a third set of primes: every
 op (each field and attr, in order), edge and its bytes, the parameter count and the view-op
 counts must be equal; otherwise it is refused (:func:`refusal` says why) and the builder
-captures every architecture of that family as before. Ops whose attrs read more than shapes
-from the exported node (einsum, MoE, scans, recurrences, hash grids, sparse attention) are
+captures every architecture of that family as before. A verified template is kept for the
+process and stored on disk (:mod:`workloads.template_cache`, JSON: each op keeps what the op
+builder reads from its exported node, :func:`workloads.capture.node_facts`, not the node), so
+a later process on the machine rebuilds the family without capturing. Ops whose attrs read
+more than shapes from the exported node (einsum, MoE, scans, recurrences, hash grids, sparse attention) are
 refused the same way; a convolution's stride, padding and groups are part of its family.
 """
 
@@ -36,8 +39,8 @@ from typing import Any
 
 import networkx as nx
 
-from workloads import ir, structure
-from workloads.capture import ACT, _make_op, _Tensor
+from workloads import ir, structure, template_cache
+from workloads.capture import ACT, _make_op, _Tensor, node_facts
 from workloads.zoo import get_model
 
 #: Size-variable values of the reference captures: distinct primes, above the constants a
@@ -78,7 +81,8 @@ class _Input:
 
 @dataclass
 class _TemplateOp:
-    node: Any
+    node: Any                      # the exported node, kept only where ``facts`` is None
+    facts: dict[str, Any] | None   # what the op builder reads from it (capture.node_facts)
     aten: str
     kind: str
     inputs: list[_Input]
@@ -206,7 +210,7 @@ class Template:
         for t, ins, outs in ops:
             xs = [made[i] for i in ins]
             op, _ = _make_op(t.node, "", t.aten, t.kind, xs, [made[o] for o in outs], dtype,
-                             elem)
+                             elem, t.facts)
             out.append((op, [x.nbytes for x in xs]))
         return out
 
@@ -397,7 +401,9 @@ class Template:
                 if base_a != base:
                     raise Refused(f"op names {ra_[1]} and {rb_[1]} differ")
                 step, first = first - in_a, in_a
-            return _TemplateOp(rb_[0], rb_[2], rb_[3], ins, outs, (base, first, step))
+            facts = node_facts(rb_[0], rb_[2], rb_[3], rb_[4])
+            return _TemplateOp(rb_[0] if facts is None else None, facts, rb_[2], rb_[3], ins, outs,
+                               (base, first, step))
 
         prefix = [top(i, i, None) for i in range(start)]
         block = [top(start + j, start + j, start + k + j) for j in range(k)]
@@ -504,6 +510,10 @@ def _template(args: dict[str, Any], fam: tuple, make: bool) -> Template | None:
     rule, variables, key = fam
     hit = _TEMPLATES.get(key)
     if hit is None and make:
+        hit = template_cache.load(key)   # verified by an earlier process on this machine
+        if hit is not None:
+            _TEMPLATES[key] = hit
+    if hit is None and make:
         try:
             refs = [_reference(args, rule, variables, i, d) for i, d in enumerate(DEPTHS)]
             names = list(variables)
@@ -519,6 +529,7 @@ def _template(args: dict[str, Any], fam: tuple, make: bool) -> Template | None:
             if diff:
                 raise Refused(f"verification against a capture failed: {diff}")
             hit = t
+            template_cache.store(key, t)
         except Refused as exc:
             hit = str(exc)
         except Exception as exc:  # a reference size the model refuses: capture as before

@@ -62,11 +62,7 @@ class FamilyArrays:
         self.exprs, self.shapes, self.tensors = exprs, shapes, tensors
         self.ops: list[_Static] = []
         for t, ins, outs in ops:
-            causal = False
-            if t.kind == ir.ATTENTION:
-                node = t.node
-                causal = bool(node.kwargs.get("is_causal", node.args[5] if len(node.args) > 5
-                                              else False))
+            causal = t.kind == ir.ATTENTION and bool(t.facts and t.facts.get("causal"))
             self.ops.append(_Static(t.kind, t.aten, list(ins), list(outs),
                                     [self.tensors[i][1] for i in ins], causal))
         self.n_prefix, self.n_block = len(template.prefix), len(template.block)

@@ -116,6 +116,7 @@ class Evaluator:
     def _prefetch(self, points: list[Point]) -> None:
         from dse import api
         from simulators.fast import evaluate_many
+        self._prebuild(points)
         self._prefetch_pairs(points)
         groups: dict[tuple[str, str], list] = {}
         for point in points:
@@ -146,6 +147,24 @@ class Evaluator:
                 res = evaluate_many(self._batch_workloads[key], designs)
             for i, d in enumerate(designs):
                 self._batch_fast[key + (_design_key(d),)] = res.infeasible[i] or res.metrics(i)
+
+    def _prebuild(self, points: list[Point]) -> None:
+        """The points' npu designs built together (:func:`accelerators.npu_batch.build_npus`:
+        equal to the constructor's), kept for :meth:`_build`; the rest are left to it."""
+        from accelerators.npu import NPU
+        from accelerators.npu_batch import build_npus
+        from accelerators.registry import get_template
+        npu = {n for n, d in self._designs.items() if get_template(d.template) is NPU}
+        by_name: dict[str, list[dict[str, Any]]] = {}
+        for point in points:
+            if point.design in npu:
+                by_name.setdefault(point.design, []).append(point.hw[point.design])
+        for name, hws in by_name.items():
+            todo = {_json_key(name, hw): hw for hw in hws}
+            todo = {k: hw for k, hw in todo.items() if k not in self._batch_designs}
+            for key, d in zip(todo, build_npus(self._designs[name].preset, list(todo.values()))):
+                if d is not None:
+                    self._batch_designs[key] = d
 
     def _prefetch_pairs(self, points: list[Point]) -> None:
         """Score the points' (npu design, re-shaped architecture) pairs as arrays
@@ -207,10 +226,11 @@ class Evaluator:
         spec = get_model(args["model"])
         seq = args["seq"] if spec.family in ("llm", "encoder") else 0
         shape = _Workload(args["arch"], 0, 0, args["phase"], args["batch"], seq)
-        for i in np.flatnonzero(res.handled):
+        handled = np.flatnonzero(res.handled).tolist()
+        for i, lat, energy in zip(handled, res.latency_s[handled].tolist(),
+                                  res.energy_j[handled].tolist()):
             point, design, a, _ = members[i]
             key = _arch_key(w.label, point.arch[w.label])
-            lat, energy = float(res.latency_s[i]), float(res.energy_j[i])
             phys = design.physical()
             self._batch_fast[key + (_design_key(design),)] = {
                 "latency_s": lat, "energy_j": energy, "area_mm2": float(design.area_mm2()),
@@ -260,7 +280,8 @@ class Evaluator:
                 designs[name] = self._build(name, hw)
             except DSEError as exc:
                 return infeasible(f"{name}: {exc}" if len(point.hw) > 1 else str(exc))
-            described["designs"][name]["hw"] = dict(designs[name].hw)
+            hw_values = designs[name].hw
+            described["designs"][name]["hw"] = dict(getattr(hw_values, "_values", hw_values))
         if study.spec.heterogeneous:
             combined = Heterogeneous(designs)
         else:
@@ -546,10 +567,16 @@ def _json_key(name: str | None, values: dict[str, Any]) -> str:
     return key
 
 
-def _design_key(design) -> str:
+def _design_key(design) -> Any:
     key = getattr(design, "_study_key", None)   # designs are immutable: computed once each
     if key is None:
-        key = json.dumps([type(design).__name__, design.hw], sort_keys=True, default=str)
+        hw = design.hw
+        key = (type(design).__name__,   # within this process only
+               tuple(getattr(hw, "_values", hw).items()))
+        try:
+            hash(key)
+        except TypeError:   # a parameter value that is a list or dict
+            key = json.dumps([type(design).__name__, design.hw], sort_keys=True, default=str)
         try:
             design._study_key = key
         except AttributeError:   # a design class with slots

@@ -232,11 +232,42 @@ _SUMMED = tuple({**SERVING_METRICS, **DISAGGREGATED_METRICS, **FLEET_METRICS,
 _SUMMED_SET = frozenset(_SUMMED)
 
 
+def _one_workload(own: Mapping[str, float], weight: float, design: Mapping[str, float],
+                  extra: Mapping[str, float] | None) -> dict[str, float]:
+    """:func:`totals` of one workload without serving, training, communication or quality
+    metrics (a population's usual case): the same operations on the one workload."""
+    latency = 0 + weight * own["latency_s"]   # as sum() over one label: from int 0
+    energy = 0 + weight * own["energy_j"]
+    out: dict[str, float] = {
+        "latency_s": latency,
+        "energy_j": energy,
+        **{k: float(design[k]) for k in DESIGN_METRICS},
+        "avg_power_w": own.get("avg_power_w", energy / latency if latency > 0 else 0.0),
+        "edp": own.get("edp", energy * latency),
+        "params": 0 + own["params"],
+        "flops": 0 + weight * own["flops"],
+        "throughput": own["throughput"],
+    }
+    out.update(extra or {})
+    return out
+
+
 def totals(per_workload: Mapping[str, Mapping[str, float]], weights: Mapping[str, float],
            design: Mapping[str, float], extra: Mapping[str, float] | None = None
            ) -> dict[str, float]:
     """The study's metrics from each workload's (see the module docstring) and the design's
     own (``DESIGN_METRICS``), plus ``LABEL.metric`` entries when there are several workloads."""
+    if len(per_workload) == 1:
+        (label, own), = per_workload.items()
+        if not _SUMMED_SET.intersection(own) and "communication_s" not in own and \
+                "quality" not in own:
+            return _one_workload(own, weights[label], design, extra)
+    return _totals(per_workload, weights, design, extra)
+
+
+def _totals(per_workload: Mapping[str, Mapping[str, float]], weights: Mapping[str, float],
+            design: Mapping[str, float], extra: Mapping[str, float] | None) -> dict[str, float]:
+    """:func:`totals` over any workloads."""
     labels = list(per_workload)
     latency = sum(weights[w] * per_workload[w]["latency_s"] for w in labels)
     energy = sum(weights[w] * per_workload[w]["energy_j"] for w in labels)

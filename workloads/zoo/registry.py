@@ -96,11 +96,30 @@ class ModelSpec:
             if key not in arch:
                 raise BadInput(f"arch.{key}", value,
                                f"{self.name} architecture keys are " + ", ".join(arch))
-            arch[key] = _coerce(self, key, value)
+            arch[key] = _coerce_once(self, key, value)
         return arch
 
 
 _KIND = {bool: "true or false", int: "an int", float: "a number", str: "a string"}
+#: :func:`_coerce` results by (spec id, key, type, value), each kept with its spec (a
+#: population resolves thousands of architectures drawn from a few values per key).
+_COERCED: dict[tuple, tuple[Any, Any]] = {}
+
+
+def _coerce_once(spec: ModelSpec, key: str, value: Any) -> Any:
+    """:func:`_coerce`, remembered for plain values (0.0 and -0.0 apart; errors not kept)."""
+    t = type(value)
+    if t not in (int, float, str, bool):
+        return _coerce(spec, key, value)
+    k = (id(spec), key, t, value if t is not float or value else repr(value))
+    hit = _COERCED.get(k)
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    out = _coerce(spec, key, value)
+    if len(_COERCED) > 1 << 16:
+        _COERCED.clear()
+    _COERCED[k] = (spec, out)
+    return out
 
 
 def _coerce(spec: ModelSpec, key: str, value: Any) -> Any:

@@ -1,0 +1,324 @@
+"""Many npu designs at once: :class:`~accelerators.npu.NPU` objects equal to the constructor's,
+with the quantities that depend on the clock and the DRAM bandwidth computed as arrays.
+
+A population study varies a few of a design's parameters per generation. The designs are
+grouped by every parameter except ``clock_hz`` and ``dram_bandwidth_Bps``; one design per group
+is built by the constructor and gives what depends on the group only (scratchpad and MAC
+energies, laid-out logic and SRAM, leakage, the scratchpad problem, host interface). Over all
+designs as arrays, the same formulas as :meth:`NPU.floorplan`,
+:func:`memory_standards.memory_system` and :func:`physical.assess` (same operations in the same order: the same IEEE doubles; the
+negative-binomial yield's power and the cost rounding taken per element by Python, as there):
+the memory devices a bandwidth needs, their PHYs, shoreline, price and power, the chiplet
+options and the one that costs least, package, TDP and power density. A design for which
+any of these finds a problem (too many devices, no die option, an interposer or power density
+past its limit), a bad parameter, or a group the arrays do not cover (a pinned DRAM device
+count's bandwidth check) is built by the constructor instead, which gives its exact reason.
+``tests/test_npu_batch.py`` compares every attribute with the constructor's on random designs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from accelerators import physical as ph
+from accelerators.base import HardwareConfig
+from accelerators.memory_standards import MemorySystem
+from accelerators.npu import NPU
+from dse.errors import DSEError
+
+#: Parameters computed as arrays; every other one makes a group.
+CONTINUOUS = ("clock_hz", "dram_bandwidth_Bps")
+_BAD = object()
+
+
+def build_npus(preset: str | None, values: Sequence[dict[str, Any]]) -> list[NPU | None]:
+    """``NPU(preset, **v)`` for each ``v`` of ``values``; None where the constructor is needed
+    (it raises, names the design's physical problem, or its group is not covered)."""
+    n = len(values)
+    out: list[NPU | None] = [None] * n
+    params = NPU.params()
+    preset = preset if preset is not None else NPU.DEFAULT_PRESET
+    if preset not in NPU.PRESETS or not n:
+        return out
+    base = {p.name: p.default for p in NPU.PARAMS}
+    base.update(NPU.PRESETS[preset])
+    ok = [all(k in params for k in v) for v in values]
+    cols: dict[str, list] = {}
+    for k, default in base.items():   # each parameter coerced once per distinct value
+        coerce = params[k].coerce
+        if not any(k in v for v in values):
+            c = _coerced(coerce, default, k)
+            cols[k] = [c] * n
+            if c is _BAD:
+                ok = [False] * n
+            continue
+        memo: dict[tuple, Any] = {}
+        col = []
+        for i, x in enumerate([v.get(k, default) for v in values]):
+            t = type(x)
+            key = (t, x) if t is not float or x else (t, repr(x))   # 0.0 and -0.0 apart
+            c = memo.get(key)
+            if c is None:
+                c = memo[key] = _coerced(coerce, x, k)
+            if c is _BAD:
+                ok[i] = False
+            col.append(c)
+        cols[k] = col
+    names = list(base)
+    discrete = [k for k in names if k not in CONTINUOUS]
+    groups: dict[tuple, int] = {}
+    refs: list[NPU | None] = []
+    gid = np.full(n, -1, dtype=np.int64)
+    for i, key in enumerate(zip(*[cols[k] for k in discrete])):
+        if not ok[i]:
+            continue
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = len(refs)
+            refs.append(_reference(preset, discrete, key))
+        if refs[g] is not None:
+            gid[i] = g
+    members = np.flatnonzero(gid >= 0)
+    if not len(members):
+        return out
+    rows = [dict(zip(names, r)) for r in zip(*[cols[k] for k in names])]
+    made = _designs(refs, gid[members], [rows[i] for i in members])
+    for i, d in zip(members.tolist(), made):
+        out[i] = d
+    return out
+
+
+#: Designs that stand for their groups, by (preset, coerced values but CONTINUOUS), for the
+#: process (a population's generations draw from the same groups); None: left to the
+#: constructor. Designs are never changed once built.
+_REFERENCES: dict[tuple, NPU | None] = {}
+REFERENCES_KEPT = 4096
+
+
+def _reference(preset: str, names: list[str], values: tuple) -> NPU | None:
+    key = (preset, values)
+    if key in _REFERENCES:
+        return _REFERENCES[key]
+    try:
+        ref = NPU(preset, **dict(zip(names, values)))
+        ref = ref if _covered(ref) else None
+    except DSEError:
+        ref = None   # each member raises the same: left to the constructor
+    if len(_REFERENCES) >= REFERENCES_KEPT:
+        _REFERENCES.clear()
+    _REFERENCES[key] = ref
+    return ref
+
+
+def _coerced(coerce, value, name: str):
+    try:
+        return coerce(value, f"hw.{name}")
+    except DSEError:
+        return _BAD
+
+
+def _covered(ref: NPU) -> bool:
+    """Whether the arrays cover ``ref``'s group: a bandwidth-sized memory, an ordinary die."""
+    fp = ref.floorplan()
+    return not (ref.hw.dram_devices or fp.wafer_scale or fp.link_phy_mm2 or fp.link_edge_mm
+                or fp.problems or fp.extra_mm2 or fp.off_die_w or fp.link_w)
+
+
+def _designs(refs: list, g: np.ndarray, rows: list[dict[str, Any]]) -> list[NPU | None]:
+    """The designs ``rows``, design ``i`` equal to ``refs[g[i]]`` but for :data:`CONTINUOUS`."""
+    n = len(rows)
+    used = sorted(set(g.tolist()))
+    const: dict[str, dict[int, Any]] = {}
+
+    def put(name: str, j: int, value) -> None:
+        const.setdefault(name, {})[j] = value
+
+    for j in used:
+        ref = refs[j]
+        fp, mem = ref.floorplan(), ref.memory
+        std, node = mem.standard, fp.node_nm
+        node_scale = ph.tech.area_scale(node) / ph.tech.area_scale(7)
+        host_phy, host_mtr, host_edge = ph.HOST_INTERFACES[fp.host_interface]
+        key = ph._node_key(node)
+        pe_mm2, lane_mm2 = ref._unit_logic_mm2()
+        for name, value in (
+                ("compute", fp.compute_mm2), ("sram", fp.sram_mm2),
+                ("control", ph.control_mm2(fp.compute_mm2, fp.sram_mm2, fp.control_overhead)),
+                ("overhead", fp.control_overhead), ("per_cycle_j", _per_cycle_j(ref)),
+                ("leakage", fp.leakage_w), ("io_other", host_phy + host_mtr / 65.6 * node_scale),
+                ("host_edge", host_edge), ("pinned", fp.dies), ("std_bw", std.bandwidth_Bps),
+                ("mem_phy_each", std.phy_area_mm2 + std.controller_area_mm2(node_scale)),
+                ("max_devices", std.max_devices), ("shoreline", std.shoreline_mm),
+                ("footprint", std.footprint_mm2), ("on_interposer", std.on_interposer),
+                ("energy_j", std.energy_j_per_byte), ("phy_pj", std.phy_pj_per_bit),
+                ("static_each", std.static_w), ("price_gb", std.price_usd_per_gb),
+                ("sustained", std.sustained_fraction), ("cap", mem.capacity_gb_per_device),
+                ("d0", ph.DEFECT_DENSITY_PER_CM2[key]), ("wafer_usd", ph.WAFER_PRICE_USD[key]),
+                ("es", ph.tech.energy_scale(node)), ("as", ph.tech.area_scale(node)),
+                ("pe_mm2", pe_mm2), ("lane_mm2", lane_mm2)):
+            put(name, j, value)
+    c = {name: np.array([vals.get(j, 0) for j in range(max(used) + 1)])[g]
+         for name, vals in const.items()}
+    clock = np.array([r["clock_hz"] for r in rows], dtype=np.float64)
+    bw_in = np.array([r["dram_bandwidth_Bps"] for r in rows], dtype=np.float64)
+    # memory_standards.memory_system (dram_devices 0: the fewest devices that reach bw_in)
+    devices = np.maximum(1, np.ceil(bw_in / c["std_bw"] * (1 - 1e-12))).astype(np.int64)
+    mem_bw = np.where(bw_in > 0, bw_in, devices * c["std_bw"])
+    # NPU.floorplan, then physical.assess
+    peak_dyn = c["per_cycle_j"] * clock
+    mem_phy = devices * c["mem_phy_each"]
+    on_die = (((0 + c["compute"] + c["sram"]) + c["control"]) + mem_phy) + c["io_other"]
+    bad = devices > c["max_devices"]
+    edge_need = devices * c["shoreline"] + c["host_edge"] + 0.0
+    d2d_edge = mem_bw / ph.D2D_BYTES_PER_S_PER_MM
+    footprint = devices * c["footprint"]
+    on_int = c["on_interposer"].astype(bool)
+    K = ph.MAX_CHIPLETS
+    area = np.empty((K, n))
+    usd = np.empty((K, n))
+    dcost = np.empty((K, n))
+    fits = np.empty((K, n), dtype=bool)
+    for k in range(1, K + 1):
+        d2d = d2d_edge if k > 1 else 0.0
+        side = (edge_need + 2 * (k - 1) * d2d) / (ph.MEMORY_EDGE_FRACTION * 4 * k)
+        area[k - 1] = a = np.maximum(on_die / k + d2d, side * side)
+        dcost[k - 1] = _die_cost(a, c["d0"], c["wafer_usd"])
+        pkg, interposer = _package(k, a, footprint, on_int)
+        usd[k - 1] = k * dcost[k - 1] * (1 + ph.TEST_COST_FRACTION) + pkg
+        fits[k - 1] = interposer <= ph.MAX_INTERPOSER_MM2
+    valid = area <= ph.RETICLE_MM2
+    pinned = c["pinned"].astype(np.int64)
+    cols = np.arange(n)
+    at_pin = np.clip(pinned - 1, 0, K - 1)
+    chosen = np.where((pinned > 0) & valid[at_pin, cols], pinned, 0)
+    pool = valid & fits
+    pool = np.where(pool.any(0), pool, valid)
+    priced = np.where(pool, usd, np.inf)
+    best = priced.min(0)
+    free = (pinned == 0) & pool.any(0)
+    near = pool & (priced <= best + 2e-6)   # a tie after rounding to 6 decimals is this near
+    pick = np.argmin(priced, axis=0) + 1
+    for i in np.flatnonzero(free & (near.sum(0) > 1)).tolist():
+        cand = np.flatnonzero(pool[:, i]).tolist()
+        pick[i] = min(cand, key=lambda k: (round(float(usd[k, i]), 6), k + 1)) + 1
+    chosen = np.where(free, pick, chosen)
+    bad |= chosen == 0
+    dies = np.maximum(chosen, 1)
+    die_mm2 = area[dies - 1, cols]
+    split = dies > 1
+    io_other = np.where(split, c["io_other"] + dies * d2d_edge, c["io_other"])
+    on_die = np.where(split, on_die + dies * d2d_edge, on_die)
+    d2d_j = np.where(split, ph.D2D_PJ_PER_BIT * 8e-12 * (dies - 1) / dies, 0.0)
+    pad = dies * die_mm2 > on_die * (1 + 1e-9)
+    silicon_cost = dies * dcost[dies - 1, cols]
+    package, interposer = _package(dies, die_mm2, footprint, on_int)
+    bad |= interposer > ph.MAX_INTERPOSER_MM2
+    mem_dynamic = mem_bw * c["energy_j"]
+    io_w = mem_bw * (c["phy_pj"] * 8e-12 / 2)
+    d2d_w = mem_bw * d2d_j
+    static = c["leakage"] + devices * c["static_each"]
+    active = (ph.UNCOUNTED_LOGIC_W_PER_MM2_GHZ * (c["compute"] * (1 + c["overhead"])) * clock
+              / 1e9 * c["es"] / c["as"])
+    tdp = peak_dyn + active + mem_dynamic + d2d_w + static + 0.0 + 0.0
+    die_power = peak_dyn + active + io_w + d2d_w + c["leakage"] + 0.0
+    silicon = dies * die_mm2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        density = np.where(silicon > 0, die_power / silicon, 0.0)
+    bad |= density > ph.MAX_POWER_DENSITY_W_PER_MM2
+    price = devices * c["cap"] * c["price_gb"]
+    units = c["pe_mm2"] + c["lane_mm2"]
+    act_array = active * c["pe_mm2"] / units
+    act_vector = active * c["lane_mm2"] / units
+    dram_j = c["energy_j"] + d2d_j
+    sustained = mem_bw * c["sustained"]
+    pad_mm2 = dies * die_mm2 - on_die
+    shared = []
+    for j in range(max(used) + 1):
+        ref = refs[j]
+        shared.append(None if ref is None or j not in const["compute"] else (
+            {k: v for k, v in vars(ref).items()
+             if k not in ("hw", "memory", "_clock", "_bw", "_dram_j", "_active_w",
+                          "_physical_cache", "_cache", "_study_key")},
+            ref.memory.standard, c_of(const, j)))
+    out: list[NPU | None] = []
+    test = ph.TEST_COST_FRACTION
+    for r, j, b, nd, mbw, mphy, io, k, dmm, pd, pmm, sc, pkg, tdp_i, st_i, dj, act, aa, av, \
+            pr, drj, sus in zip(rows, g.tolist(), bad.tolist(), *(x.tolist() for x in (
+                devices, mem_bw, mem_phy, io_other, dies, die_mm2, pad, pad_mm2,
+                silicon_cost, package, tdp, static, d2d_j, active, act_array, act_vector,
+                price, dram_j, sustained))):
+        if b:
+            out.append(None)
+            continue
+        attrs, std, (compute, sram, control, cap) = shared[j]
+        mem = MemorySystem(std, nd, cap, mbw)
+        parts = {"compute": compute, "sram": sram, "control": control, "memory_phy": mphy,
+                 "io_other": io}
+        if pd:
+            parts["pad_limited"] = pmm
+        phys = ph.Physical(area_breakdown_mm2=parts, dies=k, die_mm2=dmm, memory=mem,
+                           cost_breakdown_usd={"dies": sc, "test": test * sc, "package": pkg,
+                                               "memory": pr},
+                           tdp_w=tdp_i, static_w=st_i, d2d_j_per_byte=dj, problem=None,
+                           active_w=act)
+        d = NPU.__new__(NPU)
+        d.__dict__.update(attrs)
+        d.hw = HardwareConfig(r)
+        d.memory = mem
+        d._clock, d._bw = r["clock_hz"], sus
+        d._physical_cache = phys
+        d._dram_j = drj
+        d._active_w = {"array": aa, "vector": av}
+        d._cache = {}
+        out.append(d)
+    return out
+
+
+def c_of(const: dict, j: int) -> tuple:
+    """Group ``j``'s compute, SRAM and control mm^2 and GB per memory device."""
+    return const["compute"][j], const["sram"][j], const["control"][j], const["cap"][j]
+
+
+def _per_cycle_j(ref: NPU) -> float:
+    """Energy of one cycle with every PE and lane busy (:meth:`NPU.floorplan`'s sum)."""
+    from accelerators import npu as npu_mod
+    hw, b = ref.hw, ref._b
+    sram_j = ref._sram_j
+    pes = hw.rows * hw.cols * hw.arrays
+    return (pes * (ref._mac_j + npu_mod._register_bytes_per_mac(b)
+                   * npu_mod.tech.register_energy_j_per_byte(hw.node_nm))
+            + hw.vector_lanes * ref._vec_j
+            + hw.arrays * (hw.rows * b * sram_j["ifmap"]
+                           + 2 * hw.cols * npu_mod.ACC_BYTES * sram_j["ofmap"])
+            + hw.vector_lanes * 2 * b * sram_j["ifmap"])
+
+
+def _die_cost(die_mm2: np.ndarray, d0: np.ndarray, wafer_usd: np.ndarray) -> np.ndarray:
+    """:func:`physical.die_cost_usd` per element (the yield's power by Python's ``**``, as
+    there)."""
+    r = ph.WAFER_DIAMETER_MM / 2
+    a = ph.YIELD_CLUSTERING
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x = np.where(die_mm2 > 0, die_mm2, 1.0)
+        dpw = np.maximum(0.0, np.trunc(math.pi * r * r / x - math.pi * ph.WAFER_DIAMETER_MM
+                                       / np.sqrt(2 * x)))
+        dpw = np.where(die_mm2 > 0, dpw, 0.0)
+        base = 1 + x / 100.0 * d0 / a
+        good = dpw * np.array([v ** -a for v in base.tolist()], dtype=np.float64)
+        return np.where(good > 0, wafer_usd / np.where(good > 0, good, 1.0), math.inf)
+
+
+def _package(dies, die_mm2: np.ndarray, footprint: np.ndarray, on_int: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`physical._package_usd` of ``dies`` dies of ``die_mm2`` (arrays)."""
+    silicon = dies * die_mm2
+    usd = ph.ASSEMBLY_USD + ph.SUBSTRATE_USD_PER_MM2 * ph.SUBSTRATE_AREA_PER_SILICON * (
+        silicon + footprint)
+    alone = (np.asarray(dies) == 1) & ~on_int
+    interposer = ph.INTERPOSER_AREA_FACTOR * (silicon + np.where(on_int, footprint, 0.0))
+    return (np.where(alone, usd, usd + ph.INTERPOSER_USD_PER_MM2 * interposer
+                     + ph.CHIPLET_BOND_USD * dies),
+            np.where(alone, 0.0, interposer))

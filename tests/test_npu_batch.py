@@ -1,0 +1,151 @@
+"""npu designs built as arrays (accelerators/npu_batch.py) equal the constructor's: every
+attribute, the physical assessment field by field (exactly, not within a tolerance), on random
+designs with feasible, infeasible (too many memory devices, no die option, interposer, power
+density, scratchpad) and bad parameters; an infeasible or bad one is left to the constructor,
+whose reason is then the prune reason."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from accelerators.npu import NPU
+from accelerators.npu_batch import build_npus
+from dse.errors import DSEError
+
+
+def _random_hw(rng, n: int) -> list[dict]:
+    out = []
+    for _ in range(n):
+        hw = {"rows": int(rng.choice([4, 32, 128, 256, 1024])),
+              "cols": int(rng.choice([4, 32, 128, 256, 1024])),
+              "dataflow": str(rng.choice(["ws", "os", "is"])),
+              "arrays": int(rng.choice([1, 2, 8, 64])),
+              "clock_hz": float(10 ** rng.uniform(8, 9.5)),
+              "dram_bandwidth_Bps": float(10 ** rng.uniform(9, 13))}
+        if rng.random() < 0.3:
+            hw["dram"] = str(rng.choice(["hbm2", "hbm3", "gddr6", "lpddr5", "ddr5"]))
+        if rng.random() < 0.15:
+            hw["chiplets"] = int(rng.integers(0, 5))
+        if rng.random() < 0.15:
+            hw["node_nm"] = int(rng.choice([5, 7, 16, 28]))
+        if rng.random() < 0.1:
+            hw["ifmap_sram_kb"] = int(rng.choice([1, 64, 8192]))
+        if rng.random() < 0.1:
+            hw["host_interface"] = str(rng.choice(["none", "pcie5x16"]))
+        if rng.random() < 0.05:
+            hw["dram_devices"] = int(rng.integers(1, 4))
+        if rng.random() < 0.03:
+            hw["rows"] = 2            # below the range: BadInput
+        if rng.random() < 0.02:
+            hw["bogus"] = 1           # not a parameter: BadInput
+        out.append(hw)
+    return out
+
+
+def _same(a, b, where: str) -> None:
+    assert type(a) is type(b), where
+    if isinstance(a, float) and np.isnan(a):
+        assert np.isnan(b), where
+    elif dataclasses.is_dataclass(a):
+        for f in dataclasses.fields(a):
+            _same(getattr(a, f.name), getattr(b, f.name), f"{where}.{f.name}")
+    elif isinstance(a, dict):
+        assert list(a) == list(b), where
+        for k in a:
+            _same(a[k], b[k], f"{where}[{k}]")
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+@pytest.mark.parametrize("preset", ["datacenter-bf16", "edge-32x32"])
+def test_designs_built_as_arrays_equal_the_constructors(preset):
+    rng = np.random.default_rng(7)
+    hws = _random_hw(rng, 600)
+    got = build_npus(preset, hws)
+    kinds = {"batch": 0, "scratchpad": 0, "infeasible": 0, "bad": 0}
+    for hw, d in zip(hws, got):
+        try:
+            want = NPU(preset, **hw)
+        except DSEError:
+            assert d is None, hw
+            kinds["bad"] += 1
+            continue
+        problem = want.physical().problem   # a scratchpad's (want._problem) is an attribute
+        if d is None:
+            # left to the constructor: a problem it names, or a pinned device count
+            assert problem or hw.get("dram_devices"), hw
+            kinds["infeasible"] += 1
+            continue
+        assert problem is None, (hw, problem)
+        assert set(vars(d)) == set(vars(want)), hw
+        for k in vars(want):
+            if k == "hw":
+                assert list(d.hw.items()) == list(want.hw.items())
+            else:
+                _same(getattr(d, k), getattr(want, k), k)
+        assert d.area_mm2() == want.area_mm2() and d.static_power_w() == want.static_power_w()
+        kinds["scratchpad" if want._problem else "batch"] += 1
+    # every kind of design occurs, and the constructor's problems are of several sorts
+    assert min(kinds.values()) >= 5, kinds
+
+
+def test_the_problems_the_arrays_flag_are_the_constructors():
+    rng = np.random.default_rng(11)
+    hws = _random_hw(rng, 400)
+    got = build_npus("datacenter-bf16", hws)
+    reasons = set()
+    for hw, d in zip(hws, got):
+        if d is None and not hw.get("dram_devices"):
+            try:
+                want = NPU("datacenter-bf16", **hw)
+            except DSEError:
+                continue
+            reason = want.physical().problem
+            assert reason, hw
+            reasons.add(reason.split(" ")[0])
+    assert len(reasons) >= 2, reasons
+
+
+STUDY = """
+name: npu_batch
+seed: 0
+workloads:
+  - {model: gpt2, phase: decode, batch: 2, context: 32}
+accelerator: {template: npu, preset: datacenter-bf16}
+search:
+  hardware:
+    rows: {choices: [4, 32, 256, 1024]}
+    cols: {choices: [4, 32, 256, 1024]}
+    dataflow:
+    arrays: {choices: [1, 8, 64]}
+    clock_hz: [1.0e8, 3.0e9]
+    dram_bandwidth_Bps: [1.0e10, 1.0e13]
+  architecture:
+    n_layer: [1, 6]
+    d_model: {low: 64, high: 256, step: 64}
+    n_head: {choices: [2, 4]}
+objectives: [latency_s, energy_j]
+fidelity: fast
+sampler: {name: nsga2-vectorized, population_size: 50}
+"""
+
+
+def test_a_batch_scores_the_same_with_designs_built_together(monkeypatch):
+    """Evaluator.evaluate_batch with the npu designs built as arrays gives the evaluations it
+    gives with each built by the constructor (metrics, records and prune reasons)."""
+    from dse.study.evaluate import Evaluator
+    from dse.study.loader import load_study_text
+    from dse.study.population import Encoding
+    s = load_study_text(STUDY)
+    enc = Encoding(s.space.dimensions)
+    pts = [s.space.point(v) for v in enc.decode(np.random.default_rng(3).random(
+        (240, len(enc.dims))))]
+    together = Evaluator(s, fidelity="fast").evaluate_batch(pts)
+    monkeypatch.setattr(Evaluator, "_prebuild", lambda self, points: None)
+    alone = Evaluator(s, fidelity="fast").evaluate_batch(pts)
+    assert together == alone
+    reasons = {e.infeasible.split(" ")[0] for e in together if e.infeasible}
+    assert sum(e.metrics is not None for e in together) >= 40 and len(reasons) >= 2, reasons
