@@ -122,6 +122,10 @@ def resolver(model: str, phase: str | None = None, batch: int | None = None,
     llm = spec.family == "llm"
     seq_out = 1 if phase != "prefill" and llm else seq
     given = context
+    try:   # a given context's check, raised after the architecture's (as resolve orders them)
+        given_checked = None if context is None else check_size("context", context)
+    except BadInput:
+        given_checked = None
 
     def of(arch: dict[str, Any] | None) -> dict[str, Any]:
         arch_values = spec.resolve_arch(arch)
@@ -129,7 +133,7 @@ def resolver(model: str, phase: str | None = None, batch: int | None = None,
         if context is None:  # the default fits models with learned positions (max_seq)
             context = min(DEFAULT_CONTEXT,
                           int(arch_values.get("max_seq", DEFAULT_CONTEXT + 1)) - 1)
-        context = check_size("context", context)
+        context = given_checked or check_size("context", context)
         if phase != "decode":
             context = 0
         positions = arch_values.get("max_seq")
