@@ -74,6 +74,13 @@ class Evaluator:
         # (design, architecture) pairs.
         self._pair_scored: dict[int, int] = {}
         self._batching = False
+        spec = study.spec
+        # A study whose points evaluate_batch may answer from the pairs it scored
+        # (:meth:`_evaluate_scored`): one device, no system, no serving loop, no quality.
+        self._plain = (fidelity == "fast" and self.quality is None and not spec.heterogeneous
+                       and spec.system is None and spec.training is None
+                       and spec.serving is None and spec.disaggregated is None
+                       and spec.fleet is None)
 
     def evaluate(self, point: Point, key: str | None = None) -> Evaluation:
         """The point's evaluation (``key``: its :meth:`Point.key`, where the caller has it)."""
@@ -267,7 +274,50 @@ class Evaluator:
             self._batch_designs[key] = design
         return design
 
+    def _evaluate_scored(self, point: Point) -> Evaluation | None:
+        """:meth:`_evaluate` of a point of a plain study whose every workload
+        :meth:`evaluate_batch` scored as a (design, architecture) pair: the same steps on what
+        was scored, without the general path's branches; None where anything is missing."""
+        name = point.design
+        if len(point.hw) != 1 or point.formats or name not in point.hw:
+            return None
+        design = self._batch_designs.get(_json_key(name, point.hw[name]))
+        if design is None:
+            return None
+        dkey = _design_key(design)
+        study = self.study
+        arch = {w: dict(a) for w, a in point.arch.items()}
+        per_workload: dict[str, dict[str, float]] = {}
+        for w in study.workloads:
+            if w.formats:
+                return None
+            akey = _arch_key(w.label, point.arch[w.label])
+            wl = self._batch_workloads.get(akey)
+            result_metrics = self._batch_fast.get(akey + (dkey,))
+            if wl is None or not isinstance(result_metrics, dict):
+                return None
+            arch[w.label] = dict(wl.arch)
+            per_workload[w.label] = obj.workload_metrics(
+                result_metrics, wl.params, result_metrics.pop("model_flops", wl.flops), None)
+        d = self._designs[name]
+        hw_values = design.hw
+        described: dict[str, Any] = {
+            "designs": {name: {"template": d.template, "preset": d.preset,
+                               "hw": dict(getattr(hw_values, "_values", hw_values))}},
+            "arch": arch}
+        if point.assign:
+            described["assign"] = {w: list(s) for w, s in point.assign.items()}
+        if study.space.alternatives:
+            described["design"] = name
+        metrics = obj.totals(per_workload, {w.label: w.weight for w in study.workloads},
+                             _design_metrics(design), {})
+        return Evaluation(metrics, None, described, self.fidelity)
+
     def _evaluate(self, point: Point) -> Evaluation:
+        if self._batching and self._plain:
+            ev = self._evaluate_scored(point)
+            if ev is not None:
+                return ev
         from dse import api
 
         study = self.study
