@@ -147,3 +147,31 @@ def test_a_reshaped_graph_is_a_plain_networkx_digraph():
     assert all(g.pred[v][u] is g.succ[u][v] for u, v in g.edges)   # one data dict an edge
     assert len({id(d) for _, _, d in g.edges(data=True)}) == g.number_of_edges()
     assert list(nx.topological_sort(g)) and [op.name for op in w.ops] == list(g.nodes)
+
+
+def test_resolver_is_resolve_per_architecture():
+    """build.resolver checks what does not depend on the architecture once: the same
+    arguments and the same first error (the architecture's before a given context's) as
+    build.resolve for each architecture."""
+    from dse.errors import BadInput
+    cases = [("gpt2", "decode", 2, None, 32), ("gpt2", "prefill", 1, 16, None),
+             ("gpt2", "decode", 1, None, None), ("gpt2", "decode", 1, None, 0),
+             ("gpt2", "decode", 1, None, 5000), ("gpt2", "decode", 0, None, 8),
+             ("gpt2", "train", 1, None, 8), ("resnet18", None, 1, None, None)]
+    archs = [None, {"n_layer": 2}, {"max_seq": 64}, {"n_layer": 0}, {"d_model": "x"},
+             {"bogus": 1}, {"width": 32}]
+
+    def outcome(f):
+        try:
+            return f()
+        except BadInput as exc:
+            return str(exc)
+    for model, phase, batch, seq, context in cases:
+        of = outcome(lambda: build.resolver(model, phase, batch, seq, context, "bf16"))
+        for arch in archs:
+            want = outcome(lambda: build.resolve(model, phase, batch, seq, context, "bf16",
+                                                 arch))
+            got = outcome(lambda: of(arch)) if callable(of) else of
+            assert got == want, (model, phase, context, arch)
+    with pytest.raises(BadInput, match="dtype"):
+        build.resolver("gpt2", "decode", 1, None, 8, "fp99")
