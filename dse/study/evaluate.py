@@ -206,7 +206,7 @@ class Evaluator:
             except DSEError:
                 continue   # evaluate() says why
             for point, design in pts:
-                if _formats(w, point):   # number formats: the per-architecture build
+                if w.formats or point.formats:   # number formats: the per-architecture build
                     continue
                 try:
                     args = resolve(point.arch[w.label])
@@ -245,8 +245,9 @@ class Evaluator:
         shape = _Workload(args["arch"], 0, 0, args["phase"], args["batch"], seq)
         handled = np.flatnonzero(res.handled).tolist()
         scored = self._pair_scored
-        for i, lat, energy in zip(handled, res.latency_s[handled].tolist(),
-                                  res.energy_j[handled].tolist()):
+        for i, lat, energy, params, flops in zip(
+                handled, *(x[handled].tolist() for x in (res.latency_s, res.energy_j,
+                                                         res.params, res.flops))):
             point, design, a, _ = members[i]
             key = _arch_key(w.label, point.arch[w.label])
             dm = _design_metrics(design)
@@ -257,9 +258,8 @@ class Evaluator:
                 "cost_usd": dm["cost_usd"], "tdp_w": dm["tdp_w"]}
             scored[id(point)] = scored.get(id(point), 0) + 1
             if key not in self._batch_workloads:
-                self._batch_workloads[key] = _Workload(a["arch"], int(res.params[i]),
-                                                       int(res.flops[i]), a["phase"],
-                                                       a["batch"], seq)
+                self._batch_workloads[key] = _Workload(a["arch"], int(params), int(flops),
+                                                       a["phase"], a["batch"], seq)
 
     # ------------------------------------------------------------------------------
     def _build(self, name: str, hw: dict[str, Any]):
