@@ -286,8 +286,7 @@ class Evaluator:
             return None
         dkey = _design_key(design)
         study = self.study
-        arch = {w: dict(a) for w, a in point.arch.items()}
-        per_workload: dict[str, dict[str, float]] = {}
+        scored = []
         for w in study.workloads:
             if w.formats:
                 return None
@@ -296,9 +295,14 @@ class Evaluator:
             result_metrics = self._batch_fast.get(akey + (dkey,))
             if wl is None or not isinstance(result_metrics, dict):
                 return None
-            arch[w.label] = dict(wl.arch)
-            per_workload[w.label] = obj.workload_metrics(
+            scored.append((w.label, wl, result_metrics))
+        per_workload: dict[str, dict[str, float]] = {}
+        full = {}
+        for label, wl, result_metrics in scored:
+            full[label] = wl.arch
+            per_workload[label] = obj.workload_metrics(
                 result_metrics, wl.params, result_metrics.pop("model_flops", wl.flops), None)
+        arch = {w: dict(full[w] if w in full else a) for w, a in point.arch.items()}
         d = self._designs[name]
         hw_values = design.hw
         described: dict[str, Any] = {
