@@ -23,7 +23,7 @@ from dse.study import objectives as obj
 from accelerators.heterogeneous import (Heterogeneous, offchip_bandwidth_Bps, pe_count,
                                      segment_ops)
 from dse.study.loader import ResolvedStudy
-from dse.study.space import Point
+from dse.study.space import Point, canonical_json
 from workloads.zoo import get_model
 
 #: Evaluations remembered per process, count [E: a few MB of metrics at most].
@@ -621,7 +621,7 @@ def _json_key(name: str | None, values: dict[str, Any]) -> str:
     hit = _KEYS.get((name, id(values)))
     if hit is not None and hit[0] is values:
         return hit[1]
-    key = json.dumps(values if name is None else [name, values], sort_keys=True, default=str)
+    key = canonical_json(values if name is None else [name, values])
     if len(_KEYS) > 4 * CACHE_SIZE:
         _KEYS.clear()
     _KEYS[(name, id(values))] = (values, key)
