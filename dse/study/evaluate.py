@@ -66,10 +66,11 @@ class Evaluator:
         self._cache_size = cache_size
         self._segments: dict[str, list[list[str]]] = {}
         # What evaluate_batch scored ahead: workloads by (label, arch), fast-path metrics (or
-        # the infeasibility reason) by (label, arch, design), designs by (name, parameters).
+        # the infeasibility reason) by (label, arch, design), designs by (name, id of the
+        # point's parameters dict), each kept with that dict (the batch holds the points).
         self._batch_workloads: dict[tuple[str, str], Any] = {}
         self._batch_fast: dict[tuple[str, str, str], dict[str, float] | str] = {}
-        self._batch_designs: dict[str, Any] = {}
+        self._batch_designs: dict[tuple[str, int], tuple[dict[str, Any], Any]] = {}
         # How many workloads of each point (by id; the batch holds the points) were scored as
         # (design, architecture) pairs.
         self._pair_scored: dict[int, int] = {}
@@ -174,11 +175,10 @@ class Evaluator:
             if point.design in npu:
                 by_name.setdefault(point.design, []).append(point.hw[point.design])
         for name, hws in by_name.items():
-            todo = {_json_key(name, hw): hw for hw in hws}
-            todo = {k: hw for k, hw in todo.items() if k not in self._batch_designs}
-            for key, d in zip(todo, build_npus(self._designs[name].preset, list(todo.values()))):
+            todo = [hw for hw in hws if self._batch_design(name, hw) is None]
+            for hw, d in zip(todo, build_npus(self._designs[name].preset, todo)):
                 if d is not None:
-                    self._batch_designs[key] = d
+                    self._batch_designs[name, id(hw)] = hw, d
 
     def _prefetch_pairs(self, points: list[Point]) -> None:
         """Score the points' (npu design, re-shaped architecture) pairs as arrays
@@ -264,15 +264,19 @@ class Evaluator:
     # ------------------------------------------------------------------------------
     def _build(self, name: str, hw: dict[str, Any]):
         from accelerators.registry import get_template
-        key = _json_key(name, hw)
-        hit = self._batch_designs.get(key)
+        hit = self._batch_design(name, hw)
         if hit is not None:
             return hit
         d = self._designs[name]
         design = get_template(d.template)(d.preset, **hw)
         if self._batching:
-            self._batch_designs[key] = design
+            self._batch_designs[name, id(hw)] = hw, design
         return design
+
+    def _batch_design(self, name: str, hw: dict[str, Any]):
+        """The design evaluate_batch built for this very parameters dict, or None."""
+        hit = self._batch_designs.get((name, id(hw)))
+        return hit[1] if hit is not None and hit[0] is hw else None
 
     def _evaluate_scored(self, point: Point) -> Evaluation | None:
         """:meth:`_evaluate` of a point of a plain study whose every workload
@@ -281,7 +285,7 @@ class Evaluator:
         name = point.design
         if len(point.hw) != 1 or point.formats or name not in point.hw:
             return None
-        design = self._batch_designs.get(_json_key(name, point.hw[name]))
+        design = self._batch_design(name, point.hw[name])
         if design is None:
             return None
         dkey = _design_key(design)
@@ -601,7 +605,7 @@ def _arch_key(label: str, arch: dict[str, Any], formats: dict[str, str] | None =
               ) -> tuple[str, str]:
     if formats:
         return label, json.dumps([arch, formats], sort_keys=True, default=str)
-    return label, _json_key(None, arch)
+    return label, _json_key(arch)
 
 
 def _formats(w, point: Point) -> dict[str, str] | None:
@@ -613,18 +617,18 @@ def _formats(w, point: Point) -> dict[str, str] | None:
 
 #: Canonical JSON of the dicts a batch looks up several times, by id (the dict kept with its
 #: key, so an id is never reused while its entry lives); cleared when it grows past a batch.
-#: The dicts are sampled points' (``Point.hw``, ``Point.arch``), never changed once made.
-_KEYS: dict[tuple, tuple[dict, str]] = {}
+#: The dicts are sampled points' (``Point.arch``), never changed once made.
+_KEYS: dict[int, tuple[dict, str]] = {}
 
 
-def _json_key(name: str | None, values: dict[str, Any]) -> str:
-    hit = _KEYS.get((name, id(values)))
+def _json_key(values: dict[str, Any]) -> str:
+    hit = _KEYS.get(id(values))
     if hit is not None and hit[0] is values:
         return hit[1]
-    key = canonical_json(values if name is None else [name, values])
+    key = canonical_json(values)
     if len(_KEYS) > 4 * CACHE_SIZE:
         _KEYS.clear()
-    _KEYS[(name, id(values))] = (values, key)
+    _KEYS[id(values)] = (values, key)
     return key
 
 
