@@ -176,16 +176,23 @@ sampler: {name: nsga2-vectorized, population_size: 50}
 """
 
 
-@pytest.mark.parametrize("text", [STUDY, TWO], ids=["one", "two-weighted"])
-def test_pair_scored_points_are_recorded_as_the_general_path_records_them(monkeypatch, text):
+@pytest.mark.parametrize("text, prefill_pairs", [(STUDY, True), (TWO, True), (TWO, False)],
+                         ids=["one", "two-weighted", "two-one-without-pairs"])
+def test_pair_scored_points_are_recorded_as_the_general_path_records_them(monkeypatch, text,
+                                                                          prefill_pairs):
     """evaluate_batch answers a plain study's pair-scored points without the general
-    _evaluate (Evaluator._evaluate_scored): the same Evaluations, dict key order included,
-    as with that shortcut off (one and two weighted workloads; feasible, pruned and repeated
+    _evaluate (Evaluator._evaluate_scored, from what was scored per point): the same
+    Evaluations, dict key order included, as with that shortcut off (the pairs then looked up
+    by architecture and design; one and two weighted workloads; feasible, pruned and repeated
     points)."""
     import json
     from dse.study.evaluate import Evaluator
     from dse.study.loader import load_study_text
     from dse.study.population import Encoding
+    if not prefill_pairs:   # one workload left to its per-architecture build: the other's pairs
+        family = Evaluator._score_family   # are then read by the general path
+        monkeypatch.setattr(Evaluator, "_score_family", lambda self, w, *a: None
+                            if w.phase == "prefill" else family(self, w, *a))
     s = load_study_text(text)
     enc = Encoding(s.space.dimensions)
     pts = [s.space.point(v) for v in enc.decode(np.random.default_rng(5).random(
@@ -200,8 +207,10 @@ def test_pair_scored_points_are_recorded_as_the_general_path_records_them(monkey
         return ev
     monkeypatch.setattr(Evaluator, "_evaluate_scored", counting)
     short = Evaluator(s, fidelity="fast").evaluate_batch(pts)
-    monkeypatch.setattr(Evaluator, "_evaluate_scored", lambda self, point: None)
-    general = Evaluator(s, fidelity="fast").evaluate_batch(pts)
+    off = Evaluator(s, fidelity="fast")
+    off._plain = False   # as a study with a system or quality: the general path on the pairs
+    general = off.evaluate_batch(pts)
     assert short == general
     assert json.dumps([e.__dict__ for e in short]) == json.dumps([e.__dict__ for e in general])
-    assert sum(taken) >= 20 and sum(e.infeasible is not None for e in short) >= 10
+    assert sum(taken) >= (20 if prefill_pairs else 0)
+    assert sum(e.infeasible is not None for e in short) >= 10

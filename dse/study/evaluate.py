@@ -71,9 +71,9 @@ class Evaluator:
         self._batch_workloads: dict[tuple[str, str], Any] = {}
         self._batch_fast: dict[tuple[str, str, str], dict[str, float] | str] = {}
         self._batch_designs: dict[tuple[str, int], tuple[dict[str, Any], Any]] = {}
-        # How many workloads of each point (by id; the batch holds the points) were scored as
-        # (design, architecture) pairs.
-        self._pair_scored: dict[int, int] = {}
+        # What was scored as (design, architecture) pairs, per point (by id, kept with the
+        # point): label -> (workload, metrics).
+        self._pair_points: dict[int, tuple[Point, dict[str, tuple[Any, dict[str, float]]]]] = {}
         self._batching = False
         spec = study.spec
         # A study whose points evaluate_batch may answer from the pairs it scored
@@ -121,7 +121,7 @@ class Evaluator:
             self._batch_workloads.clear()
             self._batch_fast.clear()
             self._batch_designs.clear()
-            self._pair_scored.clear()
+            self._pair_points.clear()
             if collecting:
                 gc.enable()
 
@@ -133,7 +133,7 @@ class Evaluator:
         groups: dict[tuple[str, str], list] = {}
         every = len(self.study.workloads)
         for point in points:
-            if self._pair_scored.get(id(point)) == every:
+            if len(self._scored_pairs(point)) == every:
                 continue   # each workload scored as a (design, architecture) pair
             try:
                 design = self._build(point.design, point.hw[point.design])
@@ -219,6 +219,15 @@ class Evaluator:
             for members in groups.values():
                 self._score_family(w, members, evaluate_pairs, reshape, reshape_arrays,
                                    throughput_of)
+        every = len(self.study.workloads)
+        for point, scored in self._pair_points.values():
+            if not (self._plain and len(point.hw) == 1 and len(scored) == every):
+                # the general path (_evaluate) looks the pairs up by architecture and design
+                dkey = _design_key(self._build(point.design, point.hw[point.design]))
+                for label, (wl, metrics) in scored.items():
+                    key = _arch_key(label, point.arch[label])
+                    self._batch_fast[key + (dkey,)] = metrics
+                    self._batch_workloads.setdefault(key, wl)
 
     def _score_family(self, w, members, evaluate_pairs, reshape, reshape_arrays,
                       throughput_of) -> None:
@@ -244,22 +253,28 @@ class Evaluator:
         seq = args["seq"] if spec.family in ("llm", "encoder") else 0
         shape = _Workload(args["arch"], 0, 0, args["phase"], args["batch"], seq)
         handled = np.flatnonzero(res.handled).tolist()
-        scored = self._pair_scored
+        by_point = self._pair_points
         for i, lat, energy, params, flops in zip(
                 handled, *(x[handled].tolist() for x in (res.latency_s, res.energy_j,
                                                          res.params, res.flops))):
             point, design, a, _ = members[i]
-            key = _arch_key(w.label, point.arch[w.label])
             dm = _design_metrics(design)
-            self._batch_fast[key + (_design_key(design),)] = {
+            metrics = {
                 "latency_s": lat, "energy_j": energy, "area_mm2": float(dm["area_mm2"]),
                 "avg_power_w": energy / lat if lat > 0 else float("nan"),
                 "edp": energy * lat, "throughput": throughput_of(shape, lat)[0],
                 "cost_usd": dm["cost_usd"], "tdp_w": dm["tdp_w"]}
-            scored[id(point)] = scored.get(id(point), 0) + 1
-            if key not in self._batch_workloads:
-                self._batch_workloads[key] = _Workload(a["arch"], int(params), int(flops),
-                                                       a["phase"], a["batch"], seq)
+            wl = _Workload(a["arch"], int(params), int(flops), a["phase"], a["batch"], seq)
+            entry = by_point.get(id(point))
+            if entry is None or entry[0] is not point:
+                entry = by_point[id(point)] = (point, {})
+            entry[1][w.label] = (wl, metrics)
+
+    def _scored_pairs(self, point: Point) -> dict[str, tuple[Any, dict[str, float]]]:
+        """What :meth:`_score_family` scored of this very point: label -> (workload,
+        metrics)."""
+        hit = self._pair_points.get(id(point))
+        return hit[1] if hit is not None and hit[0] is point else {}
 
     # ------------------------------------------------------------------------------
     def _build(self, name: str, hw: dict[str, Any]):
@@ -284,35 +299,26 @@ class Evaluator:
         was scored, without the general path's branches; None where anything is missing."""
         name = point.design
         if len(point.hw) != 1 or point.formats or name not in point.hw:
+            return None   # _score_family kept this point's pairs for the general path
+        scored = self._scored_pairs(point)
+        study = self.study
+        if len(scored) != len(study.workloads) or any(w.formats for w in study.workloads):
             return None
         design = self._batch_design(name, point.hw[name])
         if design is None:
             return None
-        dkey = _design_key(design)
-        study = self.study
-        scored = []
-        for w in study.workloads:
-            if w.formats:
-                return None
-            akey = _arch_key(w.label, point.arch[w.label])
-            wl = self._batch_workloads.get(akey)
-            result_metrics = self._batch_fast.get(akey + (dkey,))
-            if wl is None or not isinstance(result_metrics, dict):
-                return None
-            scored.append((w.label, wl, result_metrics))
         per_workload: dict[str, dict[str, float]] = {}
-        full = {}
-        for label, wl, result_metrics in scored:
-            full[label] = wl.arch
-            per_workload[label] = obj.workload_metrics(
+        for w in study.workloads:
+            wl, result_metrics = scored[w.label]
+            per_workload[w.label] = obj.workload_metrics(
                 result_metrics, wl.params, result_metrics.pop("model_flops", wl.flops), None)
-        arch = {w: dict(full[w] if w in full else a) for w, a in point.arch.items()}
         d = self._designs[name]
         hw_values = design.hw
         described: dict[str, Any] = {
             "designs": {name: {"template": d.template, "preset": d.preset,
                                "hw": dict(getattr(hw_values, "_values", hw_values))}},
-            "arch": arch}
+            "arch": {w: dict(scored[w][0].arch if w in scored else a)
+                     for w, a in point.arch.items()}}
         if point.assign:
             described["assign"] = {w: list(s) for w, s in point.assign.items()}
         if study.space.alternatives:
