@@ -298,12 +298,10 @@ class Evaluator:
         :meth:`evaluate_batch` scored as a (design, architecture) pair: the same steps on what
         was scored, without the general path's branches; None where anything is missing."""
         name = point.design
-        if len(point.hw) != 1 or point.formats or name not in point.hw:
-            return None   # _score_family kept this point's pairs for the general path
-        scored = self._scored_pairs(point)
+        scored = self._scored_pairs(point)   # none where a number format is given
         study = self.study
-        if len(scored) != len(study.workloads) or any(w.formats for w in study.workloads):
-            return None
+        if len(point.hw) != 1 or len(scored) != len(study.workloads):
+            return None   # _prefetch_pairs left this point's pairs to the general path
         design = self._batch_design(name, point.hw[name])
         if design is None:
             return None
