@@ -45,11 +45,13 @@ def build_npus(preset: str | None, values: Sequence[dict[str, Any]]) -> list[NPU
         return out
     base = {p.name: p.default for p in NPU.PARAMS}
     base.update(NPU.PRESETS[preset])
-    ok = [all(k in params for k in v) for v in values]
+    present = set().union(*values)   # the parameters any design gives
+    ok = ([all(k in params for k in v) for v in values] if present - params.keys()
+          else [True] * n)
     cols: dict[str, list] = {}
     for k, default in base.items():   # each parameter coerced once per distinct value
         coerce = params[k].coerce
-        if not any(k in v for v in values):
+        if k not in present:
             c = _coerced(coerce, default, k)
             cols[k] = [c] * n
             if c is _BAD:
@@ -241,7 +243,7 @@ def _designs(refs: list, g: np.ndarray, rows: list[dict[str, Any]]) -> list[NPU 
         shared.append(None if ref is None or j not in const["compute"] else (
             {k: v for k, v in vars(ref).items()
              if k not in ("hw", "memory", "_clock", "_bw", "_dram_j", "_active_w",
-                          "_physical_cache", "_cache", "_study_key")},
+                          "_physical_cache", "_cache", "_study_key", "_study_metrics")},
             ref.memory.standard, c_of(const, j)))
     out: list[NPU | None] = []
     test = ph.TEST_COST_FRACTION

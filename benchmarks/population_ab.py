@@ -2,10 +2,11 @@
 A, B, A, B, ... (the load of a shared machine moves both alike): the 10,000-trial GPT-2 x NPU
 co-search of ``benchmarks/population.py`` section 4 (cold capture cache, as there; run_study's
 wall and CPU user+sys) or ``evaluate_batch`` on 4,096 points (designs x architectures per CPU
-second, best of two calls). Prints one JSON line per run and the medians.
+second, best of ``--calls`` calls, two by default). Prints one JSON line per run and the
+medians.
 
 Usage: python benchmarks/population_ab.py A_CHECKOUT B_CHECKOUT [--what cosearch|batch]
-       [--pairs 4] [--trials 10000] [--warm]
+       [--pairs 4] [--trials 10000] [--warm] [--calls 2]
 
 ``--warm``: each co-search's cache directory first holds what one earlier co-search of the study
 (200 trials, another process) left there (the family's re-shape template where the checkout
@@ -38,7 +39,7 @@ print(json.dumps({"wall_s": time.perf_counter() - t, "cpu_s": time.process_time(
                   "trials": r.session_trials, "pareto": len(r.pareto)}))
 '''
 BATCH = r'''
-import json, time, warnings, numpy as np
+import json, sys, time, warnings, numpy as np
 warnings.simplefilter("ignore")
 from benchmarks.population import STUDY
 from dse.study.evaluate import Evaluator
@@ -50,7 +51,7 @@ enc = Encoding(s.space.dimensions)
 pts = [s.space.point(v) for v in enc.decode(np.random.default_rng(0).random((4096, len(enc.dims))))]
 Evaluator(s, fidelity="fast").evaluate_batch(pts[:10])   # the family's template made
 cpu = []
-for _ in range(2):
+for _ in range(int(sys.argv[1])):
     ev = Evaluator(s, fidelity="fast")
     c = time.process_time()
     ev.evaluate_batch(pts)
@@ -66,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--what", choices=("cosearch", "batch"), default="cosearch")
     ap.add_argument("--pairs", type=int, default=4)
     ap.add_argument("--trials", type=int, default=10000)
+    ap.add_argument("--calls", type=int, default=2,
+                    help="evaluate_batch calls per process (--what batch); the best is kept")
     ap.add_argument("--warm", action="store_true",
                     help="a 200-trial co-search in the same cache directory first (untimed)")
     args = ap.parse_args(argv)
@@ -80,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
                     subprocess.run([sys.executable, "-c", COSEARCH, "200", d + "/warm"], cwd=root,
                                    capture_output=True, text=True, env=env, check=True)
                 cmd = ([sys.executable, "-c", COSEARCH, str(args.trials), d + "/out"]
-                       if args.what == "cosearch" else [sys.executable, "-c", BATCH])
+                       if args.what == "cosearch"
+                       else [sys.executable, "-c", BATCH, str(args.calls)])
                 load = os.getloadavg()[0]
                 p = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env)
             if p.returncode:
@@ -93,10 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, rs in runs.items():
         print(f"{name} ({roots[name]}): median {key} "
               f"{statistics.median(r[key] for r in rs):.2f}")
-    if args.what == "cosearch":
-        ratios = [b["cpu_s"] / a["cpu_s"] for a, b in zip(runs["A"], runs["B"])]
-        print(f"B / A CPU per pair: {min(ratios):.2f}-{max(ratios):.2f}, "
-              f"median {statistics.median(ratios):.2f}")
+    ratios = [b[key] / a[key] for a, b in zip(runs["A"], runs["B"])]
+    print(f"B / A {'CPU' if args.what == 'cosearch' else 'per CPU second'} per pair: "
+          f"{min(ratios):.2f}-{max(ratios):.2f}, median {statistics.median(ratios):.2f}")
     return 0
 
 

@@ -149,3 +149,68 @@ def test_a_batch_scores_the_same_with_designs_built_together(monkeypatch):
     assert together == alone
     reasons = {e.infeasible.split(" ")[0] for e in together if e.infeasible}
     assert sum(e.metrics is not None for e in together) >= 40 and len(reasons) >= 2, reasons
+
+
+TWO = """
+name: npu_batch_two
+seed: 0
+workloads:
+  - {model: gpt2, name: dec, phase: decode, batch: 2, context: 32, weight: 3}
+  - {model: gpt2, name: pre, phase: prefill, batch: 1, seq: 16}
+accelerator: {template: npu, preset: datacenter-bf16}
+search:
+  hardware:
+    rows: {choices: [4, 32, 256, 1024]}
+    cols: {choices: [4, 32, 256, 1024]}
+    arrays: {choices: [1, 8, 64]}
+    clock_hz: [1.0e8, 3.0e9]
+    dram_bandwidth_Bps: [1.0e10, 1.0e13]
+  architecture:
+    dec.n_layer: [1, 6]
+    dec.d_model: {low: 64, high: 256, step: 64}
+    pre.n_head: {choices: [2, 4]}
+    pre.d_ff: [64, 512]
+objectives: [latency_s, energy_j]
+fidelity: fast
+sampler: {name: nsga2-vectorized, population_size: 50}
+"""
+
+
+@pytest.mark.parametrize("text, prefill_pairs", [(STUDY, True), (TWO, True), (TWO, False)],
+                         ids=["one", "two-weighted", "two-one-without-pairs"])
+def test_pair_scored_points_are_recorded_as_the_general_path_records_them(monkeypatch, text,
+                                                                          prefill_pairs):
+    """evaluate_batch answers a plain study's pair-scored points without the general
+    _evaluate (Evaluator._evaluate_scored, from what was scored per point): the same
+    Evaluations, dict key order included, as with that shortcut off (the pairs then looked up
+    by architecture and design; one and two weighted workloads; feasible, pruned and repeated
+    points)."""
+    import json
+    from dse.study.evaluate import Evaluator
+    from dse.study.loader import load_study_text
+    from dse.study.population import Encoding
+    if not prefill_pairs:   # one workload left to its per-architecture build: the other's pairs
+        family = Evaluator._score_family   # are then read by the general path
+        monkeypatch.setattr(Evaluator, "_score_family", lambda self, w, *a: None
+                            if w.phase == "prefill" else family(self, w, *a))
+    s = load_study_text(text)
+    enc = Encoding(s.space.dimensions)
+    pts = [s.space.point(v) for v in enc.decode(np.random.default_rng(5).random(
+        (160, len(enc.dims))))]
+    pts += pts[:8]   # the same points again: answered from the cache
+    taken = []
+    scored = Evaluator._evaluate_scored
+
+    def counting(self, point):
+        ev = scored(self, point)
+        taken.append(ev is not None)
+        return ev
+    monkeypatch.setattr(Evaluator, "_evaluate_scored", counting)
+    short = Evaluator(s, fidelity="fast").evaluate_batch(pts)
+    off = Evaluator(s, fidelity="fast")
+    off._plain = False   # as a study with a system or quality: the general path on the pairs
+    general = off.evaluate_batch(pts)
+    assert short == general
+    assert json.dumps([e.__dict__ for e in short]) == json.dumps([e.__dict__ for e in general])
+    assert sum(taken) >= (20 if prefill_pairs else 0)
+    assert sum(e.infeasible is not None for e in short) >= 10

@@ -238,3 +238,16 @@ def test_evox_operators_need_evox(monkeypatch):
         study(sampler={"name": "nsga2-vectorized", "operators": "evox"})
     with pytest.raises(BadInput, match="sampler.operators"):
         study(sampler={"name": "tpe", "operators": "evox"})
+
+
+def test_a_points_key_is_its_canonical_json():
+    """Point.key (one encoder made once) is json.dumps(..., sort_keys=True, default=str) of the
+    point's parts: the evaluation cache's key, unchanged."""
+    import json
+    from dse.study.space import Point, canonical_json
+    p = Point("npu", {"npu": {"rows": 32, "clock_hz": 1.5e9, "z": float("nan"), "a": -0.0}},
+              {"gpt2": {"n_layer": 3, "d_ff": (1, 2), "x": {3}}}, {}, sys={"b": True},
+              formats={"kv": "int8"})
+    want = json.dumps([p.design, p.hw, p.arch, p.assign, p.sys, p.parallel, p.formats],
+                      sort_keys=True, default=str)
+    assert p.key() == want and canonical_json({"b": 1, "a": [2.0]}) == '{"a": [2.0], "b": 1}'

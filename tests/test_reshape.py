@@ -147,3 +147,24 @@ def test_a_reshaped_graph_is_a_plain_networkx_digraph():
     assert all(g.pred[v][u] is g.succ[u][v] for u, v in g.edges)   # one data dict an edge
     assert len({id(d) for _, _, d in g.edges(data=True)}) == g.number_of_edges()
     assert list(nx.topological_sort(g)) and [op.name for op in w.ops] == list(g.nodes)
+
+
+def test_resolve_checks_the_architecture_before_a_given_context():
+    """build.resolve (build.resolver per architecture: what does not depend on it checked
+    once) keeps its order and defaults: the architecture's error before a given context's,
+    the context defaulted from max_seq, decode's seq 1, prefill's context 0."""
+    from dse.errors import BadInput
+    with pytest.raises(BadInput, match="arch.n_layer"):
+        build.resolve("gpt2", "decode", 1, None, 0, "bf16", {"n_layer": 0})
+    with pytest.raises(BadInput, match="^context"):
+        build.resolve("gpt2", "decode", 1, None, 0, "bf16", {"n_layer": 2})
+    with pytest.raises(BadInput, match="^batch"):
+        build.resolver("gpt2", "decode", 0, None, 8, "bf16")
+    with pytest.raises(BadInput, match="^context.*at most 63"):
+        build.resolve("gpt2", "decode", 1, None, 64, "bf16", {"max_seq": 64})
+    of = build.resolver("gpt2", "decode", 2, 5, None, "bf16")
+    a, b = of({"max_seq": 64}), of(None)
+    assert (a["context"], a["seq"], a["batch"], a["arch"]["max_seq"]) == (63, 1, 2, 64)
+    assert b == build.resolve("gpt2", "decode", 2, 5, None, "bf16") and b["arch"]["n_layer"] == 12
+    p = build.resolve("gpt2", "prefill", 1, 16, 40, "bf16", {"n_layer": 2.0})
+    assert (p["context"], p["seq"], p["arch"]["n_layer"]) == (0, 16, 2)

@@ -102,6 +102,14 @@ def resolve(model: str, phase: str | None = None, batch: int | None = None,
             seq: int | None = None, context: int | None = None, dtype: str = "bf16",
             arch: dict[str, Any] | None = None) -> dict[str, Any]:
     """Validated, defaulted capture arguments (raises :class:`BadInput`)."""
+    return resolver(model, phase, batch, seq, context, dtype)(arch)
+
+
+def resolver(model: str, phase: str | None = None, batch: int | None = None,
+             seq: int | None = None, context: int | None = None, dtype: str = "bf16"
+             ) -> Callable[[dict[str, Any] | None], dict[str, Any]]:
+    """:func:`resolve` of these arguments as a function of the architecture: what does not
+    depend on it is checked once (here, in :func:`resolve`'s order), the rest per call."""
     spec = get_model(model)
     if phase is None:
         phase = spec.phases[0]
@@ -111,24 +119,34 @@ def resolve(model: str, phase: str | None = None, batch: int | None = None,
         raise BadInput("dtype", dtype, "expected one of " + ", ".join(ir.DTYPE_BYTES))
     batch = check_size("batch", batch if batch is not None else DEFAULT_BATCH.get(spec.family, 1))
     seq = check_size("seq", seq if seq is not None else DEFAULT_SEQ.get(spec.family, 1))
-    arch_values = spec.resolve_arch(arch)
-    if context is None:  # the default fits models with learned positions (max_seq)
-        context = min(DEFAULT_CONTEXT, int(arch_values.get("max_seq", DEFAULT_CONTEXT + 1)) - 1)
-    context = check_size("context", context)
-    if phase != "prefill" and spec.family == "llm":
-        seq = 1
-    if phase != "decode":
-        context = 0
-    positions = arch_values.get("max_seq")
-    if isinstance(positions, int) and spec.family == "llm":   # as the model's inputs check it
-        if phase == "prefill" and seq > positions:
-            raise BadInput("seq", seq, f"expected at most {positions}: {model} holds "
-                           f"max_seq={positions} tokens")
-        if phase == "decode" and context + 1 > positions:
-            raise BadInput("context", context, f"expected at most {positions - 1}: {model} "
-                           f"holds max_seq={positions} tokens, the new one included")
-    return {"model": model, "phase": phase, "batch": batch, "seq": seq, "context": context,
-            "dtype": dtype, "arch": arch_values}
+    llm = spec.family == "llm"
+    seq_out = 1 if phase != "prefill" and llm else seq
+    given = context
+    try:   # a given context's check, raised after the architecture's (as resolve orders them)
+        given_checked = None if context is None else check_size("context", context)
+    except BadInput:
+        given_checked = None
+
+    def of(arch: dict[str, Any] | None) -> dict[str, Any]:
+        arch_values = spec.resolve_arch(arch)
+        context = given
+        if context is None:  # the default fits models with learned positions (max_seq)
+            context = min(DEFAULT_CONTEXT,
+                          int(arch_values.get("max_seq", DEFAULT_CONTEXT + 1)) - 1)
+        context = given_checked or check_size("context", context)
+        if phase != "decode":
+            context = 0
+        positions = arch_values.get("max_seq")
+        if isinstance(positions, int) and llm:   # as the model's inputs check it
+            if phase == "prefill" and seq_out > positions:
+                raise BadInput("seq", seq_out, f"expected at most {positions}: {model} holds "
+                               f"max_seq={positions} tokens")
+            if phase == "decode" and context + 1 > positions:
+                raise BadInput("context", context, f"expected at most {positions - 1}: {model} "
+                               f"holds max_seq={positions} tokens, the new one included")
+        return {"model": model, "phase": phase, "batch": batch, "seq": seq_out,
+                "context": context, "dtype": dtype, "arch": arch_values}
+    return of
 
 
 def check_sizes_apply(model: str, phase: str | None, seq: Any, context: Any) -> None:

@@ -23,7 +23,7 @@ from dse.study import objectives as obj
 from accelerators.heterogeneous import (Heterogeneous, offchip_bandwidth_Bps, pe_count,
                                      segment_ops)
 from dse.study.loader import ResolvedStudy
-from dse.study.space import Point
+from dse.study.space import Point, canonical_json
 from workloads.zoo import get_model
 
 #: Evaluations remembered per process, count [E: a few MB of metrics at most].
@@ -66,11 +66,22 @@ class Evaluator:
         self._cache_size = cache_size
         self._segments: dict[str, list[list[str]]] = {}
         # What evaluate_batch scored ahead: workloads by (label, arch), fast-path metrics (or
-        # the infeasibility reason) by (label, arch, design), designs by (name, parameters).
+        # the infeasibility reason) by (label, arch, design), designs by (name, id of the
+        # point's parameters dict), each kept with that dict (the batch holds the points).
         self._batch_workloads: dict[tuple[str, str], Any] = {}
         self._batch_fast: dict[tuple[str, str, str], dict[str, float] | str] = {}
-        self._batch_designs: dict[str, Any] = {}
+        self._batch_designs: dict[tuple[str, int], tuple[dict[str, Any], Any]] = {}
+        # What was scored as (design, architecture) pairs, per point (by id, kept with the
+        # point): label -> (workload, metrics).
+        self._pair_points: dict[int, tuple[Point, dict[str, tuple[Any, dict[str, float]]]]] = {}
         self._batching = False
+        spec = study.spec
+        # A study whose points evaluate_batch may answer from the pairs it scored
+        # (:meth:`_evaluate_scored`): one device, no system, no serving loop, no quality.
+        self._plain = (fidelity == "fast" and self.quality is None and not spec.heterogeneous
+                       and spec.system is None and spec.training is None
+                       and spec.serving is None and spec.disaggregated is None
+                       and spec.fleet is None)
 
     def evaluate(self, point: Point, key: str | None = None) -> Evaluation:
         """The point's evaluation (``key``: its :meth:`Point.key`, where the caller has it)."""
@@ -110,6 +121,7 @@ class Evaluator:
             self._batch_workloads.clear()
             self._batch_fast.clear()
             self._batch_designs.clear()
+            self._pair_points.clear()
             if collecting:
                 gc.enable()
 
@@ -119,7 +131,10 @@ class Evaluator:
         self._prebuild(points)
         self._prefetch_pairs(points)
         groups: dict[tuple[str, str], list] = {}
+        every = len(self.study.workloads)
         for point in points:
+            if len(self._scored_pairs(point)) == every:
+                continue   # each workload scored as a (design, architecture) pair
             try:
                 design = self._build(point.design, point.hw[point.design])
             except DSEError:
@@ -160,11 +175,10 @@ class Evaluator:
             if point.design in npu:
                 by_name.setdefault(point.design, []).append(point.hw[point.design])
         for name, hws in by_name.items():
-            todo = {_json_key(name, hw): hw for hw in hws}
-            todo = {k: hw for k, hw in todo.items() if k not in self._batch_designs}
-            for key, d in zip(todo, build_npus(self._designs[name].preset, list(todo.values()))):
+            todo = [hw for hw in hws if self._batch_design(name, hw) is None]
+            for hw, d in zip(todo, build_npus(self._designs[name].preset, todo)):
                 if d is not None:
-                    self._batch_designs[key] = d
+                    self._batch_designs[name, id(hw)] = hw, d
 
     def _prefetch_pairs(self, points: list[Point]) -> None:
         """Score the points' (npu design, re-shaped architecture) pairs as arrays
@@ -187,12 +201,15 @@ class Evaluator:
             return
         for w in self.study.workloads:
             groups: dict[tuple, list] = {}
+            try:
+                resolve = build.resolver(w.model, w.phase, w.batch, w.seq, w.context, w.dtype)
+            except DSEError:
+                continue   # evaluate() says why
             for point, design in pts:
-                if _formats(w, point):   # number formats: the per-architecture build
+                if w.formats or point.formats:   # number formats: the per-architecture build
                     continue
                 try:
-                    args = build.resolve(w.model, w.phase, w.batch, w.seq, w.context, w.dtype,
-                                         point.arch[w.label])
+                    args = resolve(point.arch[w.label])
                     fam = reshape._family(args)
                 except DSEError:
                     continue
@@ -202,6 +219,15 @@ class Evaluator:
             for members in groups.values():
                 self._score_family(w, members, evaluate_pairs, reshape, reshape_arrays,
                                    throughput_of)
+        every = len(self.study.workloads)
+        for point, scored in self._pair_points.values():
+            if not (self._plain and len(point.hw) == 1 and len(scored) == every):
+                # the general path (_evaluate) looks the pairs up by architecture and design
+                dkey = _design_key(self._build(point.design, point.hw[point.design]))
+                for label, (wl, metrics) in scored.items():
+                    key = _arch_key(label, point.arch[label])
+                    self._batch_fast[key + (dkey,)] = metrics
+                    self._batch_workloads.setdefault(key, wl)
 
     def _score_family(self, w, members, evaluate_pairs, reshape, reshape_arrays,
                       throughput_of) -> None:
@@ -227,36 +253,83 @@ class Evaluator:
         seq = args["seq"] if spec.family in ("llm", "encoder") else 0
         shape = _Workload(args["arch"], 0, 0, args["phase"], args["batch"], seq)
         handled = np.flatnonzero(res.handled).tolist()
-        for i, lat, energy in zip(handled, res.latency_s[handled].tolist(),
-                                  res.energy_j[handled].tolist()):
+        by_point = self._pair_points
+        for i, lat, energy, params, flops in zip(
+                handled, *(x[handled].tolist() for x in (res.latency_s, res.energy_j,
+                                                         res.params, res.flops))):
             point, design, a, _ = members[i]
-            key = _arch_key(w.label, point.arch[w.label])
-            phys = design.physical()
-            self._batch_fast[key + (_design_key(design),)] = {
-                "latency_s": lat, "energy_j": energy, "area_mm2": float(design.area_mm2()),
+            dm = _design_metrics(design)
+            metrics = {
+                "latency_s": lat, "energy_j": energy, "area_mm2": float(dm["area_mm2"]),
                 "avg_power_w": energy / lat if lat > 0 else float("nan"),
                 "edp": energy * lat, "throughput": throughput_of(shape, lat)[0],
-                "cost_usd": phys.cost_usd if phys else float("nan"),
-                "tdp_w": phys.tdp_w if phys else float("nan")}
-            if key not in self._batch_workloads:
-                self._batch_workloads[key] = _Workload(a["arch"], int(res.params[i]),
-                                                       int(res.flops[i]), a["phase"],
-                                                       a["batch"], seq)
+                "cost_usd": dm["cost_usd"], "tdp_w": dm["tdp_w"]}
+            wl = _Workload(a["arch"], int(params), int(flops), a["phase"], a["batch"], seq)
+            entry = by_point.get(id(point))
+            if entry is None or entry[0] is not point:
+                entry = by_point[id(point)] = (point, {})
+            entry[1][w.label] = (wl, metrics)
+
+    def _scored_pairs(self, point: Point) -> dict[str, tuple[Any, dict[str, float]]]:
+        """What :meth:`_score_family` scored of this very point: label -> (workload,
+        metrics)."""
+        hit = self._pair_points.get(id(point))
+        return hit[1] if hit is not None and hit[0] is point else {}
 
     # ------------------------------------------------------------------------------
     def _build(self, name: str, hw: dict[str, Any]):
         from accelerators.registry import get_template
-        key = _json_key(name, hw)
-        hit = self._batch_designs.get(key)
+        hit = self._batch_design(name, hw)
         if hit is not None:
             return hit
         d = self._designs[name]
         design = get_template(d.template)(d.preset, **hw)
         if self._batching:
-            self._batch_designs[key] = design
+            self._batch_designs[name, id(hw)] = hw, design
         return design
 
+    def _batch_design(self, name: str, hw: dict[str, Any]):
+        """The design evaluate_batch built for this very parameters dict, or None."""
+        hit = self._batch_designs.get((name, id(hw)))
+        return hit[1] if hit is not None and hit[0] is hw else None
+
+    def _evaluate_scored(self, point: Point) -> Evaluation | None:
+        """:meth:`_evaluate` of a point of a plain study whose every workload
+        :meth:`evaluate_batch` scored as a (design, architecture) pair: the same steps on what
+        was scored, without the general path's branches; None where anything is missing."""
+        name = point.design
+        scored = self._scored_pairs(point)   # none where a number format is given
+        study = self.study
+        if len(point.hw) != 1 or len(scored) != len(study.workloads):
+            return None   # _prefetch_pairs left this point's pairs to the general path
+        design = self._batch_design(name, point.hw[name])
+        if design is None:
+            return None
+        per_workload: dict[str, dict[str, float]] = {}
+        for w in study.workloads:
+            wl, result_metrics = scored[w.label]
+            per_workload[w.label] = obj.workload_metrics(
+                result_metrics, wl.params, result_metrics.pop("model_flops", wl.flops), None)
+        d = self._designs[name]
+        hw_values = design.hw
+        described: dict[str, Any] = {
+            "designs": {name: {"template": d.template, "preset": d.preset,
+                               "hw": dict(getattr(hw_values, "_values", hw_values))}},
+            "arch": {w: dict(scored[w][0].arch if w in scored else a)
+                     for w, a in point.arch.items()}}
+        if point.assign:
+            described["assign"] = {w: list(s) for w, s in point.assign.items()}
+        if study.space.alternatives:
+            described["design"] = name
+        metrics = obj.totals(per_workload, {w.label: w.weight for w in study.workloads},
+                             _design_metrics(design), {})
+        return Evaluation(metrics, None, described, self.fidelity)
+
     def _evaluate(self, point: Point) -> Evaluation:
+        if self._batching and self._plain:
+            ev = self._evaluate_scored(point)
+            if ev is not None:
+                return ev
         from dse import api
 
         study = self.study
@@ -352,12 +425,8 @@ class Evaluator:
         if system is not None:
             combined = system
             extra["devices"] = float(system.devices)
-        phys = combined.physical()
-        design_metrics = {"area_mm2": combined.area_mm2(),
-                          "cost_usd": phys.cost_usd if phys else float("nan"),
-                          "tdp_w": phys.tdp_w if phys else float("nan")}
-        if study.spec.disaggregated is not None:
-            design_metrics = pooled       # both pools' devices
+        design_metrics = (pooled if study.spec.disaggregated is not None   # both pools' devices
+                          else _design_metrics(combined))
         metrics = obj.totals(per_workload, weights, design_metrics, extra)
         return Evaluation(metrics, None, described, self.fidelity)
 
@@ -540,7 +609,7 @@ def _arch_key(label: str, arch: dict[str, Any], formats: dict[str, str] | None =
               ) -> tuple[str, str]:
     if formats:
         return label, json.dumps([arch, formats], sort_keys=True, default=str)
-    return label, _json_key(None, arch)
+    return label, _json_key(arch)
 
 
 def _formats(w, point: Point) -> dict[str, str] | None:
@@ -552,19 +621,35 @@ def _formats(w, point: Point) -> dict[str, str] | None:
 
 #: Canonical JSON of the dicts a batch looks up several times, by id (the dict kept with its
 #: key, so an id is never reused while its entry lives); cleared when it grows past a batch.
-#: The dicts are sampled points' (``Point.hw``, ``Point.arch``), never changed once made.
-_KEYS: dict[tuple, tuple[dict, str]] = {}
+#: The dicts are sampled points' (``Point.arch``), never changed once made.
+_KEYS: dict[int, tuple[dict, str]] = {}
 
 
-def _json_key(name: str | None, values: dict[str, Any]) -> str:
-    hit = _KEYS.get((name, id(values)))
+def _json_key(values: dict[str, Any]) -> str:
+    hit = _KEYS.get(id(values))
     if hit is not None and hit[0] is values:
         return hit[1]
-    key = json.dumps(values if name is None else [name, values], sort_keys=True, default=str)
+    key = canonical_json(values)
     if len(_KEYS) > 4 * CACHE_SIZE:
         _KEYS.clear()
-    _KEYS[(name, id(values))] = (values, key)
+    _KEYS[id(values)] = (values, key)
     return key
+
+
+def _design_metrics(design) -> dict[str, float]:
+    """The design's own metrics (area, cost, TDP; NaN cost and TDP where the template models
+    no silicon), computed once per design object (designs are immutable); read only."""
+    dm = getattr(design, "_study_metrics", None)
+    if dm is None:
+        phys = design.physical()
+        dm = {"area_mm2": design.area_mm2(),
+              "cost_usd": phys.cost_usd if phys else float("nan"),
+              "tdp_w": phys.tdp_w if phys else float("nan")}
+        try:
+            design._study_metrics = dm
+        except AttributeError:   # a design class with slots
+            pass
+    return dm
 
 
 def _design_key(design) -> Any:

@@ -291,6 +291,11 @@ def _categorical(field_path: str, name: str, raw: Any, t: Target) -> Dimension:
 
 
 # ------------------------------------------------------------------------------ the space
+#: ``json.dumps(value, sort_keys=True, default=str)`` with one encoder made once (the same
+#: text; dumps makes an encoder per call when given options).
+canonical_json = json.JSONEncoder(sort_keys=True, default=str).encode
+
+
 @dataclass
 class Point:
     """One sampled design point: which design, its hardware values, each workload's
@@ -309,10 +314,9 @@ class Point:
 
     def key(self) -> str:
         """A canonical string of everything that decides the evaluation."""
-        return json.dumps([self.design, self.hw, self.arch, self.assign, self.sys,
-                           self.parallel] + ([self.formats] if self.formats else [])
-                          + ([{"pool": self.pool}] if self.pool else []),
-                          sort_keys=True, default=str)
+        return canonical_json([self.design, self.hw, self.arch, self.assign, self.sys,
+                               self.parallel] + ([self.formats] if self.formats else [])
+                              + ([{"pool": self.pool}] if self.pool else []))
 
 
 @dataclass

@@ -199,6 +199,12 @@ def get_model(name: str) -> ModelSpec:
     return _MODELS[name]
 
 
+_LOADED: list[bool] = []
+
+
 def _load_all() -> None:
-    """Import the zoo's definition modules (each registers its models)."""
+    """Import the zoo's definition modules (each registers its models), once."""
+    if _LOADED:
+        return
     from workloads.zoo import definitions  # noqa: F401
+    _LOADED.append(True)
