@@ -243,7 +243,7 @@ def _designs(refs: list, g: np.ndarray, rows: list[dict[str, Any]]) -> list[NPU 
         shared.append(None if ref is None or j not in const["compute"] else (
             {k: v for k, v in vars(ref).items()
              if k not in ("hw", "memory", "_clock", "_bw", "_dram_j", "_active_w",
-                          "_physical_cache", "_cache", "_study_key", "_study_metrics")},
+                          "_physical_cache", "_cache")},
             ref.memory.standard, c_of(const, j)))
     out: list[NPU | None] = []
     test = ph.TEST_COST_FRACTION

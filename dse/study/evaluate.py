@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import json
+import weakref
 
 import numpy as np
 from collections import OrderedDict
@@ -186,9 +187,7 @@ class Evaluator:
         What it cannot score (another template, a family without arrays, an infeasible pair)
         is left to the per-architecture path, which says why."""
         from accelerators.npu import NPU
-        from simulators.engine import throughput_of
-        from simulators.population import evaluate_pairs
-        from workloads import build, reshape, reshape_arrays
+        from workloads import build, reshape
         pts = []
         for point in points:
             try:
@@ -217,8 +216,7 @@ class Evaluator:
                     continue
                 groups.setdefault(fam[2], []).append((point, design, args, fam))
             for members in groups.values():
-                self._score_family(w, members, evaluate_pairs, reshape, reshape_arrays,
-                                   throughput_of)
+                self._score_family(w, members)
         every = len(self.study.workloads)
         for point, scored in self._pair_points.values():
             if not (self._plain and len(point.hw) == 1 and len(scored) == every):
@@ -229,8 +227,10 @@ class Evaluator:
                     self._batch_fast[key + (dkey,)] = metrics
                     self._batch_workloads.setdefault(key, wl)
 
-    def _score_family(self, w, members, evaluate_pairs, reshape, reshape_arrays,
-                      throughput_of) -> None:
+    def _score_family(self, w, members) -> None:
+        from simulators.engine import throughput_of
+        from simulators.population import evaluate_pairs
+        from workloads import reshape, reshape_arrays
         point, design, args, fam = members[0]
         rule, variables, _ = fam
         template = reshape._template(args, fam, True)
@@ -636,24 +636,40 @@ def _json_key(values: dict[str, Any]) -> str:
     return key
 
 
+#: What the study derives from a design object (its key, its own metrics), once per object:
+#: designs are immutable; entries go with their designs (no attribute of the study's is set on
+#: a hardware object).
+_DERIVED: "weakref.WeakKeyDictionary[Any, dict[str, Any]]" = weakref.WeakKeyDictionary()
+
+
+def _derived(design) -> dict[str, Any]:
+    """The dict of values derived from ``design`` (empty at first; a fresh one where the
+    design cannot be a weak key)."""
+    try:
+        out = _DERIVED.get(design)
+        if out is None:
+            out = _DERIVED[design] = {}
+    except TypeError:   # not weakly referenceable or not hashable
+        out = {}
+    return out
+
+
 def _design_metrics(design) -> dict[str, float]:
     """The design's own metrics (area, cost, TDP; NaN cost and TDP where the template models
-    no silicon), computed once per design object (designs are immutable); read only."""
-    dm = getattr(design, "_study_metrics", None)
+    no silicon), computed once per design object; read only."""
+    memo = _derived(design)
+    dm = memo.get("metrics")
     if dm is None:
         phys = design.physical()
-        dm = {"area_mm2": design.area_mm2(),
-              "cost_usd": phys.cost_usd if phys else float("nan"),
-              "tdp_w": phys.tdp_w if phys else float("nan")}
-        try:
-            design._study_metrics = dm
-        except AttributeError:   # a design class with slots
-            pass
+        dm = memo["metrics"] = {"area_mm2": design.area_mm2(),
+                                "cost_usd": phys.cost_usd if phys else float("nan"),
+                                "tdp_w": phys.tdp_w if phys else float("nan")}
     return dm
 
 
 def _design_key(design) -> Any:
-    key = getattr(design, "_study_key", None)   # designs are immutable: computed once each
+    memo = _derived(design)
+    key = memo.get("key")
     if key is None:
         hw = design.hw
         key = (type(design).__name__,   # within this process only
@@ -662,8 +678,5 @@ def _design_key(design) -> Any:
             hash(key)
         except TypeError:   # a parameter value that is a list or dict
             key = json.dumps([type(design).__name__, design.hw], sort_keys=True, default=str)
-        try:
-            design._study_key = key
-        except AttributeError:   # a design class with slots
-            pass
+        memo["key"] = key
     return key
