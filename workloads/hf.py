@@ -558,8 +558,9 @@ def _multimodal(model: nn.Module, config, batch: int, seq: int,
     elif "pixel_values" in names:
         parts.append(("image", hi.image_layouts(model, config, batch, media.get("image_size")),
                       ("image_token_id", "image_token_index"), "get_image_features"))
-    aud = hi.audio_layouts(model, config, batch, media.get("frames"), media.get("audio_seconds"))
-    if aud[0][0] and not family:   # a family layout (Apertus-1.5) holds its clip already
+    aud = None if family else hi.audio_layouts(model, config, batch, media.get("frames"),
+                                               media.get("audio_seconds"))
+    if aud and aud[0][0]:   # (a family layout, e.g. Apertus-1.5's, holds its clip already)
         mismatch = hi.projector_width_mismatch(config)
         if mismatch:
             field, value, expected = mismatch
