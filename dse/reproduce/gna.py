@@ -141,7 +141,7 @@ PAPER_HUNYUAN_ALL_STEPS = {("30x40x40", "1x1x1"): 1.15, ("30x40x40", "30x40x40")
 #: Table 5's FLOP-wise analytical end-to-end speed-ups, by window (58.3 % and 91 % sparsity).
 PAPER_HUNYUAN_FLOPWISE = {"30x40x40": 1.55, "18x24x24": 2.23}
 #: Self-attention runtimes on B200, s [P Tables 5 and 6]: HunyuanVideo, 50 steps; FLUX-1.dev at
-#: 4K, 28 steps (whole generation: the paper's runtime also holds the text encoders and VAE).
+#: 4K, 28 steps (whole generation: text encoders and VAE decode too, :data:`PIPELINE_ONCE`).
 PAPER_SA_RUNTIME_S = {"hunyuan-dit": 628.0, "flux-dit": 129.0}
 #: Sec. 4.2 and 5: HunyuanVideo with window 18x24x24, stride 16x8x8 in 35 of 50 steps (the
 #: first 15 keep self attention): 1.63x realised, GNA's share ~42 % of the workload.
@@ -152,6 +152,38 @@ PAPER_HUNYUAN_SCHEDULE = {"window": "18x24x24", "stride": "16x8x8", "dense_steps
 PAPER_FLUX_SCHEDULE = {"window": "80x80", "dense_steps": 9, "steps": 28,
                        "speedups": {"1x1": 1.37, "16x1": 1.40, "16x16": 1.45},
                        "flopwise": 1.46, "gna_share": 0.35}
+
+
+#: What each pipeline runs once per generation besides its DiT steps: (zoo model, build
+#: arguments). HunyuanVideo [R: Tencent/HunyuanVideo ``hyvideo/constants.py``,
+#: ``hyvideo/text_encoder``]: its MLLM text encoder (llava-llama-3-8b: Llama 3 8B sizes; the
+#: prompt padded to ``text_len`` 256 after the 95-token ``dit-llm-encode-video`` template, all
+#: 32 layers run, hidden states taken 2 from the end), CLIP-L on 77 tokens, the causal 3-D VAE
+#: decoder of the 30x96x160 latent. FLUX.1-dev [R: black-forest-labs/flux ``sampling.py``,
+#: ``cli.py``]: T5 v1.1 XXL on 512 tokens, CLIP-L on 77, the VAE decoder of the 512x512
+#: latent. Neither runs classifier-free guidance (HunyuanVideo's released sampler uses the
+#: embedded guidance, ``cfg_scale`` 1; FLUX.1-dev is guidance-distilled), so each encoder runs
+#: once per prompt and each step is one transformer pass at batch 1.
+PIPELINE_ONCE: dict[str, tuple[tuple[str, dict[str, Any]], ...]] = {
+    "hunyuan-dit": (("hunyuan-vae-decoder", {}), ("llama3-8b", {"phase": "prefill", "seq": 351}),
+                    ("clip-text", {"seq": 77})),
+    "flux-dit": (("flux-vae-decoder", {}), ("t5-encoder", {"seq": 512}),
+                 ("clip-text", {"seq": 77})),
+}
+
+
+def once_per_generation(model: str, gpu) -> tuple[dict[str, float], float]:
+    """(seconds of each part ``model``'s pipeline runs once per generation, their FLOPs in
+    all) on ``gpu``, each part captured from its zoo model and costed op by op like a step."""
+    seconds, flops = {}, 0.0
+    for part, kwargs in PIPELINE_ONCE[model]:
+        s, f, _ = step_time(gpu, build_workload(part, dtype=DTYPE, **kwargs))
+        seconds[part], flops = s, flops + f
+    return seconds, flops
+
+
+def _once_note(parts: dict[str, float]) -> str:
+    return "generation = DiT steps + " + ", ".join(f"{p} {s:.3g} s" for p, s in parts.items())
 
 
 def dit_steps(model: str, device: str) -> tuple[Any, Any, Any]:
@@ -175,10 +207,13 @@ def step_time(gpu, workload) -> tuple[float, float, float]:
     return sum(c.latency_s for c in costs), float(workload.flops), attention
 
 
-def schedule_speedup(dense: float, sparse: float, dense_steps: int, steps: int) -> float:
+def schedule_speedup(dense: float, sparse: float, dense_steps: int, steps: int,
+                     once: float = 0.0) -> float:
     """Whole-generation speed-up when the first ``dense_steps`` of ``steps`` keep self
-    attention and the rest run GNA (steps otherwise identical)."""
-    return steps * dense / (dense_steps * dense + (steps - dense_steps) * sparse)
+    attention and the rest run GNA (steps otherwise identical); ``once``: what the pipeline
+    runs once per generation (text encoders, VAE decode), in the same unit."""
+    return ((steps * dense + once)
+            / (dense_steps * dense + (steps - dense_steps) * sparse + once))
 
 
 def dense_and_gna_step(model: str, device: str) -> tuple[float, float, float]:
@@ -192,7 +227,8 @@ def dense_and_gna_step(model: str, device: str) -> tuple[float, float, float]:
 
 def e2e_rows() -> list[Row]:
     """Whole-model rows: the paper's end-to-end configurations (Tables 5 and 6, Sec. 4.2-5),
-    each step costed by the same model as the kernel rows."""
+    each step costed by the same model as the kernel rows; a generation is its DiT steps plus
+    what the pipeline runs once (:data:`PIPELINE_ONCE`), in time and in FLOPs."""
     from workloads.sparse_attention import with_gna_pattern
 
     rows = []
@@ -200,57 +236,65 @@ def e2e_rows() -> list[Row]:
     # HunyuanVideo on B200
     gpu, dense_w, gna_w = dit_steps("hunyuan-dit", "b200")
     dense_s, dense_f, attn_s = step_time(gpu, dense_w)
+    parts, once_f = once_per_generation("hunyuan-dit", gpu)
+    once_s, held = sum(parts.values()), _once_note(parts)
+    n = 50
     rows.append(Row("hunyuan-dit: self-attention generation time on B200, 50 steps (s)",
-                    PAPER_SA_RUNTIME_S["hunyuan-dit"], 50 * dense_s,
-                    f"{dense_s:.2f} s per DiT step, attention {attn_s / dense_s:.0%}; the paper's "
-                    "time also holds the text encoders and the VAE", source=src5))
+                    PAPER_SA_RUNTIME_S["hunyuan-dit"], n * dense_s + once_s,
+                    f"{dense_s:.2f} s per DiT step, attention {attn_s / dense_s:.0%}; {held}",
+                    source=src5))
     per_window: dict[str, tuple[float, float]] = {}
     for (window, stride), paper in PAPER_HUNYUAN_ALL_STEPS.items():
         w = with_gna_pattern(gna_w, window=window, stride=stride)
         s, f, _ = step_time(gpu, w)
         per_window.setdefault(window, (s, f))
         rows.append(Row(f"hunyuan-dit window {window} stride {stride}: end-to-end speed-up on "
-                        "B200, GNA in all 50 steps", paper, dense_s / s,
-                        f"step {dense_s:.2f} s dense, {s:.2f} s GNA", source=src5))
+                        "B200, GNA in all 50 steps", paper,
+                        schedule_speedup(dense_s, s, 0, n, once_s),
+                        f"step {dense_s:.2f} s dense, {s:.2f} s GNA; {held}", source=src5))
     for window, paper in PAPER_HUNYUAN_FLOPWISE.items():
         _, f = per_window[window]
         rows.append(Row(f"hunyuan-dit window {window}: FLOP-wise end-to-end speed-up, all "
-                        "steps", paper, dense_f / f, "FLOPs of a dense step over a GNA step",
-                        source=src5))
+                        "steps", paper, schedule_speedup(dense_f, f, 0, n, once_f),
+                        f"FLOPs of the dense generation over the GNA one (once per generation:"
+                        f" {once_f / 1e15:.2f} PFLOP)", source=src5))
     h = PAPER_HUNYUAN_SCHEDULE
     s, f, _ = step_time(gpu, with_gna_pattern(gna_w, window=h["window"], stride=h["stride"]))
     rows.append(Row(f"hunyuan-dit window {h['window']} stride {h['stride']}, GNA in "
                     f"{h['steps'] - h['dense_steps']} of {h['steps']} steps: end-to-end "
                     "speed-up on B200", h["speedup"],
-                    schedule_speedup(dense_s, s, h["dense_steps"], h["steps"]),
-                    "first 15 steps keep self attention", source="Sec. 4.2, Sec. 5"))
-    gna_share = (h["steps"] - h["dense_steps"]) * attn_s / (h["steps"] * dense_s)
+                    schedule_speedup(dense_s, s, h["dense_steps"], h["steps"], once_s),
+                    f"first 15 steps keep self attention; {held}", source="Sec. 4.2, Sec. 5"))
+    gna_share = (h["steps"] - h["dense_steps"]) * attn_s / (h["steps"] * dense_s + once_s)
     rows.append(Row("hunyuan-dit: GNA's share of the generation (attention of the GNA steps)",
                     h["gna_share"], gna_share, "attention time of the 35 GNA steps over the "
-                    "dense generation's time", source="Sec. 4.2"))
+                    f"dense generation's time; {held}", source="Sec. 4.2"))
 
     # FLUX-1.dev at 4K on B200
     gpu, dense_w, gna_w = dit_steps("flux-dit", "b200")
     dense_s, dense_f, attn_s = step_time(gpu, dense_w)
+    parts, once_f = once_per_generation("flux-dit", gpu)
+    once_s, held = sum(parts.values()), _once_note(parts)
     fl = PAPER_FLUX_SCHEDULE
     rows.append(Row("flux-dit: self-attention generation time on B200 at 4K, 28 steps (s)",
-                    PAPER_SA_RUNTIME_S["flux-dit"], fl["steps"] * dense_s,
-                    f"{dense_s:.2f} s per DiT step, attention {attn_s / dense_s:.0%}; the paper's "
-                    "time also holds the text encoders and the VAE", source=src6))
+                    PAPER_SA_RUNTIME_S["flux-dit"], fl["steps"] * dense_s + once_s,
+                    f"{dense_s:.2f} s per DiT step, attention {attn_s / dense_s:.0%}; {held}",
+                    source=src6))
     for stride, paper in fl["speedups"].items():
         s, f, _ = step_time(gpu, with_gna_pattern(gna_w, window=fl["window"], stride=stride))
         rows.append(Row(f"flux-dit window {fl['window']} stride {stride}, GNA in 19 of 28 steps:"
                         " end-to-end speed-up on B200", paper,
-                        schedule_speedup(dense_s, s, fl["dense_steps"], fl["steps"]),
-                        f"step {dense_s:.2f} s dense, {s:.2f} s GNA", source=src6))
-    flops_bound = schedule_speedup(dense_f, f, fl["dense_steps"], fl["steps"])
+                        schedule_speedup(dense_s, s, fl["dense_steps"], fl["steps"], once_s),
+                        f"step {dense_s:.2f} s dense, {s:.2f} s GNA; {held}", source=src6))
+    flops_bound = schedule_speedup(dense_f, f, fl["dense_steps"], fl["steps"], once_f)
     rows.append(Row("flux-dit window 80x80, GNA in 19 of 28 steps: FLOP-wise end-to-end bound",
                     fl["flopwise"], flops_bound, "FLOPs of the dense generation over the "
-                    "scheduled one", source=src6))
+                    f"scheduled one (once per generation: {once_f / 1e15:.2f} PFLOP)",
+                    source=src6))
     rows.append(Row("flux-dit: GNA's share of the generation (attention of the GNA steps)",
                     fl["gna_share"], (fl["steps"] - fl["dense_steps"]) * attn_s
-                    / (fl["steps"] * dense_s), "attention time of the 19 GNA steps over the "
-                    "dense generation's time", source="Sec. 4.3"))
+                    / (fl["steps"] * dense_s + once_s), "attention time of the 19 GNA steps "
+                    f"over the dense generation's time; {held}", source="Sec. 4.3"))
 
     dense, _, share = dense_and_gna_step("hunyuan-dit", "h100")
     rows.append(Row("hunyuan-dit dense: attention share of a step on H100",
