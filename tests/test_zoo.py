@@ -23,6 +23,9 @@ EXACT_PARAMS = {
     "bert-base": 109_482_240, "resnet50": 25_557_032, "resnet18": 11_689_512,
     "mobilenetv2": 3_504_872, "vit-b16": 86_567_656, "tinyllama-1.1b": 1_100_048_384,
     "llama2-13b": 13_015_864_320, "llama2-70b": 68_976_648_192,
+    # the module table of stable-diffusion-3-medium in ai-dynamo/aitune's inspect guide: its
+    # 16-channel VAE decoder is FLUX.1's, its CLIP-L text encoder less the 768 x 768 projection
+    "flux-vae-decoder": 49_545_475, "clip-text": 123_060_480,
 }
 
 REQUIRED = {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "tinyllama-1.1b", "llama2-7b",
@@ -66,6 +69,9 @@ SMALL = {
                                         "tile": "2x2x2"}))},
     **{n: {**_TINY_LLAMA, "moe_d_ff": 16, "n_experts": 4, "top_k": 2}
        for n in ("mixtral-8x7b", "deepseek-moe-16b")},
+    "flux-vae-decoder": {"latent": "4x4", "ch": 8, "groups": 4},
+    "hunyuan-vae-decoder": {"latent": "3x4x4", "ch": 8, "groups": 4},
+    "t5-encoder": _TINY_LM, "clip-text": _TINY_LM,
 }
 
 

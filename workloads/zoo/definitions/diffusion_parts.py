@@ -197,7 +197,7 @@ register(ModelSpec(
     name="flux-vae-decoder", family="vision",
     description="FLUX.1's VAE decoder (2-D, 16 latent channels, x8), default 4096x4096 image",
     arch={**_VAE, "latent": "512x512", "time_upsamples": 0},
-    build=VAEDecoder, inputs=_decoder_inputs("flux-vae-decoder")))
+    build=VAEDecoder, inputs=_decoder_inputs("flux-vae-decoder"), published_params=49_545_475))
 register(ModelSpec(
     name="hunyuan-vae-decoder", family="vision",
     description="HunyuanVideo's causal 3-D VAE decoder (x4 time, x8 space), default 117x768x1280",
@@ -282,15 +282,16 @@ def _text_inputs(name: str):
     return inputs
 
 
-# T5 v1.1 XXL's encoder from its config [R HF google/t5-v1_1-xxl config.json]: 4,762,308,608
-# parameters here (embedding, 24 x (attention + gated FFN + 2 norms), final norm; the 32 x 64
-# relative-bias table is left out).
+# Parameter counts: T5 v1.1 XXL's encoder 4,762,310,656 (here 2,048 fewer: the 32 x 64
+# relative-bias table), FLUX.1's VAE decoder 49,545,475 (exactly), CLIP-L's text tower
+# 123,060,480 (exactly, its 768 x 768 projection left out) [R: the stable-diffusion-3-medium
+# module table of ai-dynamo/aitune's inspect guide, whose VAE decoder is FLUX.1's].
 register(ModelSpec(
     name="t5-encoder", family="encoder", description="T5 v1.1 XXL encoder (FLUX.1's text encoder)",
     arch={"n_layer": 24, "d_model": 4096, "n_head": 64, "d_ff": 10240, "vocab_size": 32128,
           "max_seq": 512},
     build=lambda a: TextEncoder(a, "t5"), inputs=_text_inputs("t5-encoder"),
-    phases=("forward",)))
+    phases=("forward",), published_params=4_762_310_656))
 register(ModelSpec(
     name="clip-text", family="encoder", description="CLIP ViT-L/14 text tower (77 tokens)",
     arch={"n_layer": 12, "d_model": 768, "n_head": 12, "d_ff": 3072, "vocab_size": 49408,
