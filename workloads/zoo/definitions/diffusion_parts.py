@@ -40,6 +40,7 @@ from torch import nn
 from dse.errors import BadInput
 from workloads.gna import parse_shape
 from workloads.zoo.definitions.checks import check_count, check_phase, example_floats
+from workloads.zoo.definitions.encoders import _inputs as token_inputs
 from workloads.zoo.definitions.layers import Attention, PreNormBlock
 from workloads.zoo.registry import ModelSpec, register
 
@@ -270,31 +271,18 @@ class TextEncoder(nn.Module):
         return self.final_norm(x)
 
 
-def _text_inputs(name: str):
-    def inputs(arch: dict[str, Any], phase: str, batch: int, seq: int, context: int = 0):
-        """Token ids [batch, seq] (arange mod vocab); ``context`` unused."""
-        check_phase(name, phase, ("forward",))
-        check_count("batch", batch)
-        check_count("seq", seq)
-        if seq > arch["max_seq"]:
-            raise BadInput("seq", seq, f"{name} takes at most max_seq={arch['max_seq']} tokens")
-        return ((torch.arange(batch * seq) % arch["vocab_size"]).reshape(batch, seq),), {}
-    return inputs
-
-
 # Parameter counts: T5 v1.1 XXL's encoder 4,762,310,656 (here 2,048 fewer: the 32 x 64
 # relative-bias table), FLUX.1's VAE decoder 49,545,475 (exactly), CLIP-L's text tower
 # 123,060,480 (exactly, its 768 x 768 projection left out) [R: the stable-diffusion-3-medium
 # module table of ai-dynamo/aitune's inspect guide, whose VAE decoder is FLUX.1's].
-register(ModelSpec(
-    name="t5-encoder", family="encoder", description="T5 v1.1 XXL encoder (FLUX.1's text encoder)",
-    arch={"n_layer": 24, "d_model": 4096, "n_head": 64, "d_ff": 10240, "vocab_size": 32128,
-          "max_seq": 512},
-    build=lambda a: TextEncoder(a, "t5"), inputs=_text_inputs("t5-encoder"),
-    phases=("forward",), published_params=4_762_310_656))
-register(ModelSpec(
-    name="clip-text", family="encoder", description="CLIP ViT-L/14 text tower (77 tokens)",
-    arch={"n_layer": 12, "d_model": 768, "n_head": 12, "d_ff": 3072, "vocab_size": 49408,
-          "max_seq": 77},
-    build=lambda a: TextEncoder(a, "clip"), inputs=_text_inputs("clip-text"),
-    phases=("forward",), published_params=123_060_480))
+for _name, _style, _description, _arch, _published in (
+        ("t5-encoder", "t5", "T5 v1.1 XXL encoder (FLUX.1's text encoder)",
+         {"n_layer": 24, "d_model": 4096, "n_head": 64, "d_ff": 10240, "vocab_size": 32128,
+          "max_seq": 512}, 4_762_310_656),
+        ("clip-text", "clip", "CLIP ViT-L/14 text tower (77 tokens)",
+         {"n_layer": 12, "d_model": 768, "n_head": 12, "d_ff": 3072, "vocab_size": 49408,
+          "max_seq": 77}, 123_060_480)):
+    register(ModelSpec(name=_name, family="encoder", description=_description, arch=_arch,
+                       build=lambda a, style=_style: TextEncoder(a, style),
+                       inputs=token_inputs(_name), phases=("forward",),
+                       published_params=_published))
