@@ -130,7 +130,8 @@ class Upsample(nn.Module):
 def _multipliers(value: Any) -> list[int]:
     """``ch_mult`` ``1x2x4x4``: the width of each level over ``ch``, finest first."""
     parts = str(value).split("x")
-    if not 1 <= len(parts) <= 8 or not all(p.strip().isdigit() and 1 <= int(p) <= 64 for p in parts):
+    if not 1 <= len(parts) <= 8 or not all(p.strip().isdigit() and 1 <= int(p) <= 64
+                                           for p in parts):
         raise BadInput("arch.ch_mult", value, "expected 1 to 8 ints in [1, 64] like 1x2x4x4")
     return [int(p) for p in parts]
 
@@ -152,7 +153,8 @@ class VAEDecoder(nn.Module):
                 raise BadInput("arch.groups", groups, f"expected a divisor of every width {widths}")
         check_count("arch.time_upsamples", arch["time_upsamples"], minimum=0)
         if arch["time_upsamples"] and dims == 2:
-            raise BadInput("arch.time_upsamples", arch["time_upsamples"], "expected 0 for a 2-D latent")
+            raise BadInput("arch.time_upsamples", arch["time_upsamples"],
+                           "expected 0 for a 2-D latent")
         if arch["time_upsamples"] > levels - 1:
             raise BadInput("arch.time_upsamples", arch["time_upsamples"],
                            f"expected at most {levels - 1} (levels with an upsample)")
@@ -188,7 +190,8 @@ def _decoder_inputs(name: str):
         """One latent [batch, z_channels, *latent]; ``seq``/``context`` unused."""
         check_phase(name, phase, ("forward",))
         check_count("batch", batch)
-        return (example_floats(batch, arch["z_channels"], *parse_shape(arch["latent"], "arch.latent")),), {}
+        latent = parse_shape(arch["latent"], "arch.latent")
+        return (example_floats(batch, arch["z_channels"], *latent),), {}
     return inputs
 
 
