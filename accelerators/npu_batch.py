@@ -67,9 +67,20 @@ def build_batch(preset: str | None, values: Sequence[dict[str, Any]]
             if c is _BAD:
                 ok = [False] * n
             continue
+        raw = [v.get(k, default) for v in values]
+        if params[k].type is float and params[k].choices is None and \
+                all(type(x) is float for x in raw):
+            cols[k] = raw   # Param.coerce of a float is the float: its checks as arrays
+            x = np.array(raw, dtype=np.float64)
+            low, high = params[k].low, params[k].high
+            bad = ~np.isfinite(x) | (x < low if low is not None else False) | \
+                (x > high if high is not None else False)
+            for i in np.flatnonzero(bad).tolist():
+                ok[i] = False
+            continue
         memo: dict[tuple, Any] = {}
         col = []
-        for i, x in enumerate([v.get(k, default) for v in values]):
+        for i, x in enumerate(raw):
             t = type(x)
             key = (t, x) if t is not float or x else (t, repr(x))   # 0.0 and -0.0 apart
             c = memo.get(key)
