@@ -25,8 +25,9 @@ import numpy as np
 
 from accelerators import physical as ph
 from accelerators.base import HardwareConfig
-from accelerators.memory_standards import MemorySystem
+from accelerators.memory_standards import DEVICE_GB, MemorySystem
 from accelerators.npu import NPU
+from accelerators.npu_vector import DesignArrays
 from dse.errors import DSEError
 
 #: Parameters computed as arrays; every other one makes a group.
@@ -37,12 +38,21 @@ _BAD = object()
 def build_npus(preset: str | None, values: Sequence[dict[str, Any]]) -> list[NPU | None]:
     """``NPU(preset, **v)`` for each ``v`` of ``values``; None where the constructor is needed
     (it raises, names the design's physical problem, or its group is not covered)."""
+    batch, slots = build_batch(preset, values)
+    return [None if k is None else batch.design(k) for k in slots]
+
+
+def build_batch(preset: str | None, values: Sequence[dict[str, Any]]
+                ) -> tuple["NPUBatch | None", list[int | None]]:
+    """The designs ``NPU(preset, **v)`` of ``values`` as one :class:`NPUBatch`, and for each
+    ``v`` its index in the batch (None where the constructor is needed: it raises, names the
+    design's physical problem, or the design's group is not covered)."""
     n = len(values)
-    out: list[NPU | None] = [None] * n
+    slots: list[int | None] = [None] * n
     params = NPU.params()
     preset = preset if preset is not None else NPU.DEFAULT_PRESET
     if preset not in NPU.PRESETS or not n:
-        return out
+        return None, slots
     base = {p.name: p.default for p in NPU.PARAMS}
     base.update(NPU.PRESETS[preset])
     present = set().union(*values)   # the parameters any design gives
@@ -57,9 +67,20 @@ def build_npus(preset: str | None, values: Sequence[dict[str, Any]]) -> list[NPU
             if c is _BAD:
                 ok = [False] * n
             continue
+        raw = [v.get(k, default) for v in values]
+        if params[k].type is float and params[k].choices is None and \
+                all(type(x) is float for x in raw):
+            cols[k] = raw   # Param.coerce of a float is the float: its checks as arrays
+            x = np.array(raw, dtype=np.float64)
+            low, high = params[k].low, params[k].high
+            bad = ~np.isfinite(x) | (x < low if low is not None else False) | \
+                (x > high if high is not None else False)
+            for i in np.flatnonzero(bad).tolist():
+                ok[i] = False
+            continue
         memo: dict[tuple, Any] = {}
         col = []
-        for i, x in enumerate([v.get(k, default) for v in values]):
+        for i, x in enumerate(raw):
             t = type(x)
             key = (t, x) if t is not float or x else (t, repr(x))   # 0.0 and -0.0 apart
             c = memo.get(key)
@@ -85,12 +106,13 @@ def build_npus(preset: str | None, values: Sequence[dict[str, Any]]) -> list[NPU
             gid[i] = g
     members = np.flatnonzero(gid >= 0)
     if not len(members):
-        return out
+        return None, slots
     rows = [dict(zip(names, r)) for r in zip(*[cols[k] for k in names])]
-    made = _designs(refs, gid[members], [rows[i] for i in members])
-    for i, d in zip(members.tolist(), made):
-        out[i] = d
-    return out
+    batch = _designs(refs, gid[members], [rows[i] for i in members])
+    for k, i in enumerate(members.tolist()):
+        if batch.ok[k]:
+            slots[i] = k
+    return batch, slots
 
 
 #: Designs that stand for their groups, by (preset, coerced values but CONTINUOUS), for the
@@ -237,7 +259,12 @@ def _designs(refs: list, g: np.ndarray, rows: list[dict[str, Any]]) -> list[NPU 
     dram_j = c["energy_j"] + d2d_j
     sustained = mem_bw * c["sustained"]
     pad_mm2 = dies * die_mm2 - on_die
-    shared = []
+    area_mm2 = ((((0 + c["compute"]) + c["sram"]) + c["control"]) + mem_phy) + io_other
+    area_mm2 = np.where(pad, area_mm2 + pad_mm2, area_mm2)   # Physical.area_mm2's sum
+    test = ph.TEST_COST_FRACTION
+    cost_usd = (((0 + silicon_cost) + test * silicon_cost) + package) + price
+    capacity = devices * c["cap"] * DEVICE_GB   # MemorySystem.capacity_bytes
+    shared: list = []
     for j in range(max(used) + 1):
         ref = refs[j]
         shared.append(None if ref is None or j not in const["compute"] else (
@@ -245,26 +272,89 @@ def _designs(refs: list, g: np.ndarray, rows: list[dict[str, Any]]) -> list[NPU 
              if k not in ("hw", "memory", "_clock", "_bw", "_dram_j", "_active_w",
                           "_physical_cache", "_cache")},
             ref.memory.standard, c_of(const, j)))
-    out: list[NPU | None] = []
-    test = ph.TEST_COST_FRACTION
-    for r, j, b, nd, mbw, mphy, io, k, dmm, pd, pmm, sc, pkg, tdp_i, st_i, dj, act, aa, av, \
-            pr, drj, sus in zip(rows, g.tolist(), bad.tolist(), *(x.tolist() for x in (
-                devices, mem_bw, mem_phy, io_other, dies, die_mm2, pad, pad_mm2,
-                silicon_cost, package, tdp, static, d2d_j, active, act_array, act_vector,
-                price, dram_j, sustained))):
-        if b:
-            out.append(None)
-            continue
-        attrs, std, (compute, sram, control, cap) = shared[j]
+    gl = g.tolist()
+    # the design arrays (npu_vector.DesignArrays), group values gathered per design
+    ints = np.array([[r._rows, r._cols, r._arrays, r._b, r._lanes] if r is not None
+                     else [0] * 5 for r in refs[:max(used) + 1]], dtype=np.int64)[g].T
+    per_group = np.array([[r._caps["ifmap"], r._caps["filter"], r._caps["ofmap"],
+                           r._sram_j["ifmap"], r._sram_j["filter"], r._sram_j["ofmap"],
+                           r._reg_j, r._mac_j, r._vec_j] if r is not None else [0.0] * 9
+                          for r in refs[:max(used) + 1]], dtype=np.float64)[g].T
+    floats = np.vstack([clock[None, :], sustained[None, :], per_group, dram_j[None, :],
+                        act_array[None, :], act_vector[None, :]])
+    group_df = np.array([None if r is None else r._df for r in refs], dtype=object)
+    group_dtype = np.array([None if r is None else r.hw.dtype for r in refs], dtype=object)
+    problems = [None if r is None else r._problem for r in refs]
+    batch = NPUBatch(rows, ~bad, area_mm2, cost_usd, tdp, capacity)
+    batch.arrays = DesignArrays.from_columns(
+        batch, ints, floats, group_df[g], group_dtype[g], [problems[j] for j in gl],
+        area_mm2, static, capacity)
+    batch._parts = (gl, shared, *(x.tolist() for x in (
+        devices, mem_bw, mem_phy, io_other, dies, die_mm2, pad, pad_mm2, silicon_cost,
+        package, tdp, static, d2d_j, active, act_array, act_vector, price, dram_j, sustained)))
+    return batch
+
+
+class NPUBatch:
+    """Designs built together as arrays (:func:`build_batch`): design ``k`` has the coerced
+    parameters ``hw[k]``; ``ok[k]`` False where it cannot be built (its constructor says why);
+    ``area_mm2``, ``cost_usd``, ``tdp_w`` and ``capacity_bytes`` (its memory) ``(N,)``
+    arrays equal to the object's; ``arrays`` the :class:`~accelerators.npu_vector.DesignArrays`
+    of all N. :meth:`design` makes design ``k``'s :class:`NPU` object on first use (equal to the
+    constructor's; a batch scored as arrays makes none)."""
+
+    def __init__(self, hw: list[dict[str, Any]], ok: np.ndarray, area_mm2: np.ndarray,
+                 cost_usd: np.ndarray, tdp_w: np.ndarray, capacity_bytes: np.ndarray):
+        self.hw, self.ok = hw, ok.tolist()
+        self.area_mm2, self.cost_usd, self.tdp_w = area_mm2, cost_usd, tdp_w
+        self.capacity_bytes = capacity_bytes
+        self.arrays: Any = None
+        self._parts: tuple = ()
+        self._objects: dict[int, NPU] = {}
+
+    @classmethod
+    def of(cls, designs: Sequence[NPU]) -> "NPUBatch":
+        """A batch of designs already built (by the constructor)."""
+        phys = [d.physical() for d in designs]
+        nan = math.nan
+        out = cls([dict(d.hw.items()) for d in designs], np.ones(len(designs), dtype=bool),
+                  np.array([d.area_mm2() for d in designs], dtype=np.float64),
+                  np.array([p.cost_usd if p else nan for p in phys], dtype=np.float64),
+                  np.array([p.tdp_w if p else nan for p in phys], dtype=np.float64),
+                  np.empty(0))
+        out.arrays = DesignArrays(list(designs))
+        out.capacity_bytes = out.arrays.capacity_bytes
+        out._objects = dict(enumerate(designs))
+        return out
+
+    def __len__(self) -> int:
+        return len(self.hw)
+
+    def __getitem__(self, k: int) -> NPU:
+        return self.design(k)
+
+    def design(self, k: int) -> NPU:
+        """Design ``k`` as an :class:`NPU` (made once)."""
+        d = self._objects.get(k)
+        if d is not None:
+            return d
+        if not self.ok[k]:
+            raise IndexError(f"design {k} of the batch is left to the constructor")
+        gl, shared, *cols = self._parts
+        nd, mbw, mphy, io, dies, dmm, pd, pmm, sc, pkg, tdp, st, dj, act, aa, av, pr, drj, \
+            sus = (x[k] for x in cols)
+        r = self.hw[k]
+        attrs, std, (compute, sram, control, cap) = shared[gl[k]]
         mem = MemorySystem(std, nd, cap, mbw)
         parts = {"compute": compute, "sram": sram, "control": control, "memory_phy": mphy,
                  "io_other": io}
         if pd:
             parts["pad_limited"] = pmm
-        phys = ph.Physical(area_breakdown_mm2=parts, dies=k, die_mm2=dmm, memory=mem,
+        test = ph.TEST_COST_FRACTION
+        phys = ph.Physical(area_breakdown_mm2=parts, dies=dies, die_mm2=dmm, memory=mem,
                            cost_breakdown_usd={"dies": sc, "test": test * sc, "package": pkg,
                                                "memory": pr},
-                           tdp_w=tdp_i, static_w=st_i, d2d_j_per_byte=dj, problem=None,
+                           tdp_w=tdp, static_w=st, d2d_j_per_byte=dj, problem=None,
                            active_w=act)
         d = NPU.__new__(NPU)
         d.__dict__.update(attrs)
@@ -275,8 +365,8 @@ def _designs(refs: list, g: np.ndarray, rows: list[dict[str, Any]]) -> list[NPU 
         d._dram_j = drj
         d._active_w = {"array": aa, "vector": av}
         d._cache = {}
-        out.append(d)
-    return out
+        self._objects[k] = d
+        return d
 
 
 def c_of(const: dict, j: int) -> tuple:

@@ -94,7 +94,40 @@ class DesignArrays:
         self.area_mm2 = np.array([d.area_mm2() for d in self.designs], dtype=np.float64)
         self.static_power_w = np.array([d.static_power_w() for d in self.designs],
                                        dtype=np.float64)
+        # what a whole-workload evaluation checks per design: the bytes it holds (inf:
+        # unchecked) and whether it can be built at all (no physical problem)
+        self.capacity_bytes = np.array([_capacity(d) for d in self.designs], dtype=np.float64)
+        self.buildable = np.array([_buildable(d) for d in self.designs], dtype=bool)
         self._columns()
+
+    @classmethod
+    def from_columns(cls, designs: Sequence[NPU], ints: np.ndarray, floats: np.ndarray,
+                     df: np.ndarray, dtype: np.ndarray, problems: Sequence[str | None],
+                     area_mm2: np.ndarray, static_power_w: np.ndarray,
+                     capacity_bytes: np.ndarray, xp: Any = None) -> "DesignArrays":
+        """Designs whose parameters are already arrays (:mod:`accelerators.npu_batch`):
+        ``ints`` ``(len(_INTS), N)``, ``floats`` ``(len(_FLOATS), N)``, ``df`` and ``dtype``
+        ``(N,)`` objects, each design's scratchpad problem (None: none). ``designs``: a
+        sequence whose items are the NPU objects (read only for ops in number formats).
+        Every design is buildable (npu_batch builds no design with a physical problem)."""
+        out = object.__new__(cls)
+        out.xp = xp if xp is not None else namespace()
+        out.designs = designs
+        n = ints.shape[1]
+        out._iv, out._fv, out._df, out._dtype = ints, floats, df, dtype
+        texts: dict[str, int] = {}
+        out.problem_codes = np.array([0 if p is None else texts.setdefault(p, len(texts) + 1)
+                                      for p in problems], dtype=np.int64).reshape(n)
+        out.problem_texts = list(texts)
+        c_elems = floats[4] // ACC_BYTES   # exact: a scratchpad's bytes are an integer
+        out._c_elems = c_elems.astype(np.int64)
+        out._side = np.array([max(1, math.isqrt(c)) for c in out._c_elems.tolist()],
+                             dtype=np.int64).reshape(n)
+        out.area_mm2, out.static_power_w = area_mm2, static_power_w
+        out.capacity_bytes = capacity_bytes
+        out.buildable = np.ones(n, dtype=bool)
+        out._columns()
+        return out
 
     def _columns(self) -> None:
         """The ``(1, N)`` arrays of ``_iv``, ``_fv`` and ``_df`` on the namespace's device."""
@@ -132,11 +165,13 @@ class DesignArrays:
         idx = np.asarray(index, dtype=np.int64)
         out = object.__new__(DesignArrays)
         out.xp = self.xp
-        out.designs = [self.designs[i] for i in idx.tolist()]
+        out.designs = ([self.designs[i] for i in idx.tolist()] if isinstance(self.designs, list)
+                       else _Subset(self.designs, idx.tolist()))
         out._iv, out._fv, out._df = self._iv[:, idx], self._fv[:, idx], self._df[idx]
         out._dtype = self._dtype[idx]
         out._c_elems, out._side = self._c_elems[idx], self._side[idx]
         out.area_mm2, out.static_power_w = self.area_mm2[idx], self.static_power_w[idx]
+        out.capacity_bytes, out.buildable = self.capacity_bytes[idx], self.buildable[idx]
         out.problem_codes, out.problem_texts = self.problem_codes[idx], self.problem_texts
         out._columns()
         return out
@@ -148,6 +183,34 @@ class DesignArrays:
     def per_dtype(self, table: np.ndarray):
         """``(ops, len(dtype_values))`` values -> ``(ops, N)`` by each design's MAC format."""
         return self.xp.asarray(table)[:, self.dtype_index]
+
+
+class _Subset(Sequence):
+    """Items ``index`` of a sequence whose items are made on first use (an
+    :class:`~accelerators.npu_batch.NPUBatch`), read only when asked for."""
+
+    def __init__(self, items: Sequence, index: list[int]):
+        self._items, self._index = items, index
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self._items[j] for j in self._index[i]]
+        return self._items[self._index[i]]
+
+
+def _capacity(d: NPU) -> float:
+    """:meth:`NPU.memory_capacity_bytes`, inf where unchecked."""
+    c = d.memory_capacity_bytes()
+    return math.inf if c is None else c
+
+
+def _buildable(d: NPU) -> bool:
+    """Whether the design has no physical problem (or is embedded, where none is charged)."""
+    phys = d.physical()
+    return not (phys is not None and phys.problem and not d.embedded)
 
 
 # ----------------------------------------------------------------------------- results

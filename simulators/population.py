@@ -297,15 +297,16 @@ def _stack(rows: list) -> np.ndarray:
     return np.stack([np.asarray(r) for r in rows])
 
 
-def evaluate_pairs(fam, vals: np.ndarray, depth: np.ndarray, designs: Sequence[NPU],
-                   phase: str, batch: int, seq: int) -> PairResults:
+def evaluate_pairs(fam, vals: np.ndarray, depth: np.ndarray,
+                   designs: "Sequence[NPU] | DesignArrays", phase: str, batch: int,
+                   seq: int) -> PairResults:
     """Fast-path latency and energy of design ``i`` on the family's architecture ``i``
     (``vals[:, i]`` its size variables, ``depth[i]`` its blocks), for every pair at once:
     the unique ops' numbers as arrays (:class:`workloads.reshape_arrays.FamilyArrays`), the
     npu's cost kernels on ``(ops, pairs)``, the critical path and energy over prefix, blocks
     and suffix with each pair's own depth, and the capacity check on the footprint computed
     the same way. Equal to :func:`simulators.fast.evaluate_many` on each pair's workload
-    (tested)."""
+    (tested). ``designs``: npu objects, or their :class:`DesignArrays` (one per pair)."""
     from accelerators.mac_formats import is_classic
     from accelerators.npu_vector import (AttentionFeatures, GemmFeatures, attention_kernel,
                                          gemm_kernel, vector_kernel)
@@ -315,15 +316,12 @@ def evaluate_pairs(fam, vals: np.ndarray, depth: np.ndarray, designs: Sequence[N
     bpe = fam.elem
     zero = np.zeros(P, dtype=np.int64)
     numbers = fam.op_numbers(vals)
-    a = DesignArrays(designs)
+    a = designs if isinstance(designs, DesignArrays) else DesignArrays(designs)
     b = a.b[0]
-    handled = np.ones(P, dtype=bool)
-    for d_i, d in enumerate(designs):
-        phys = d.physical()
-        if d._problem or (phys is not None and phys.problem and not d.embedded):
-            handled[d_i] = False
-        elif not is_classic(d.hw["dtype"]):   # a number-format MAC unit needs a workload in
-            handled[d_i] = False              # number formats (Template.format_problem)
+    # a design with a problem, or a number-format MAC unit (it needs a workload in number
+    # formats: Template.format_problem), is left to the per-architecture path
+    classic = np.array([is_classic(t) for t in a.dtype_values], dtype=bool)[a.dtype_index_np]
+    handled = (a.problem_codes == 0) & a.buildable & classic
     U = len(numbers)
     lat = np.full((U, P), np.nan)
     energy = np.full((U, P), np.nan)
@@ -376,9 +374,7 @@ def evaluate_pairs(fam, vals: np.ndarray, depth: np.ndarray, designs: Sequence[N
         act[sel] = peak[sel]
     scale = b / bpe
     need = (params * bpe).astype(np.float64) * scale + kv * scale + act * scale
-    capacity = np.array([d.memory_capacity_bytes() if d.memory_capacity_bytes() is not None
-                         else np.inf for d in designs], dtype=np.float64)
-    handled &= need <= capacity
+    handled &= need <= a.capacity_bytes
     flops = _layered_sum(fam, [np.broadcast_to(x["flops"], (P,)) for x in numbers], depth, zero)
     energy_total = dyn + a.static_power_w * crit
     return PairResults(handled, np.where(handled, crit, np.nan),

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from accelerators.npu import NPU
-from accelerators.npu_batch import build_npus
+from accelerators.npu_batch import build_batch, build_npus
+from accelerators.npu_vector import DesignArrays
 from dse.errors import DSEError
 
 
@@ -90,6 +91,35 @@ def test_designs_built_as_arrays_equal_the_constructors(preset):
         kinds["scratchpad" if want._problem else "batch"] += 1
     # every kind of design occurs, and the constructor's problems are of several sorts
     assert min(kinds.values()) >= 5, kinds
+
+
+@pytest.mark.parametrize("preset", ["datacenter-bf16", "edge-32x32"])
+def test_a_batch_as_arrays_equals_its_designs_as_arrays(preset):
+    """What the study reads of a batch without making its objects (the design arrays, area,
+    cost, TDP, capacity, parameters) is bit for bit what the constructor's designs give, and
+    no object is made to give it."""
+    hws = _random_hw(np.random.default_rng(5), 400)
+    batch, slots = build_batch(preset, hws)
+    ks = [k for k in slots if k is not None]
+    assert len(ks) >= 100
+    got = batch.arrays.take(ks)
+    assert not batch._objects   # nothing made so far
+    want_designs = [NPU(preset, **hws[i]) for i, k in enumerate(slots) if k is not None]
+    want = DesignArrays(want_designs)
+    for name in ("_iv", "_fv", "_c_elems", "_side", "area_mm2", "static_power_w",
+                 "capacity_bytes", "buildable"):
+        assert np.array_equal(getattr(got, name), getattr(want, name)), name
+    assert list(got._df) == list(want._df) and list(got._dtype) == list(want._dtype)
+    problems = [[a.problem_texts[c - 1] if c else None for c in a.problem_codes.tolist()]
+                for a in (got, want)]
+    assert problems[0] == problems[1] and any(problems[1])
+    for k, d in zip(ks, want_designs):
+        phys = d.physical()
+        assert (batch.area_mm2[k], batch.cost_usd[k], batch.tdp_w[k], batch.capacity_bytes[k]
+                ) == (d.area_mm2(), phys.cost_usd, phys.tdp_w, d.memory_capacity_bytes())
+        assert batch.hw[k] == dict(d.hw.items())
+    assert not batch._objects
+    assert got.designs[3] is batch.design(ks[3])   # made on demand, once
 
 
 def test_the_problems_the_arrays_flag_are_the_constructors():

@@ -68,13 +68,16 @@ class Evaluator:
         self._segments: dict[str, list[list[str]]] = {}
         # What evaluate_batch scored ahead: workloads by (label, arch), fast-path metrics (or
         # the infeasibility reason) by (label, arch, design), designs by (name, id of the
-        # point's parameters dict), each kept with that dict (the batch holds the points).
+        # point's parameters dict) as (that dict, an npu_batch.NPUBatch or None, the design's
+        # index in it or the design) (the batch holds the points).
         self._batch_workloads: dict[tuple[str, str], Any] = {}
         self._batch_fast: dict[tuple[str, str, str], dict[str, float] | str] = {}
-        self._batch_designs: dict[tuple[str, int], tuple[dict[str, Any], Any]] = {}
+        self._batch_designs: dict[tuple[str, int], tuple[dict[str, Any], Any, Any]] = {}
         # What was scored as (design, architecture) pairs, per point (by id, kept with the
-        # point): label -> (workload, metrics).
-        self._pair_points: dict[int, tuple[Point, dict[str, tuple[Any, dict[str, float]]]]] = {}
+        # point): (point, label -> (workload, metrics), the design's own metrics, its
+        # parameters).
+        self._pair_points: dict[int, tuple[Point, dict[str, tuple[Any, dict[str, float]]],
+                                           dict[str, float], dict[str, Any]]] = {}
         self._batching = False
         spec = study.spec
         # A study whose points evaluate_batch may answer from the pairs it scored
@@ -168,7 +171,7 @@ class Evaluator:
         """The points' npu designs built together (:func:`accelerators.npu_batch.build_npus`:
         equal to the constructor's), kept for :meth:`_build`; the rest are left to it."""
         from accelerators.npu import NPU
-        from accelerators.npu_batch import build_npus
+        from accelerators.npu_batch import build_batch
         from accelerators.registry import get_template
         npu = {n for n, d in self._designs.items() if get_template(d.template) is NPU}
         by_name: dict[str, list[dict[str, Any]]] = {}
@@ -176,10 +179,11 @@ class Evaluator:
             if point.design in npu:
                 by_name.setdefault(point.design, []).append(point.hw[point.design])
         for name, hws in by_name.items():
-            todo = [hw for hw in hws if self._batch_design(name, hw) is None]
-            for hw, d in zip(todo, build_npus(self._designs[name].preset, todo)):
-                if d is not None:
-                    self._batch_designs[name, id(hw)] = hw, d
+            todo = [hw for hw in hws if self._batch_slot(name, hw) is None]
+            batch, slots = build_batch(self._designs[name].preset, todo)
+            for hw, k in zip(todo, slots):
+                if k is not None:
+                    self._batch_designs[name, id(hw)] = hw, batch, k
 
     def _prefetch_pairs(self, points: list[Point]) -> None:
         """Score the points' (npu design, re-shaped architecture) pairs as arrays
@@ -187,15 +191,23 @@ class Evaluator:
         What it cannot score (another template, a family without arrays, an infeasible pair)
         is left to the per-architecture path, which says why."""
         from accelerators.npu import NPU
+        from accelerators.npu_batch import NPUBatch
         from workloads import build, reshape
-        pts = []
+        pts, loose = [], []   # (point, batch, index); (point, design) of designs built alone
         for point in points:
+            slot = self._batch_slot(point.design, point.hw[point.design])
+            if slot is not None:
+                pts.append((point, *slot))
+                continue
             try:
                 design = self._build(point.design, point.hw[point.design])
             except DSEError:
                 continue
             if type(design) is NPU:
-                pts.append((point, design))
+                loose.append((point, design))
+        if loose:
+            alone = NPUBatch.of([d for _, d in loose])
+            pts += [(point, alone, k) for k, (point, _) in enumerate(loose)]
         if len(pts) < PAIR_MIN:
             return
         for w in self.study.workloads:
@@ -204,7 +216,7 @@ class Evaluator:
                 resolve = build.resolver(w.model, w.phase, w.batch, w.seq, w.context, w.dtype)
             except DSEError:
                 continue   # evaluate() says why
-            for point, design in pts:
+            for point, batch, k in pts:
                 if w.formats or point.formats:   # number formats: the per-architecture build
                     continue
                 try:
@@ -214,11 +226,11 @@ class Evaluator:
                     continue
                 if fam is None:
                     continue
-                groups.setdefault(fam[2], []).append((point, design, args, fam))
+                groups.setdefault(fam[2], []).append((point, batch, k, args, fam))
             for members in groups.values():
                 self._score_family(w, members)
         every = len(self.study.workloads)
-        for point, scored in self._pair_points.values():
+        for point, scored, _, _ in self._pair_points.values():
             if not (self._plain and len(point.hw) == 1 and len(scored) == every):
                 # the general path (_evaluate) looks the pairs up by architecture and design
                 dkey = _design_key(self._build(point.design, point.hw[point.design]))
@@ -231,44 +243,53 @@ class Evaluator:
         from simulators.engine import throughput_of
         from simulators.population import evaluate_pairs
         from workloads import reshape, reshape_arrays
-        point, design, args, fam = members[0]
+        point, _, _, args, fam = members[0]
         rule, variables, _ = fam
         template = reshape._template(args, fam, True)
         if template is None:
             return
         names = list(variables)
         arrays = reshape_arrays.family_arrays(template, args["dtype"], names,
-                                              [m[3][1] for m in members[:3]])
+                                              [m[4][1] for m in members[:3]])
         if arrays is None:
             return
-        vals = np.array([[m[3][1][n] for m in members] for n in names], dtype=np.int64)
-        depth = np.array([m[2]["arch"][rule.depth] if rule.depth else 0 for m in members],
-                         dtype=np.int64)
-        try:
-            res = evaluate_pairs(arrays, vals, depth, [m[1] for m in members], args["phase"],
-                                 args["batch"], args["seq"])
-        except (ValueError, OverflowError):   # sizes past int64: the per-architecture path
-            return
+        by_batch: dict[int, list] = {}
+        for m in members:
+            by_batch.setdefault(id(m[1]), []).append(m)
         spec = get_model(args["model"])
         seq = args["seq"] if spec.family in ("llm", "encoder") else 0
         shape = _Workload(args["arch"], 0, 0, args["phase"], args["batch"], seq)
-        handled = np.flatnonzero(res.handled).tolist()
         by_point = self._pair_points
-        for i, lat, energy, params, flops in zip(
-                handled, *(x[handled].tolist() for x in (res.latency_s, res.energy_j,
-                                                         res.params, res.flops))):
-            point, design, a, _ = members[i]
-            dm = _design_metrics(design)
-            metrics = {
-                "latency_s": lat, "energy_j": energy, "area_mm2": float(dm["area_mm2"]),
-                "avg_power_w": energy / lat if lat > 0 else float("nan"),
-                "edp": energy * lat, "throughput": throughput_of(shape, lat)[0],
-                "cost_usd": dm["cost_usd"], "tdp_w": dm["tdp_w"]}
-            wl = _Workload(a["arch"], int(params), int(flops), a["phase"], a["batch"], seq)
-            entry = by_point.get(id(point))
-            if entry is None or entry[0] is not point:
-                entry = by_point[id(point)] = (point, {})
-            entry[1][w.label] = (wl, metrics)
+        for group in by_batch.values():   # the designs of one batch as one array program
+            batch = group[0][1]
+            ks = [m[2] for m in group]
+            vals = np.array([[m[4][1][n] for m in group] for n in names], dtype=np.int64)
+            depth = np.array([m[3]["arch"][rule.depth] if rule.depth else 0 for m in group],
+                             dtype=np.int64)
+            try:
+                res = evaluate_pairs(arrays, vals, depth, batch.arrays.take(ks), args["phase"],
+                                     args["batch"], args["seq"])
+            except (ValueError, OverflowError):   # sizes past int64: per architecture
+                continue
+            handled = np.flatnonzero(res.handled).tolist()
+            at = [ks[i] for i in handled]
+            for i, k, lat, energy, params, flops, area, cost, tdp in zip(
+                    handled, at, *(x[handled].tolist() for x in (
+                        res.latency_s, res.energy_j, res.params, res.flops)),
+                    *(x[at].tolist() for x in (batch.area_mm2, batch.cost_usd, batch.tdp_w))):
+                point, _, _, a, _ = group[i]
+                metrics = {
+                    "latency_s": lat, "energy_j": energy, "area_mm2": area,
+                    "avg_power_w": energy / lat if lat > 0 else float("nan"),
+                    "edp": energy * lat, "throughput": throughput_of(shape, lat)[0],
+                    "cost_usd": cost, "tdp_w": tdp}
+                wl = _Workload(a["arch"], int(params), int(flops), a["phase"], a["batch"], seq)
+                entry = by_point.get(id(point))
+                if entry is None or entry[0] is not point:
+                    entry = by_point[id(point)] = (
+                        point, {}, {"area_mm2": area, "cost_usd": cost, "tdp_w": tdp},
+                        batch.hw[k])
+                entry[1][w.label] = (wl, metrics)
 
     def _scored_pairs(self, point: Point) -> dict[str, tuple[Any, dict[str, float]]]:
         """What :meth:`_score_family` scored of this very point: label -> (workload,
@@ -285,36 +306,41 @@ class Evaluator:
         d = self._designs[name]
         design = get_template(d.template)(d.preset, **hw)
         if self._batching:
-            self._batch_designs[name, id(hw)] = hw, design
+            self._batch_designs[name, id(hw)] = hw, None, design
         return design
 
     def _batch_design(self, name: str, hw: dict[str, Any]):
         """The design evaluate_batch built for this very parameters dict, or None."""
         hit = self._batch_designs.get((name, id(hw)))
-        return hit[1] if hit is not None and hit[0] is hw else None
+        if hit is None or hit[0] is not hw:
+            return None
+        return hit[2] if hit[1] is None else hit[1].design(hit[2])
+
+    def _batch_slot(self, name: str, hw: dict[str, Any]):
+        """``(NPUBatch, index)`` where evaluate_batch built this very parameters dict's design
+        in a batch, else None."""
+        hit = self._batch_designs.get((name, id(hw)))
+        return hit[1:] if hit is not None and hit[0] is hw and hit[1] is not None else None
 
     def _evaluate_scored(self, point: Point) -> Evaluation | None:
         """:meth:`_evaluate` of a point of a plain study whose every workload
         :meth:`evaluate_batch` scored as a (design, architecture) pair: the same steps on what
         was scored, without the general path's branches; None where anything is missing."""
         name = point.design
-        scored = self._scored_pairs(point)   # none where a number format is given
+        hit = self._pair_points.get(id(point))   # none where a number format is given
         study = self.study
-        if len(point.hw) != 1 or len(scored) != len(study.workloads):
+        if hit is None or hit[0] is not point or len(point.hw) != 1 or \
+                len(hit[1]) != len(study.workloads):
             return None   # _prefetch_pairs left this point's pairs to the general path
-        design = self._batch_design(name, point.hw[name])
-        if design is None:
-            return None
+        _, scored, design_metrics, hw = hit
         per_workload: dict[str, dict[str, float]] = {}
         for w in study.workloads:
             wl, result_metrics = scored[w.label]
             per_workload[w.label] = obj.workload_metrics(
                 result_metrics, wl.params, result_metrics.pop("model_flops", wl.flops), None)
         d = self._designs[name]
-        hw_values = design.hw
         described: dict[str, Any] = {
-            "designs": {name: {"template": d.template, "preset": d.preset,
-                               "hw": dict(getattr(hw_values, "_values", hw_values))}},
+            "designs": {name: {"template": d.template, "preset": d.preset, "hw": dict(hw)}},
             "arch": {w: dict(scored[w][0].arch if w in scored else a)
                      for w, a in point.arch.items()}}
         if point.assign:
@@ -322,7 +348,7 @@ class Evaluator:
         if study.space.alternatives:
             described["design"] = name
         metrics = obj.totals(per_workload, {w.label: w.weight for w in study.workloads},
-                             _design_metrics(design), {})
+                             design_metrics, {})
         return Evaluation(metrics, None, described, self.fidelity)
 
     def _evaluate(self, point: Point) -> Evaluation:
