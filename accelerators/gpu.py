@@ -115,6 +115,9 @@ PARAMS = (
     Param("tdp_w", float, "W", 700.0, "board power limit from the datasheet: what the "
           "model's own bottom-up TDP is validated against (docs/validation.md); results "
           "report the model's", 1.0, 5000.0),
+    Param("context_idle_w", float, "W", 0.0, "board power idle while a CUDA context is held "
+          "(P0 clocks, no kernel running; nvidia-smi's reading): the floor of the static "
+          "power; 0: the model's leakage and memory background only", 0.0, 5000.0),
     Param("sms_on_die", int, "SMs", 0, "SMs on the die, disabled ones included (area); 0: sms",
           0, 1024),
     Param("tensor_macs_per_sm", int, "MAC/cycle", 2048, "dense fp16 tensor-core multiply-"
@@ -185,9 +188,12 @@ RT_CORE_MM2_45NM = 0.7 / 2 / tech.area_scale(12)
 #: sparsity" figures), memory standard and devices, L2, SMs enabled / on the die (compute
 #: units on the MI300X), tensor MACs, fp32 lanes and L1 per SM, node, host and peer links,
 #: boost clock, board power (die areas below are for reference: the physical model derives
-#: area from these). Idle power is an estimate [E] except the H200's 119 W, which the NVML
-#: energy counter measured with a CUDA context (tests/data/h200_calibration_raw.json, section
-#: "power"), as was its copy power fraction 0.855 = (616 W - 119 W) / (700 W - 119 W). Tensor
+#: area from these). Idle power is the model's (leakage and memory background) unless a preset
+#: sets ``context_idle_w``, the board's measured power with a CUDA context and no kernel (the
+#: T4's). The H200's 119 W, which the NVML energy counter measured with a CUDA context
+#: (tests/data/h200_calibration_raw.json, section "power"; not set as its ``context_idle_w``:
+#: the physical-h200 table validates the model against it), gave its copy power fraction
+#: 0.855 = (616 W - 119 W) / (700 W - 119 W). Tensor
 #: MACs per SM per cycle are the dense fp16 peak over 2 x SMs x clock (A100 1024, Hopper 2048,
 #: MI300X 1024 per CU, GA102 / AD102 512 with fp16 accumulate). Sources, per preset:
 #:
@@ -216,7 +222,11 @@ RT_CORE_MM2_45NM = 0.7 / 2 / tech.area_scale(12)
 #:   with fp32 accumulate), int8 130 TOPS; 16 GB GDDR6 320 GB/s, 4 MB L2, 70 W; TU104
 #:   545 mm^2. Turing has no bf16 (nor fp8, nor TF32) tensor cores: ``peak_bf16_flops`` is 0, so
 #:   bf16 ops run at the fp32 rate [E: emulated]; fp32 convolutions are still costed as TF32
-#:   (``gpu_efficiency.KernelModel.conv_flops``), too fast on a T4.
+#:   (``gpu_efficiency.KernelModel.conv_flops``), too fast on a T4. ``context_idle_w`` 26 W
+#:   [S: nvidia-smi of T4s holding a CUDA context at 0 % utilisation, P0: 26 W at 43 C
+#:   (stanford-cs149/asst3 README), 27 W and 26 W at 34 C (a vLLM Llama-3 on 2 x T4 demo
+#:   README, whose two T4s without a process read 14 W in P8); the model's leakage and GDDR6
+#:   background alone are 13.6 W].
 #: * ``rtx3090``: GA102 whitepaper (Appendix A): 82 SMs, 1695 MHz, fp32 35.6 TFLOP/s; fp16 and
 #:   bf16 tensor 71 TFLOP/s with fp32 accumulate (what cuBLAS runs for PyTorch), 142 with fp16
 #:   accumulate (82 SMs x 4 tensor cores x 128 fp16 FMA x 2 x 1.695 GHz; GeForce halves the
@@ -304,6 +314,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                peak_fp32_flops=8.1e12, peak_fp8_flops=0.0, peak_int8_ops=130e12,
                memory_bandwidth_Bps=320e9, memory_capacity_bytes=15360 * MIB, memory_kind="gddr6",
                memory_devices=8, memory_device_gb=2, l2_bytes=4 * 2**20, tdp_w=70.0,
+               context_idle_w=26.0,
                sms_on_die=48, tensor_macs_per_sm=512,
                fp32_lanes_per_sm=64, l1_kb_per_sm=96, node_nm=12, host_interface="pcie4x16",
                other_logic_mm2=48 * RT_CORE_MM2_45NM * tech.area_scale(12),
@@ -595,9 +606,18 @@ class GPU(Template):
         cores, ``vector`` for element-wise work), J per DRAM byte, J per L2 byte, and the
         power of the logic the tables do not count (charged per second of kernel time)."""
         node = self.hw.node_nm
+        phys = self.physical()
+        # a measured idle power above the modelled static already holds the clocked logic's
+        # idle share of the uncounted logic: a kernel pays only the rest of it
+        idle_extra_w = max(0.0, self.hw.context_idle_w - phys.static_w)
         return {"flop": self._per_flop_j(), "dram": self.memory.energy_j_per_byte,
                 "l2": tech.sram_energy_j_per_byte(self.hw.l2_bytes, node),
-                "active_w": self.physical().active_w}
+                "active_w": max(0.0, phys.active_w - idle_extra_w)}
+
+    def static_power_w(self) -> float:
+        """Leakage and the memory's background, W, or the board's measured idle power with a
+        CUDA context (``context_idle_w``: P0 clocks running between kernels) where higher."""
+        return max(super().static_power_w(), self.hw.context_idle_w)
 
     def _per_flop_j(self) -> dict[str, float]:
         """Dynamic J per FLOP of each datapath (:meth:`_energy_model`)."""

@@ -317,3 +317,30 @@ def test_cost_is_deterministic_across_designs():
     ops = sample_ops(seed=1, count=1000)
     first = [make_accelerator("gpu:h200").cost(op) for op in ops]
     assert first == [make_accelerator("gpu:h200").cost(op) for op in ops]
+
+
+def test_context_idle_power_floors_the_static_power_not_the_busy_power():
+    """A GPU holding a CUDA context idles in P0 (the T4: 26 W on nvidia-smi, against 13.6 W of
+    modelled leakage and GDDR6 background): that is its static power, so an eager run's host
+    gaps cost it; a busy kernel's power is unchanged (the measured idle already holds the
+    clocked logic's idle share, which the kernel's uncounted-logic term stops paying)."""
+    from workloads.build import build_workload
+    t4, bare = make_accelerator("gpu:t4"), make_accelerator("gpu:t4", {"context_idle_w": 0.0})
+    assert t4.hw.context_idle_w == 26.0 and bare.static_power_w() < 26.0
+    assert t4.static_power_w() == 26.0
+    extra = 26.0 - bare.static_power_w()
+    assert t4._energy["active_w"] == pytest.approx(bare._energy["active_w"] - extra)
+    w = build_workload("gpt2", phase="decode", batch=1, context=512, dtype="fp16")
+    busy, busy_bare = simulate(w, t4), simulate(w, bare)    # runtime kernels: always busy
+    assert busy.energy_j == pytest.approx(busy_bare.energy_j, rel=1e-6)
+    eager = {"runtime": "eager", "host_profile": "lent-h100-xeon-generate"}
+    r = simulate(w, make_accelerator("gpu:t4", eager))
+    r_bare = simulate(w, make_accelerator("gpu:t4", {**eager, "context_idle_w": 0.0}))
+    idle_s = r.latency_s - busy.latency_s
+    assert idle_s > 0
+    assert r.energy_j - r_bare.energy_j == pytest.approx(extra * idle_s, rel=1e-3)
+    assert r.energy_j / r.latency_s >= 26.0
+    # a floor below the modelled static changes nothing
+    low = make_accelerator("gpu:t4", {"context_idle_w": 1.0})
+    assert low.static_power_w() == bare.static_power_w()
+    assert low._energy["active_w"] == bare._energy["active_w"]
