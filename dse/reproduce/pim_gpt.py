@@ -33,6 +33,18 @@ dispatch the eager model already predicts; ``python benchmarks/gpu_baselines.py 
 ``tests/data/h100_baselines/hf_models.json``). ``rows(gpu_hw=...)`` (CLI: ``dse reproduce
 pim-gpt --gpu-hw host_profile=lent-h100-xeon`` for no per-token Python, ``runtime=kernels``
 for tuned kernels) overrides it. Nothing is fitted to the paper.
+
+Energy per token, each side as the tool counts it (docs/validation.md, pim-gpt section):
+
+* PIM-GPT: the PIM-DRAM's row activations, in-bank reads and MACs, the bus transfers, the host
+  ASIC's vector work and buffer, and the static power (the DRAM's background and the ASIC's
+  leakage) for the token's time;
+* T4: the board (no host): the kernels' MACs, DRAM and L2 bytes and uncounted logic, and for
+  the whole wall time the board's idle power with a CUDA context held (the ``t4`` preset's
+  ``context_idle_w``, 26 W measured on nvidia-smi in P0; an eager run's GPU waits on its host
+  in P0);
+* CPU: the package and its DRAM: per FLOP and per DRAM byte at the 200 W TDP's dynamic budget,
+  the package's idle power for the wall time (the per-token Python included).
 """
 
 from __future__ import annotations
@@ -127,14 +139,17 @@ def rows(hw: dict[str, Any] | None = None, gpu_hw: dict[str, Any] | None = None)
     for label, model, arch in models():
         m = measure(model, arch, hw, gpu_hw)
         note = (f"{m['params'] / 1e6:.0f}M params, context {CONTEXT}: PIM "
-                f"{m['pim_s'] * 1e3:.3f} ms / {m['pim_j'] * 1e3:.2f} mJ per token, T4 "
-                f"{m['gpu_s'] * 1e3:.3f} ms / {m['gpu_j'] * 1e3:.1f} mJ ({m['gpu_runtime']})")
+                f"{m['pim_s'] * 1e3:.3f} ms / {m['pim_j'] * 1e3:.2f} mJ per token "
+                f"({m['pim_j'] / m['pim_s']:.1f} W), T4 {m['gpu_s'] * 1e3:.3f} ms / "
+                f"{m['gpu_j'] * 1e3:.1f} mJ ({m['gpu_j'] / m['gpu_s']:.1f} W; "
+                f"{m['gpu_runtime']})")
         out.append(Row(f"{label}: token-generation speedup over T4", PAPER_SPEEDUP,
                        m["gpu_s"] / m["pim_s"], note, source=source))
         out.append(Row(f"{label}: energy efficiency over T4", PAPER_ENERGY,
                        m["gpu_j"] / m["pim_j"], note, source=source))
         cnote = (f"Xeon Gold 6154, fp32: {m['cpu_s'] * 1e3:.2f} ms / {m['cpu_j'] * 1e3:.0f} mJ "
-                 f"per token; PIM {m['pim_s'] * 1e3:.3f} ms / {m['pim_j'] * 1e3:.2f} mJ")
+                 f"per token ({m['cpu_j'] / m['cpu_s']:.0f} W); PIM {m['pim_s'] * 1e3:.3f} ms / "
+                 f"{m['pim_j'] * 1e3:.2f} mJ")
         cpu_rows.append(Row(f"{label}: token-generation speedup over CPU", PAPER_CPU_SPEEDUP,
                             m["cpu_s"] / m["pim_s"], cnote, source=source))
         cpu_rows.append(Row(f"{label}: energy efficiency over CPU", PAPER_CPU_ENERGY,
@@ -151,6 +166,7 @@ def rows(hw: dict[str, Any] | None = None, gpu_hw: dict[str, Any] | None = None)
                    source="Sec. 1, Fig. 1 (npj 2024)"))
     r18 = build_workload("resnet18", batch=1, dtype=DTYPE)
     out.append(Row("resnet18: operations per parameter", PAPER_OPS_PER_PARAM["resnet18"],
-                   r18.flops / r18.params, "one 224 x 224 image, FLOPs over parameters (the "
-                   "paper's input size is not stated)", source="Sec. 1, Fig. 1 (npj 2024)"))
+                   r18.flops / r18.params, "one 224 x 224 image (the zoo's; the paper's text "
+                   "states no input size), FLOPs over parameters, the unit of the GPT3-XL "
+                   "row's 2.1 (2 per weight MAC)", source="Sec. 1, Fig. 1 (npj 2024)"))
     return out
