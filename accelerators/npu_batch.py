@@ -13,6 +13,10 @@ options and the one that costs least, package, TDP and power density. A design f
 any of these finds a problem (too many devices, no die option, an interposer or power density
 past its limit), a bad parameter, or a group the arrays do not cover (a pinned DRAM device
 count's bandwidth check) is built by the constructor instead, which gives its exact reason.
+:func:`build_batch` keeps the designs as arrays (:class:`NPUBatch`: the cost kernels'
+:class:`~accelerators.npu_vector.DesignArrays`, area, cost, TDP and capacity, each design's
+parameters) and makes a design's :class:`NPU` object only when asked (:func:`build_npus`
+makes them all).
 ``tests/test_npu_batch.py`` compares every attribute with the constructor's on random designs.
 """
 
