@@ -160,6 +160,34 @@ def mark_epilogues(workload: Workload) -> Workload:
     return w
 
 
+def mark_dram_io(workload: Workload, render: nf.AppRender) -> Workload:
+    """A planned frame (fresh from :func:`workloads.neural_frames.pipeline`, modified in place)
+    with the cluster's DRAM I/O on its ops: ``attrs["ngpc_input_bytes"]`` on each grid encoding
+    that a GPU kernel feeds (the network-input record the "pre" kernel wrote, less the bytes the
+    "post" kernel reads itself, e.g. NeRF's dt: 24 of NerfCoordinate's 28 B, fp32 positions and
+    directions [R instant-NGP nerf.h]) and ``attrs["ngpc_output_bytes"]`` on each op whose output
+    a GPU kernel reads (the network outputs the cluster writes back: the bytes the "post" kernel
+    reads). Without these marks the cluster read the positions at the field's fp16 width and
+    never wrote the outputs that the GPU then read."""
+    g = workload.graph
+    record = max(render.input_bytes - render.fused_post_query_read, 0)
+    for name in list(g.nodes):
+        op = g.nodes[name]["op"]
+        if op.attrs.get("device") == "gpu":
+            continue
+        on_gpu = [g.nodes[n]["op"].attrs.get("device") == "gpu" for n in g.predecessors(name)]
+        marks: dict[str, Any] = {}
+        if op.kind == ir.HASHGRID and any(on_gpu):
+            points = float(op.attrs.get("points") or (op.output_shapes[0][0]
+                                                      if op.output_shapes else 0))
+            marks["ngpc_input_bytes"] = points * record
+        if any(g.nodes[n]["op"].attrs.get("device") == "gpu" for n in g.successors(name)):
+            marks["ngpc_output_bytes"] = float(op.activation_bytes_written)
+        if marks:
+            g.nodes[name]["op"] = op.with_attrs(**marks)
+    return workload
+
+
 #: The ``gpu`` designs of the presets in use, shared by every NGPC design (a template's cost
 #: depends on its parameters alone).
 _GPUS: dict[str, Template] = {}
@@ -225,8 +253,9 @@ class NGPC(Template):
             return mark_epilogues(workload)
         spec = nf.frame_of(workload)
         items = 1 if nf.FRAME_KEY in workload.graph.graph else workload.batch
-        return mark_epilogues(nf.pipeline(workload, spec, fused=self.hw.fuse_gpu_kernels,
-                                          batch=items))
+        return mark_epilogues(mark_dram_io(nf.pipeline(workload, spec,
+                                                       fused=self.hw.fuse_gpu_kernels,
+                                                       batch=items), nf.app_render(spec.app)))
 
     def plan_key(self, workload: Workload) -> tuple:
         """:meth:`plan` reads ``fuse_gpu_kernels`` only."""
@@ -268,7 +297,8 @@ class NGPC(Template):
                op.bytes_per_element, op.flops, op.weight_bytes, op.activation_bytes_read,
                op.activation_bytes_written, op.input_shapes, op.output_shapes,
                bool(op.attrs.get("ngpc_epilogue")), op.attrs.get("device"),
-               op.attrs.get("formats"))
+               op.attrs.get("formats"), op.attrs.get("ngpc_input_bytes"),
+               op.attrs.get("ngpc_output_bytes"))
         hit = self._cache.get(key)
         if hit is not None:
             return hit
@@ -284,8 +314,24 @@ class NGPC(Template):
             out = self._epilogue_cost(op)
         else:
             out = self._vector_cost(op)
+        if op.attrs.get("ngpc_output_bytes") and out.unit != "gpu":
+            out = self._with_output_write(out, float(op.attrs["ngpc_output_bytes"]))
         self._cache[key] = out
         return out
+
+    def _with_output_write(self, c: OpCost, write_bytes: float) -> OpCost:
+        """``c`` plus the write of the network outputs to DRAM for the GPU's "post" kernel (they
+        stream out as the array drains: the op takes at least its DRAM bytes over the
+        bandwidth)."""
+        dram = c.traffic.get("dram", 0.0) + write_bytes
+        latency = max(c.latency_s, dram / self.dram_bandwidth_Bps)
+        levels = dict(c.bytes_by_level)
+        levels["dram"] = levels.get("dram", 0.0) + write_bytes
+        energy = dict(c.energy_j)
+        energy["offchip_memory"] = energy.get("offchip_memory", 0.0) + write_bytes * self._dram_j
+        return replace(c, latency_s=latency, traffic={**c.traffic, "dram": dram},
+                       bytes_by_level=levels, energy_j=energy,
+                       bound="memory" if latency > c.compute_s else c.bound)
 
     def _encoding(self, op: Op) -> hc.Encoding:
         shapes = op.input_shapes
@@ -305,8 +351,10 @@ class NGPC(Template):
         e = hc.engine_cost(enc, per_nfp, self._engine)
         nfps = hw.nfps
         compute_s = e.cycles / hw.clock_hz
-        # positions in from DRAM (written by the GPU); features go straight to the MLP engine
-        io_bytes = op.activation_bytes_read * self._scale(op)
+        # the network-input record in from DRAM as the GPU's "pre" kernel wrote it (marked by
+        # the plan; else the positions at the op's width); features go straight to the MLP
+        io_bytes = float(op.attrs.get("ngpc_input_bytes")
+                         or op.activation_bytes_read * self._scale(op))
         spill = e.dram_bytes * nfps
         dram = spill + io_bytes
         # spilled look-ups of hashed levels are random sector reads, activation-limited like
@@ -476,27 +524,45 @@ class NGPC(Template):
         """The cluster's area (all NFPs), mm^2: what NGPC adds to the GPU die."""
         return self.hw.nfps * sum(self.nfp_area_breakdown_mm2().values())
 
-    def floorplan(self) -> Floorplan:
-        """The GPU's die with the cluster on it: the cluster's logic and SRAM added to the
-        GPU's, its leakage and peak power (every look-up lane, MAC and vector lane busy) too;
-        the memory is the GPU's."""
-        hw = self.hw
-        parts = self.nfp_area_breakdown_mm2()
-        sram_bytes = (self._sram_bytes * hw.encoding_units + self._buffer_bytes) * hw.nfps
-        sram_mm2 = (parts["grid_sram"] + parts["mlp_buffer"]) * hw.nfps
-        logic_mm2 = self.cluster_area_mm2() - sram_mm2
-        node = hw.node_nm
+    def cluster_peak_dynamic_w(self) -> float:
+        """Dynamic power of the cluster with every MAC, vector lane and look-up lane busy each
+        cycle (each look-up reading one feature pair from its grid SRAM), W."""
+        hw, node = self.hw, self.hw.node_nm
         per_cycle_j = hw.nfps * (
             hw.mlp_rows * hw.mlp_cols * self._mac_j
             + hw.vector_lanes * self._vec_j
             + hw.encoding_units * hw.lookups_per_cycle * (
                 INTERP_MACS_PER_LANE * tech.mac_energy_j("fp16", node)
                 + 2 * self._b * tech.sram_energy_j_per_byte(self._sram_bytes, node)))
+        return per_cycle_j * hw.clock_hz
+
+    def cluster_leakage_w(self) -> float:
+        """Static power of the cluster's logic and SRAM, W."""
+        hw, parts = self.hw, self.nfp_area_breakdown_mm2()
+        sram_mm2 = (parts["grid_sram"] + parts["mlp_buffer"]) * hw.nfps
+        sram_bytes = (self._sram_bytes * hw.encoding_units + self._buffer_bytes) * hw.nfps
+        return tech.leakage_w(self.cluster_area_mm2() - sram_mm2, sram_bytes, hw.node_nm)
+
+    def cluster_design_power_w(self) -> float:
+        """The cluster's power with every engine busy, W: what NGPC-N adds to the GPU's power
+        as a configuration (no workload in it): peak dynamic power, leakage, and the logic the
+        datapath model does not count (control, at the GPU die's overhead)."""
+        return (self.cluster_peak_dynamic_w() + self.cluster_leakage_w()
+                + sum(self._active_w.values()))
+
+    def floorplan(self) -> Floorplan:
+        """The GPU's die with the cluster on it: the cluster's logic and SRAM added to the
+        GPU's, its leakage and peak power (every look-up lane, MAC and vector lane busy) too;
+        the memory is the GPU's."""
+        hw = self.hw
+        parts = self.nfp_area_breakdown_mm2()
+        sram_mm2 = (parts["grid_sram"] + parts["mlp_buffer"]) * hw.nfps
+        logic_mm2 = self.cluster_area_mm2() - sram_mm2
         gpu = self.gpu.floorplan()
         logic = gpu.compute_mm2 + logic_mm2
         return replace(gpu, compute_mm2=logic, sram_mm2=gpu.sram_mm2 + sram_mm2,
-                       peak_dynamic_w=gpu.peak_dynamic_w + per_cycle_j * hw.clock_hz,
-                       leakage_w=gpu.leakage_w + tech.leakage_w(logic_mm2, sram_bytes, node),
+                       peak_dynamic_w=gpu.peak_dynamic_w + self.cluster_peak_dynamic_w(),
+                       leakage_w=gpu.leakage_w + self.cluster_leakage_w(),
                        dies=0,   # a new chip: split into the dies that cost least
                        # the GPU's and the cluster's logic at their own clocks
                        clock_hz=(gpu.clock_hz * gpu.compute_mm2 + hw.clock_hz * logic_mm2)
