@@ -16,7 +16,11 @@ Rows (paper value [P], ours, ratio):
   multi-resolution hash grid, the multi-resolution dense grid and the low-resolution dense grid
   [P abstract];
 * the GPU's frame rates at 4K that set the paper's "gap of 1.51x to 55.50x" to 4K at 60 FPS;
-* NGPC-64's area over the RTX 3090's die: about 36% [secondary, REFERENCES.md].
+* NGPC-64's area over the RTX 3090's die (the cluster's silicon only) and its power (every
+  engine busy: a property of the configuration, as the paper's per-NGPC-N figures, linear in N)
+  over the 3090's TDP: about 36% and 22% [secondary, REFERENCES.md];
+* the cluster's DRAM traffic (the input record it reads, the network outputs it writes) for
+  NeRF at 4K and 60 FPS: 231 GB/s [P Table 3, secondary].
 
 Two numbers are fitted to the paper (each row says so): :data:`neural_graphics.
 RAY_KERNEL_EFFICIENCY` to the 72.37% share and :data:`neural_frames.NERF_QUERIES_PER_PIXEL`
@@ -86,7 +90,8 @@ PAPER_FPS = {("nerf", "4k"): 30.0, ("nsdf", "8k"): 120.0, ("gia", "8k"): 120.0,
 #: The GPU's gap to 4K at 60 FPS, slowest and fastest app: 55.50x and 1.51x [P abstract].
 PAPER_GAP = (1.51, 55.50)
 #: NGPC-64's area and power over the RTX 3090's: 36.18 % and 22.06 % [P Fig. 15, as quoted
-#: by secondary notes; REFERENCES.md].
+#: by secondary notes; REFERENCES.md]; NGPC-8's are +4.52 % and +2.75 % [secondary: a forum
+#: post on the paper], 1/8 of them: per-configuration figures, not a frame's average.
 PAPER_AREA_FRACTION = 0.3618
 PAPER_POWER_FRACTION = 0.2206
 #: Memory bandwidth the cluster needs for NeRF at 60 FPS: 231 GB/s, 24 % of the 3090's
