@@ -171,17 +171,19 @@ def mark_dram_io(workload: Workload, render: nf.AppRender) -> Workload:
     never wrote the outputs that the GPU then read."""
     g = workload.graph
     record = max(render.input_bytes - render.fused_post_query_read, 0)
+    def on_gpu(names) -> bool:
+        return any(g.nodes[n]["op"].attrs.get("device") == "gpu" for n in names)
+
     for name in list(g.nodes):
         op = g.nodes[name]["op"]
         if op.attrs.get("device") == "gpu":
             continue
-        on_gpu = [g.nodes[n]["op"].attrs.get("device") == "gpu" for n in g.predecessors(name)]
         marks: dict[str, Any] = {}
-        if op.kind == ir.HASHGRID and any(on_gpu):
+        if op.kind == ir.HASHGRID and on_gpu(g.predecessors(name)):
             points = float(op.attrs.get("points") or (op.output_shapes[0][0]
                                                       if op.output_shapes else 0))
             marks["ngpc_input_bytes"] = points * record
-        if any(g.nodes[n]["op"].attrs.get("device") == "gpu" for n in g.successors(name)):
+        if on_gpu(g.successors(name)):
             marks["ngpc_output_bytes"] = float(op.activation_bytes_written)
         if marks:
             g.nodes[name]["op"] = op.with_attrs(**marks)

@@ -91,7 +91,7 @@ PAPER_FPS = {("nerf", "4k"): 30.0, ("nsdf", "8k"): 120.0, ("gia", "8k"): 120.0,
 PAPER_GAP = (1.51, 55.50)
 #: NGPC-64's area and power over the RTX 3090's: 36.18 % and 22.06 % [P Fig. 15, as quoted
 #: by secondary notes; REFERENCES.md]; NGPC-8's are +4.52 % and +2.75 % [secondary: a forum
-#: post on the paper], 1/8 of them: per-configuration figures, not a frame's average.
+#: post on the paper], about 1/8 of them: per-configuration figures, not a frame's average.
 PAPER_AREA_FRACTION = 0.3618
 PAPER_POWER_FRACTION = 0.2206
 #: Memory bandwidth the cluster needs for NeRF at 60 FPS: 231 GB/s, 24 % of the 3090's
