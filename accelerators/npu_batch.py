@@ -321,13 +321,13 @@ class NPUBatch:
         """A batch of designs already built (by the constructor)."""
         phys = [d.physical() for d in designs]
         nan = math.nan
+        arrays = DesignArrays(list(designs))
         out = cls([dict(d.hw.items()) for d in designs], np.ones(len(designs), dtype=bool),
-                  np.array([d.area_mm2() for d in designs], dtype=np.float64),
+                  arrays.area_mm2,
                   np.array([p.cost_usd if p else nan for p in phys], dtype=np.float64),
                   np.array([p.tdp_w if p else nan for p in phys], dtype=np.float64),
-                  np.empty(0))
-        out.arrays = DesignArrays(list(designs))
-        out.capacity_bytes = out.arrays.capacity_bytes
+                  arrays.capacity_bytes)
+        out.arrays = arrays
         out._objects = dict(enumerate(designs))
         return out
 

@@ -243,7 +243,7 @@ class Evaluator:
         from simulators.engine import throughput_of
         from simulators.population import evaluate_pairs
         from workloads import reshape, reshape_arrays
-        point, _, _, args, fam = members[0]
+        _, _, _, args, fam = members[0]
         rule, variables, _ = fam
         template = reshape._template(args, fam, True)
         if template is None:
@@ -291,11 +291,16 @@ class Evaluator:
                         batch.hw[k])
                 entry[1][w.label] = (wl, metrics)
 
-    def _scored_pairs(self, point: Point) -> dict[str, tuple[Any, dict[str, float]]]:
-        """What :meth:`_score_family` scored of this very point: label -> (workload,
-        metrics)."""
+    def _pair_entry(self, point: Point):
+        """What :meth:`_score_family` scored of this very point: (point, label -> (workload,
+        metrics), the design's own metrics, its parameters), or None."""
         hit = self._pair_points.get(id(point))
-        return hit[1] if hit is not None and hit[0] is point else {}
+        return hit if hit is not None and hit[0] is point else None
+
+    def _scored_pairs(self, point: Point) -> dict[str, tuple[Any, dict[str, float]]]:
+        """Label -> (workload, metrics) of what :meth:`_score_family` scored of this point."""
+        hit = self._pair_entry(point)
+        return hit[1] if hit is not None else {}
 
     # ------------------------------------------------------------------------------
     def _build(self, name: str, hw: dict[str, Any]):
@@ -327,10 +332,9 @@ class Evaluator:
         :meth:`evaluate_batch` scored as a (design, architecture) pair: the same steps on what
         was scored, without the general path's branches; None where anything is missing."""
         name = point.design
-        hit = self._pair_points.get(id(point))   # none where a number format is given
+        hit = self._pair_entry(point)   # none where a number format is given
         study = self.study
-        if hit is None or hit[0] is not point or len(point.hw) != 1 or \
-                len(hit[1]) != len(study.workloads):
+        if hit is None or len(point.hw) != 1 or len(hit[1]) != len(study.workloads):
             return None   # _prefetch_pairs left this point's pairs to the general path
         _, scored, design_metrics, hw = hit
         per_workload: dict[str, dict[str, float]] = {}

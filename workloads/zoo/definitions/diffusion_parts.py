@@ -210,17 +210,6 @@ register(ModelSpec(
 
 
 # ----------------------------------------------------------------------------- text encoders
-class RMSNorm(nn.Module):
-    """T5's layer norm: scale only, no mean subtraction."""
-
-    def __init__(self, d: int, eps: float = 1e-6):
-        super().__init__()
-        self.weight, self.eps = nn.Parameter(torch.ones(d)), eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-
-
 class GatedGelu(nn.Module):
     """wo(gelu_tanh(wi_0 x) * wi_1 x), no biases [R: HF ``T5DenseGatedActDense``]."""
 
@@ -259,7 +248,8 @@ class TextEncoder(nn.Module):
             self.position = nn.Embedding(arch["max_seq"], d)
             norm, mlp, bias = (lambda: nn.LayerNorm(d, eps=1e-5)), QuickGeluMLP, True
         else:
-            norm, mlp, bias = (lambda: RMSNorm(d)), GatedGelu, False
+            # T5's layer norm: scale only, no mean subtraction
+            norm, mlp, bias = (lambda: nn.RMSNorm(d, eps=1e-6)), GatedGelu, False
         self.blocks = nn.ModuleList(PreNormBlock(Attention(d, heads, heads, bias=bias),
                                                  mlp(d, ff), norm(), norm())
                                     for _ in range(arch["n_layer"]))
