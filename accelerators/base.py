@@ -239,6 +239,10 @@ class Template(ABC):
     #: Whether ``cost`` handles ``sparse_attention`` ops (skipping tiles); a template without
     #: it is given the dense attention each one stands for (no block-sparse kernel there).
     SPARSE_ATTENTION: ClassVar[bool] = False
+    #: Whether a batch's decode attention costs what its request count and mean KV length say
+    #: (all the serving cost model, ``simulators.iteration_cost``, passes). False where each
+    #: request's own length matters (NeuPIMs: the busiest memory channel sets the time).
+    DECODE_COST_BY_MEAN: ClassVar[bool] = True
     #: True for a design that is part of a larger chip (a heterogeneous design's
     #: sub-accelerator): :meth:`check` then leaves its die, package and power to the chip.
     embedded: bool = False

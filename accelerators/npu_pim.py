@@ -4,11 +4,14 @@
   appends) run on the NPU (an :class:`accelerators.npu.NPU`; units ``array`` and ``vector``),
   whose DRAM traffic crosses the PIM's own channels (channel ``dram``: channels x the HBM2
   channel bandwidth).
-* Attention runs on the PIM: every request's KV cache lives in one channel (32 banks; keys one
+* Decode attention (one query per request) runs on the PIM: every request's KV cache lives in one channel (32 banks; keys one
   token per bank, values one head dimension per bank, NeuPIMs' layout), and each channel runs
   its requests' Q.K^T and P.V GEMVs one after another (:mod:`accelerators.dram_timing`); a
   PIM attention op lasts as long as its busiest channel. Softmax in between runs on the NPU's
-  vector unit (:meth:`NeuPIMs.plan` splits each attention op in three).
+  vector unit (:meth:`NeuPIMs.plan` splits each attention op in three). Attention with more
+  than one query per request (a prompt's, GEMM-shaped) runs on the NPU, as NeuPIMs'
+  simulator runs the "initiation phase" [R casys-kaist/NeuPIMs
+  src/operations/NeuPIMSLogitSoftmax.cc: ``query->get_dims()[1] != 1`` is "computed in NPU"].
 
 Options the paper compares:
 
@@ -32,7 +35,7 @@ Options the paper compares:
   estimated PIM load (NeuPIMs' algorithm); ``round_robin`` assigns request i to channel i mod C.
 
 Two more options: ``attention_on`` "npu" gives the paper's NPU-only baseline (the same NPU and
-channels, attention on the NPU); ``npu_weight_double_buffering`` (default on) costs
+channels of plain HBM2: no PIM lanes or second row buffer to pay for, attention on the NPU); ``npu_weight_double_buffering`` (default on) costs
 weight-stationary GEMMs with the next fold's weights shifted in while the current fold streams,
 as NeuPIMs' own NPU model issues them, instead of the ``npu`` template's serial SCALE-Sim folds
 (:func:`double_buffered_cycles`).
@@ -60,8 +63,7 @@ from accelerators.physical import Floorplan
 from accelerators.pim import (GIB, PART, attend_gemv, attention_dims, bank_params, bank_problem,
                               capacity_problem, dequant_macs, geometry, logits_gemv,
                               op_geometry, pim_logic, pim_memory, pim_peak_w, pim_peaks,
-                              PimLogic,
-                              split_attention, timing_of, timing_params)
+                              PimLogic, split_attention, timing_of, timing_params)
 from dse.errors import DSEError, InfeasibleDesign
 from workloads import ir
 from workloads.ir import Op, Workload
@@ -88,8 +90,9 @@ PARAMS = (
     Param("npu_weight_double_buffering", bool, "", True, "WS arrays shift the next fold's "
           "weights in while the current fold streams (a fold takes max(rows streamed, array "
           "rows) cycles; fill and drain once per op) instead of SCALE-Sim's serial folds"),
-    Param("attention_on", str, "", "pim", "where attention runs: pim, or npu (the NPU-only "
-          "baseline: the same NPU and channels, PIM unused)", choices=("pim", "npu")),
+    Param("attention_on", str, "", "pim", "where decode attention runs: pim, or npu (the "
+          "NPU-only baseline: the same NPU and channels of plain HBM2, no PIM logic)",
+          choices=("pim", "npu")),
     Param("row_buffers", int, "", 2, "row buffers per bank: 1 = blocked PIM (NPU memory access "
           "and PIM compute exclude each other), 2 = NeuPIMs' dual row buffers", choices=(1, 2)),
     Param("sub_batch_interleaving", bool, "", True, "split the batch into two pipelined "
@@ -122,7 +125,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "dual-buffers+balancing": dict(_NAIVE, row_buffers=2, load_balancing="greedy"),
     # Interleaving on blocked PIM (greedy balancing): what the dual row buffers add to NeuPIMs.
     "interleaving-only": dict(_BASE, row_buffers=1),
-    # The paper's NPU-only baseline: the same NPU and memory channels, attention on the NPU.
+    # The paper's NPU-only baseline: the same NPU and memory channels (plain HBM2, "NPU-only
+    # with non-PIM memory" [P Sec. 8.1]), attention on the NPU.
     "npu-only": dict(_BASE, attention_on="npu", sub_batch_interleaving=False),
 }
 
@@ -137,6 +141,8 @@ class NeuPIMs(Template):
     PRESETS = PRESETS
     DEFAULT_PRESET = "neupims"
     SPARSE_ATTENTION = True   # sparse attention runs on the NPU, skipping tiles
+    #: a decode batch's PIM time is its busiest channel's: each request's length counts
+    DECODE_COST_BY_MEAN = False
 
     def __init__(self, preset: str | None = None, **values: Any):
         super().__init__(preset, **values)
@@ -229,8 +235,8 @@ class NeuPIMs(Template):
         ``workload``'s attention ops, or None when attention stays on the NPU (or there is
         none). With interleaving, the requests first go to two sub-batches, each then balanced
         over all channels."""
-        attn = next((op for op in workload.ops if op.kind == ir.ATTENTION), None)
-        if attn is None or self.hw.attention_on == "npu":
+        attn = next((op for op in workload.ops if self.on_pim(op)), None)
+        if attn is None:
             return None
         lens = attention_kv_lens(attn)
         groups = None
@@ -242,6 +248,12 @@ class NeuPIMs(Template):
         else:
             chans = self.assign_channels(attn, lens)
         return (None if groups is None else tuple(map(tuple, groups))), tuple(chans)
+
+    def on_pim(self, op: Op) -> bool:
+        """Whether ``op`` is attention the PIM runs: ``attention_on`` "pim" and one query per
+        request (decode); a prompt's attention (GEMM-shaped) stays on the NPU."""
+        return (op.kind == ir.ATTENTION and self.hw.attention_on == "pim"
+                and attention_dims(op)[2] == 1)
 
     def plan_key(self, workload: Workload) -> tuple | None:
         """The plan is its :meth:`assignment`: designs that assign the requests alike (any
@@ -255,7 +267,7 @@ class NeuPIMs(Template):
         if assigned is None:
             return workload
         groups, channels = assigned
-        attn = [op for op in workload.ops if op.kind == ir.ATTENTION]
+        attn = [op for op in workload.ops if self.on_pim(op)]
         lens = attention_kv_lens(attn[0])
         ops = {}
         for op in attn:
@@ -277,7 +289,7 @@ class NeuPIMs(Template):
         part = op.attrs.get(PART) if op.kind == ir.ATTENTION else None
         if part in ("logits", "attend"):
             return self.pim_cost(op, part)
-        if op.kind == ir.ATTENTION and self.hw.attention_on == "pim":
+        if self.on_pim(op):
             raise InfeasibleDesign(f"attention op {op.name} was not planned (call plan first)")
         c = self.npu.cost(op)
         if self.hw.npu_weight_double_buffering and self.hw.dataflow == "ws":
@@ -420,15 +432,21 @@ class NeuPIMs(Template):
                      min(out.energy_per_flop_j, npu.energy_per_flop_j))
 
     def pim_logic(self) -> PimLogic:
+        """The in-bank MAC lanes and, with dual row buffers, each bank's second row buffer (a
+        page of latches); none with ``attention_on`` "npu" (plain HBM2)."""
         hw = self.hw
-        return pim_logic("hbm2", hw.channels, hw.banks_per_channel, hw.macs_per_bank,
-                         hw.channel_capacity_gib, hw.dtype, hw.pim_node_nm)
+        used = hw.attention_on == "pim"
+        return pim_logic("hbm2", hw.channels, hw.banks_per_channel,
+                         hw.macs_per_bank if used else 0, hw.channel_capacity_gib, hw.dtype,
+                         hw.pim_node_nm,
+                         row_buffer_bytes=hw.page_bytes if used and hw.row_buffers == 2 else 0)
 
     def floorplan(self) -> Floorplan:
         """The NPU's logic die with the HBM-PIM stacks as its memory, priced with their PIM
         logic's area (``pim.pim_memory``), that logic reported off-die as ``pim_logic``, its
         power at full rate in the TDP and its leakage added; infeasible when the logic does
-        not fit a DRAM die (as ``pim``)."""
+        not fit a DRAM die (as ``pim``). With ``attention_on`` "npu" the stacks are plain
+        HBM2: no logic, no PIM power."""
         hw, npu = self.hw, self.npu.floorplan()
         logic = self.pim_logic()
         return replace(npu, memory=pim_memory("hbm2", hw.channels, hw.channel_capacity_gib,
@@ -436,7 +454,8 @@ class NeuPIMs(Template):
                        leakage_w=npu.leakage_w + tech.leakage_w(logic.area_mm2, 0,
                                                                  hw.pim_node_nm),
                        extra_mm2={"pim_logic": logic.area_mm2},
-                       off_die_w=pim_peak_w(hw, self.timing, self._b, self._mac_j, self._act_j),
+                       off_die_w=(pim_peak_w(hw, self.timing, self._b, self._mac_j, self._act_j)
+                                  if hw.attention_on == "pim" else 0.0),
                        problems=tuple(p for p in (logic.problem(),) if p))
 
 

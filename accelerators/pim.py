@@ -571,12 +571,21 @@ class PimLogic:
 
 
 def pim_logic(kind: str, channels: int, banks_per_channel: int, macs_per_bank: int,
-              channel_capacity_gib: float, dtype: str, pim_node_nm: int) -> PimLogic:
+              channel_capacity_gib: float, dtype: str, pim_node_nm: int,
+              row_buffer_bytes: float = 0.0) -> PimLogic:
     """The PIM logic of ``channels`` x ``banks_per_channel`` banks of ``macs_per_bank`` lanes
-    of ``dtype`` in ``kind`` DRAM holding ``channel_capacity_gib`` per channel."""
+    of ``dtype`` in ``kind`` DRAM holding ``channel_capacity_gib`` per channel, plus
+    ``row_buffer_bytes`` of latches per bank beyond its sense amplifiers (NeuPIMs' second
+    row buffer holds a page). A latch bit is costed as an SRAM bit at ``pim_node_nm``
+    (``technology.sram_area_mm2``: bit cell over the array efficiency) [E: a row buffer is a
+    row of static latches with its own decode and isolation; CACTI-level detail (wiring to
+    the column path) is not modelled, so this is a lower estimate]."""
     ref = tech.mac_area_mm2(*PIM_LANE_REFERENCE)
     lanes = channels * banks_per_channel * macs_per_bank
     bits = lanes * PIM_LANE_CELL_BITS * mac_formats.mac_area_mm2(dtype, pim_node_nm) / ref
+    if row_buffer_bytes:
+        bits += (channels * banks_per_channel * tech.sram_area_mm2(row_buffer_bytes, pim_node_nm)
+                 * DRAM_GBIT_PER_MM2[kind] * 1e9)
     return PimLogic(kind, lanes, math.ceil(channels / CHANNELS_PER_DEVICE[kind]), bits,
                     channels * channel_capacity_gib * GIB * 8)
 

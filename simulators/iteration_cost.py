@@ -195,6 +195,12 @@ class IterationCostModel:
                  fitted: dict | None = None):
         self.base, self.target, self.max_tokens = base, target, int(max_tokens)
         rep = target.replica()
+        if not type(target.device).DECODE_COST_BY_MEAN:
+            raise BadInput("accelerator", target.device.name,
+                           "any template but npu_pim here: its decode time depends on each "
+                           "request's KV length (the busiest PIM channel), and the serving "
+                           "cost model passes a batch's count and mean length only (dse "
+                           "simulate --phase decode and dse generate cost its batches)")
         self.replica_target = rep
         self.stages, self.replicas = target.stages, target.replicas
         self.static_w = target.static_power_w()

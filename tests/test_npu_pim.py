@@ -214,6 +214,48 @@ def test_npu_only_preset_uses_no_pim(balanced):
     assert r.throughput < simulate(balanced, NeuPIMs("neupims")).throughput
 
 
+def test_a_prompts_attention_runs_on_the_npu():
+    """NeuPIMs offloads decode GEMVs only: a prompt's attention (many queries per request) is
+    a GEMM and stays on the NPU, as the npu-only design runs it (NeuPIMs' simulator computes
+    the initiation phase's logits "in NPU")."""
+    from workloads.build import build_workload
+    prefill = build_workload("gpt2", phase="prefill", batch=1, seq=256, arch=arch(512, 2))
+    d = NeuPIMs("neupims")
+    assert not any(d.on_pim(op) for op in prefill.ops)
+    r = simulate(prefill, d)
+    assert "pim" not in {o.unit for o in r.ops}
+    assert r.latency_s == pytest.approx(simulate(prefill, NeuPIMs("npu-only")).latency_s)
+    decode = build_workload("gpt2", phase="decode", batch=4, context=256, arch=arch(512, 2))
+    assert "pim" in {o.unit for o in simulate(decode, d).ops}
+
+
+def test_pim_hardware_is_paid_for_only_where_used():
+    """NPU-only has plain HBM2 (no lanes, no PIM power in the TDP); the second row buffer
+    costs a page of latches per bank (SRAM bits at the PIM node)."""
+    from accelerators import technology as tech
+    from accelerators.pim import DRAM_GBIT_PER_MM2
+    full, blocked, plain = (NeuPIMs(p).physical() for p in ("neupims", "npu+pim", "npu-only"))
+    assert "pim_logic" not in plain.area_breakdown_mm2 or \
+        plain.area_breakdown_mm2["pim_logic"] == 0.0
+    assert plain.area_mm2 < blocked.area_mm2 < full.area_mm2
+    assert plain.tdp_w < blocked.tdp_w and plain.cost_usd < blocked.cost_usd
+    hw = NeuPIMs("neupims").hw
+    latches = hw.channels * hw.banks_per_channel * tech.sram_area_mm2(hw.page_bytes,
+                                                                      hw.pim_node_nm)
+    assert full.area_mm2 - blocked.area_mm2 == pytest.approx(latches, rel=1e-9)
+    cells_mm2 = hw.channels * hw.channel_capacity_gib * 2**30 * 8 / 1e9 / DRAM_GBIT_PER_MM2["hbm2"]
+    assert 0.0005 < latches / cells_mm2 < 0.01   # a fraction of a per cent of the cells
+
+
+def test_serving_refuses_npu_pim_in_one_line(capsys):
+    """The serving cost model passes a decode batch's count and mean KV length; NeuPIMs' time
+    is its busiest channel's, so a mean would under-cost spread lengths: refused."""
+    from tests.cli_runner import run_cli
+    code, out, err = run_cli(capsys, "serve", "gpt2", "-a", "npu_pim:neupims", "--rate", "5")
+    assert code == 2 and "npu_pim" in err and "busiest PIM channel" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err + out
+
+
 def test_double_buffered_weights_by_hand(balanced):
     d = NeuPIMs()
     op = next(op for op in balanced.ops if op.kind == ir.MATMUL and op.attrs["n"] == 1024
