@@ -17,10 +17,16 @@ per-op overhead, each tagged with its source. Every op is one parallel kernel ov
 * **latency** = ``op_overhead_s`` (framework dispatch and the parallel region's fork/join) +
   max(compute, DRAM, L3): a roofline per op.
 
-Energy as the gpu's: a dynamic energy per FLOP and per DRAM byte such that the chip at its
-sustained GEMM rate, or its sustained stream bandwidth, burns ``tdp_w - idle_power_w``
-(x ``MEMORY_POWER_FRACTION`` for streaming) [E]; the DRAM's own share from the memory
-standard. ``static_power_w`` is the idle power.
+Energy as the gpu's: a dynamic energy per FLOP (of each dtype: at its own peak rate) and per
+DRAM byte such that the chip at its sustained GEMM rate, or its sustained stream bandwidth,
+burns ``tdp_w - idle_power_w`` (x ``MEMORY_POWER_FRACTION`` for streaming) [E]; a DRAM byte
+never costs less than the memory standard's own energy. ``static_power_w`` is the idle power.
+The TDP is a limit, not a free knob: an op whose dynamic energy the budget cannot pay in its
+roofline time runs power-limited (latency >= dynamic energy / (``tdp_w`` - ``idle_power_w``),
+as a package throttles its clock), a design may not claim a lower energy per FLOP than the most
+efficient CPU datasheet held (:data:`FLOP_J_FLOOR_45NM`, scaled to the node), nor an idle power
+below its silicon's leakage and its memory's background, and DRAM streams at most at the
+standard's sustained share (``MemorySystem.sustained_bandwidth_Bps``, every template's rule).
 
 Silicon (:meth:`CPU.floorplan`): ``cores_on_die`` cores (a core's logic at the node, with its
 SIMD units), L1 + L2 per core and the L3 as SRAM, the DDR PHYs and controllers by the memory
@@ -34,7 +40,7 @@ import math
 from typing import Any
 
 from accelerators import technology as tech
-from accelerators.base import OpCost, Param, Resources, Template
+from accelerators.base import MemoryLevel, OpCost, Param, Peaks, Resources, Template
 from accelerators.composite import cost_composite
 from accelerators.memory_standards import MemorySystem, get_standard, memory_system
 from accelerators.npu import VECTOR_OPS_PER_ELEMENT
@@ -58,6 +64,12 @@ CORE_BASE_MM2_14NM = 6.0
 #: One 512-bit FMA unit with its share of the vector register file and bypass, mm^2 at 14 nm
 #: [E: AVX-512's port-5 FMA is ~1.2 mm^2 on the Skylake-SP die shot].
 FMA512_MM2_14NM = 1.2
+#: bf16 / fp16 dot-product support (AVX512-BF16; AMX tiles are larger still) as a share of the FMA
+#: unit's area it widens, and int8 dot products (VNNI) likewise [E: both reuse the FMA
+#: multiplier array and add narrower multipliers, adder trees and conversion; VNNI came to
+#: Cascade Lake on Skylake-SP's die]. Not free: a search otherwise takes them at no cost.
+BF16_DOT_AREA_SHARE = 0.25
+INT8_DOT_AREA_SHARE = 0.05
 #: Uncore (mesh stops, caching/home agents, PCIe, UPI, power control) as a fraction of the
 #: cores' logic [E: on the 694 mm^2 XCC die about a third of the area is outside the 28 core
 #: tiles; part of that is the DDR PHYs the memory standard already charges].
@@ -117,6 +129,23 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+def _datasheet_flop_j_45nm(p: dict[str, Any]) -> float:
+    """Package energy per fp32 FLOP a preset's datasheet implies, normalised to 45 nm, J: its
+    dynamic budget (TDP - idle) over its sustained fp32 GEMM rate (the ``gemm_efficiency``
+    default), over ``technology.energy_scale`` of its node."""
+    gemm = next(q.default for q in PARAMS if q.name == "gemm_efficiency")
+    peak = p["cores"] * p["simd_bits"] / 32 * 2 * p["fma_units"] * p["clock_hz"]
+    return (p["tdp_w"] - p["idle_power_w"]) / (peak * gemm) / tech.energy_scale(p["node_nm"])
+
+
+#: Least package energy per fp32 FLOP a design may claim, at 45 nm, J; other nodes scale with
+#: ``technology.energy_scale`` [D-derived floor: the most efficient CPU datasheet held, the
+#: Xeon Platinum 8480+ preset, 45.3 pJ at 10 nm (174 pJ at 45 nm); the Gold 6154's 64.3 pJ at
+#: 14 nm is 195 pJ at 45 nm, 12 % above it]. A design whose TDP would buy its FLOPs cheaper (a
+#: lower ``tdp_w``, or more cores, clock or SIMD width under the same one) is refused.
+FLOP_J_FLOOR_45NM = min(_datasheet_flop_j_45nm(p) for p in PRESETS.values())
+
+
 class CPU(Template):
     """A multi-core CPU: every op a parallel kernel over all cores, SIMD roofline per op."""
 
@@ -141,7 +170,33 @@ class CPU(Template):
         bandwidth = hw.dram_channels * 64 * hw.dram_data_rate_gbps * 1e9 / 8
         self.memory: MemorySystem = memory_system(hw.dram, hw.dram_channels, hw.dram_device_gb,
                                                   bandwidth, bandwidth_field="dram_data_rate_gbps")
+        leak = self.min_idle_power_w()
+        if hw.idle_power_w < leak * (1 - 1e-9):
+            return ("hw.idle_power_w", hw.idle_power_w, f"expected at least {leak:,.1f} W: the "
+                    "leakage of its cores and caches and its memory's background")
+        need = self.min_tdp_w()
+        if hw.tdp_w < need * (1 - 1e-9):
+            return ("hw.tdp_w", hw.tdp_w, f"expected at least {need:,.0f} W: idle "
+                    f"{hw.idle_power_w:g} W plus its sustained fp32 GEMM rate at "
+                    f"{FLOP_J_FLOOR_45NM * tech.energy_scale(hw.node_nm) * 1e12:.1f} pJ per "
+                    f"FLOP, the most efficient CPU datasheet held, at {hw.node_nm} nm")
         return None
+
+    def min_idle_power_w(self) -> float:
+        """Least idle power, W: leakage of the die's logic (with the uncore) and caches at the
+        node (``technology.leakage_w``) plus the memory's background."""
+        hw = self.hw
+        cores = hw.cores_on_die or hw.cores
+        sram = cores * (hw.l1d_kb + hw.l2_kb) * 1024 + hw.l3_mb * 2**20
+        logic = cores * self.core_mm2() * (1 + CPU_CONTROL_OVERHEAD)
+        return tech.leakage_w(logic, sram, hw.node_nm) + self.memory.static_w
+
+    def min_tdp_w(self) -> float:
+        """Least TDP, W: idle power plus the sustained fp32 GEMM rate at
+        :data:`FLOP_J_FLOOR_45NM` scaled to the node."""
+        hw = self.hw
+        return hw.idle_power_w + (FLOP_J_FLOOR_45NM * tech.energy_scale(hw.node_nm)
+                                  * self.peak_flops("fp32") * hw.gemm_efficiency)
 
     # ----------------------------------------------------------------------------- rates
     @property
@@ -165,20 +220,24 @@ class CPU(Template):
 
     @property
     def dram_Bps(self) -> float:
-        """Sustained DRAM bandwidth of a streaming kernel, B/s."""
-        return self.memory.bandwidth_Bps * self.hw.stream_efficiency
+        """Sustained DRAM bandwidth of a streaming kernel, B/s: ``stream_efficiency`` of the
+        channels' peak, at most the memory standard's sustained share."""
+        return min(self.memory.bandwidth_Bps * self.hw.stream_efficiency,
+                   self.memory.sustained_bandwidth_Bps)
 
     @property
     def l3_Bps(self) -> float:
         return self.hw.cores * L3_BYTES_PER_CYCLE_PER_CORE * self.hw.clock_hz
 
-    def _energy(self) -> tuple[float, float, float]:
-        """(J per FLOP, J per DRAM byte in the DRAM, J per DRAM byte on chip)."""
+    def _energy(self, dtype: str = "fp32") -> tuple[float, float, float]:
+        """(J per FLOP of ``dtype``, J per DRAM byte in the DRAM, J per DRAM byte on chip): a
+        GEMM at its dtype's sustained rate burns the dynamic budget, a stream at the sustained
+        bandwidth ``MEMORY_POWER_FRACTION`` of it, a DRAM byte at least the standard's own."""
         hw = self.hw
         dynamic = hw.tdp_w - hw.idle_power_w
-        per_flop = dynamic / (self.peak_flops("fp32") * hw.gemm_efficiency)
-        per_byte = dynamic * MEMORY_POWER_FRACTION / self.dram_Bps
-        dram = min(self.memory.energy_j_per_byte, per_byte)
+        per_flop = dynamic / (self.peak_flops(dtype) * hw.gemm_efficiency)
+        dram = self.memory.energy_j_per_byte
+        per_byte = max(dynamic * MEMORY_POWER_FRACTION / self.dram_Bps, dram)
         return per_flop, dram, per_byte - dram
 
     # ----------------------------------------------------------------------------- cost
@@ -202,27 +261,47 @@ class CPU(Template):
             on_chip = 0.0
         dram_s = dram / self.dram_Bps
         l3_s = on_chip / self.l3_Bps
-        latency = hw.op_overhead_s + max(compute, dram_s, l3_s)
-        per_flop, dram_j, onchip_j = self._energy()
-        work = op.flops if op.kind in _GEMM_KINDS else lane_ops
-        return OpCost(unit="cpu", latency_s=latency, compute_s=compute, clock_hz=hw.clock_hz,
+        gemm = op.kind in _GEMM_KINDS
+        per_flop, dram_j, onchip_j = self._energy(op.dtype if gemm else "fp32")
+        energy = {"compute": (op.flops if gemm else lane_ops) * per_flop,
+                  "onchip_memory": dram * onchip_j
+                  + on_chip * tech.sram_energy_j_per_byte(hw.l3_mb * 2**20, hw.node_nm),
+                  "offchip_memory": dram * dram_j}
+        roofline = max(compute, dram_s, l3_s)
+        # the package's power limit: what the roofline time cannot pay for, throttling stretches
+        powered = sum(energy.values()) / (hw.tdp_w - hw.idle_power_w)
+        return OpCost(unit="cpu", latency_s=hw.op_overhead_s + max(roofline, powered),
+                      compute_s=compute, clock_hz=hw.clock_hz,
                       traffic={"dram": dram} if dram else {},
-                      bytes_by_level={"cache": on_chip, "dram": dram},
-                      energy_j={"compute": work * per_flop,
-                                "onchip_memory": dram * onchip_j
-                                + on_chip * tech.sram_energy_j_per_byte(hw.l3_mb * 2**20,
-                                                                        hw.node_nm),
-                                "offchip_memory": dram * dram_j},
-                      bound="memory" if max(dram_s, l3_s) > compute else "compute")
+                      bytes_by_level={"cache": on_chip, "dram": dram}, energy_j=energy,
+                      bound=("power" if powered > roofline else
+                             "memory" if max(dram_s, l3_s) > compute else "compute"))
 
     # ----------------------------------------------------------------------------- the rest
     def resources(self) -> Resources:
         return Resources(units={"cpu": 1}, channels={"dram": self.dram_Bps})
 
+    def peaks(self, dtype: str) -> Peaks:
+        """The SIMD units' peak in ``dtype``; DRAM at the channels' peak, inside which the
+        caches hold data; the cheapest FLOP is half a MAC or a vector op of ``dtype`` at the
+        node (``technology``: far below what the package spends, as a floor must be)."""
+        hw = self.hw
+        cores = hw.cores_on_die or hw.cores
+        caches = cores * (hw.l1d_kb + hw.l2_kb) * 1024 + hw.l3_mb * 2**20
+        return Peaks(flops_per_s={"cpu": self.peak_flops(dtype)},
+                     levels=(MemoryLevel("dram", self.memory.bandwidth_Bps,
+                                         self.memory.capacity_bytes,
+                                         self.memory.energy_j_per_byte, resident=True),
+                             MemoryLevel("cache", math.inf, caches, 0.0)),
+                     energy_per_flop_j=min(tech.mac_energy_j(dtype, hw.node_nm) / 2,
+                                           tech.vector_op_energy_j(dtype, hw.node_nm)))
+
     def core_mm2(self) -> float:
         """One core's logic with its SIMD FMA units, mm^2 at the node."""
         hw = self.hw
-        at_14 = CORE_BASE_MM2_14NM + hw.fma_units * hw.simd_bits / 512 * FMA512_MM2_14NM
+        fma = FMA512_MM2_14NM * (1 + BF16_DOT_AREA_SHARE * hw.bf16_dot
+                                 + INT8_DOT_AREA_SHARE * hw.int8_dot)
+        at_14 = CORE_BASE_MM2_14NM + hw.fma_units * hw.simd_bits / 512 * fma
         return at_14 * tech.area_scale(hw.node_nm) / tech.area_scale(14)
 
     def floorplan(self) -> Floorplan:

@@ -38,7 +38,7 @@ from accelerators.registry import get_template  # noqa: E402
 from dse.errors import DSEError  # noqa: E402
 from simulators import floors as fl  # noqa: E402
 
-TEMPLATES = ("npu", "gpu", "pim", "npu_pim", "neural_graphics", "wafer")
+TEMPLATES = ("npu", "gpu", "pim", "npu_pim", "neural_graphics", "wafer", "cpu")
 PATHS = ("event", "fast", "population", "pairs", "generation", "serving", "system")
 
 #: Workloads per template: (model, phases, architecture overrides); small so a pair costs
