@@ -573,6 +573,10 @@ class GPU(Template):
                 knobs[name] = max(0.0, knobs[name] + shift)
         self.knobs = knobs
         self.model = KernelModel(chip, knobs, memory_ops)
+        if hw.context_idle_w > self.physical().tdp_w:   # the TDP is the model's (needs .model)
+            raise BadInput("hw.context_idle_w", hw.context_idle_w, "expected at most the "
+                           f"design's TDP, {self.physical().tdp_w:,.0f} W (an idle board draws "
+                           "less than its limit)")
         self._energy = self._energy_model()
         self._cache: dict[tuple, OpCost] = {}
 

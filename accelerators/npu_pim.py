@@ -60,10 +60,11 @@ from accelerators.composite import cost_composite
 from accelerators.npu import NPU, PRESETS as NPU_PRESETS, PARAMS as NPU_PARAMS
 from accelerators.npu import VECTOR_OPS_PER_ELEMENT
 from accelerators.physical import Floorplan
-from accelerators.pim import (GIB, PART, attend_gemv, attention_dims, bank_params, bank_problem,
-                              capacity_problem, dequant_macs, geometry, logits_gemv,
-                              op_geometry, pim_logic, pim_memory, pim_peak_w, pim_peaks,
-                              PimLogic, split_attention, timing_of, timing_params)
+from accelerators.pim import (GIB, PART, attend_gemv, attention_dims, attention_parts,
+                              bank_params, bank_problem, capacity_problem, dequant_macs,
+                              geometry, logits_gemv, op_geometry, pim_logic, pim_memory,
+                              pim_peak_w, pim_peaks, PimLogic, split_attention, timing_of,
+                              timing_params)
 from dse.errors import DSEError, InfeasibleDesign
 from workloads import ir
 from workloads.ir import Op, Workload
@@ -102,6 +103,10 @@ PARAMS = (
     Param("load_balancing", str, "", "greedy", "request-to-channel assignment",
           choices=("greedy", "round_robin")),
 )
+
+#: Request mixes whose channel loads are kept per design [E: a step graph's layers share one;
+#: a serving run makes a new mix every iteration, so the memo is cleared when full].
+CHANNEL_MEMO_ENTRIES = 4096
 
 _BASE = dict(row_buffers=2, sub_batch_interleaving=True, load_balancing="greedy",
              sub_batch_min_requests=2)
@@ -240,7 +245,11 @@ class NeuPIMs(Template):
             return None
         lens = attention_kv_lens(attn)
         groups = None
-        if self.hw.sub_batch_interleaving and len(lens) >= max(2, self.hw.sub_batch_min_requests):
+        # a step with a prompt's attention too (a serving iteration) is not interleaved: the
+        # sub-batches split the decodes, and the prompt belongs to neither
+        prompt = any(op.kind == ir.ATTENTION and not self.on_pim(op) for op in workload.ops)
+        if (self.hw.sub_batch_interleaving and not prompt
+                and len(lens) >= max(2, self.hw.sub_batch_min_requests)):
             groups = self.sub_batches(attn, lens)
             chans = [0] * len(lens)
             for g in groups:
@@ -280,7 +289,7 @@ class NeuPIMs(Template):
         w = rebuild(workload, ops)
         if groups is not None:
             w = split_batch(w, [list(g) for g in groups])
-        return split_attention(w)
+        return split_attention(w, self.on_pim)
 
     # ----------------------------------------------------------------------------- cost
     def cost(self, op: Op) -> OpCost:
@@ -290,12 +299,13 @@ class NeuPIMs(Template):
         if part in ("logits", "attend"):
             return self.pim_cost(op, part)
         if self.on_pim(op):
-            raise InfeasibleDesign(f"attention op {op.name} was not planned (call plan first)")
+            return self.attention_alone(op)
         c = self.npu.cost(op)
         if self.hw.npu_weight_double_buffering and self.hw.dataflow == "ws":
             cycles = double_buffered_cycles(op, self.hw)
             if cycles is not None:
-                c = with_compute(c, cycles / self.hw.clock_hz, self.bandwidth_Bps)
+                active_w = sum(self.npu._active_w[u] for u in (c.unit, *c.also_holds))
+                c = with_compute(c, cycles / self.hw.clock_hz, self.bandwidth_Bps, active_w)
         return c
 
     @classmethod
@@ -348,6 +358,31 @@ class NeuPIMs(Template):
                   for i in range(n)]
         return ManyCosts(lat, energy, errors, {"dram": dram}, holds)
 
+    def attention_alone(self, op: Op) -> OpCost:
+        """A decode attention op costed outside a step graph (the serving loop's
+        ``simulators.iteration_cost`` costs each layer's attention on its own, with every
+        request's KV length): its requests assigned to channels as :meth:`plan` assigns them
+        without sub-batches, then Q.K^T on the PIM, softmax on the vector unit and P.V on the
+        PIM, one after another. A step that interleaves sub-batches overlaps these with the
+        other sub-batch's GEMMs, so this chain is a bound from above where interleaving pays."""
+        lens = attention_kv_lens(op)
+        op = op.with_attrs(**{KV_CHANNELS: tuple(self.assign_channels(op, lens)),
+                              KV_LENS: lens})
+        costs = [self.cost(part) for part in attention_parts(op)]
+
+        def add(field: str) -> dict[str, float]:
+            out: dict[str, float] = {}
+            for c in costs:
+                for k, v in getattr(c, field).items():
+                    out[k] = out.get(k, 0.0) + v
+            return out
+        main = max(costs, key=lambda c: c.latency_s)
+        return OpCost(unit=main.unit, latency_s=sum(c.latency_s for c in costs),
+                      compute_s=sum(c.compute_s for c in costs), clock_hz=main.clock_hz,
+                      traffic=add("traffic"), bytes_by_level=add("bytes_by_level"),
+                      energy_j=add("energy_j"), bound=main.bound,
+                      also_holds=tuple(sorted({c.unit for c in costs} - {main.unit})))
+
     def channel_cycles(self, op: Op, part: str) -> tuple[list[float], dt.Stream]:
         """PIM cycles of each channel for ``op``'s ``part`` and the device-total stream
         (memoised: every layer of a step serves the same requests)."""
@@ -374,6 +409,8 @@ class NeuPIMs(Template):
         for s, n in sorted(Counter(lens).items()):
             r = dt.repeat_stream(streams[s], n)
             total = r if total is None else dt.add_streams(total, r)
+        if len(self._channel_memo) >= CHANNEL_MEMO_ENTRIES:   # a serving run: a new mix per step
+            self._channel_memo.clear()
         self._channel_memo[key] = (per, total)
         return per, total
 
@@ -510,9 +547,12 @@ def double_buffered_cycles(op: Op, hw) -> int | None:
     return None
 
 
-def with_compute(c: OpCost, compute_s: float, bandwidth_Bps: float) -> OpCost:
+def with_compute(c: OpCost, compute_s: float, bandwidth_Bps: float,
+                 active_w: float = 0.0) -> OpCost:
     """``c`` (an npu cost: ``fill + max(compute, other transfers) + drain``, see
-    :mod:`accelerators.npu`) with its compute time replaced by ``compute_s``."""
+    :mod:`accelerators.npu`) with its compute time replaced by ``compute_s``; the logic the
+    energy tables do not count draws ``active_w`` for the op's time (``NPU._finish``), so a
+    shorter op pays it for less."""
     if compute_s >= c.compute_s:
         return c
     transfer_s = sum(c.traffic.values()) / bandwidth_Bps
@@ -521,7 +561,9 @@ def with_compute(c: OpCost, compute_s: float, bandwidth_Bps: float) -> OpCost:
     fill_drain_s = c.latency_s - c.compute_s
     overlap_s = max(transfer_s - fill_drain_s, 0.0)
     latency = fill_drain_s + max(compute_s, overlap_s)
-    return replace(c, latency_s=latency, compute_s=compute_s,
+    energy = dict(c.energy_j)
+    energy["compute"] -= active_w * (c.latency_s - latency)
+    return replace(c, latency_s=latency, compute_s=compute_s, energy_j=energy,
                    bound="memory" if overlap_s > compute_s else "compute")
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Callable
 
 import networkx as nx
 
@@ -119,18 +119,21 @@ def bank_problem(hw: Any) -> tuple[str, Any, str] | None:
 
 
 # ---------------------------------------------------------------------------------- plan
-def split_attention(w: Workload) -> Workload:
-    """``w`` with every attention op replaced by three: ``<name>.qk`` (Q.K^T, ``part``
-    "logits"), ``<name>.softmax`` (a softmax op) and ``<name>.sv`` (P.V, ``part`` "attend"),
-    in a chain. KV traffic and FLOPs split between the two products by head sizes."""
-    if not any(op.kind == ir.ATTENTION and PART not in op.attrs for op in w.ops):
+def split_attention(w: Workload, which: Callable[[Op], bool] | None = None) -> Workload:
+    """``w`` with every attention op (every one ``which`` accepts, default all) replaced by
+    three: ``<name>.qk`` (Q.K^T, ``part`` "logits"), ``<name>.softmax`` (a softmax op) and
+    ``<name>.sv`` (P.V, ``part`` "attend"), in a chain. KV traffic and FLOPs split between
+    the two products by head sizes."""
+    def split(op: Op) -> bool:
+        return op.kind == ir.ATTENTION and PART not in op.attrs and (which is None or which(op))
+    if not any(split(op) for op in w.ops):
         return w
     g = nx.DiGraph()
     first: dict[str, str] = {}
     last: dict[str, str] = {}
     index = 0
     for op in w.ops:
-        parts = _attention_parts(op) if op.kind == ir.ATTENTION and PART not in op.attrs else [op]
+        parts = attention_parts(op) if split(op) else [op]
         prev = None
         for p in parts:
             g.add_node(p.name, op=p, index=index)
@@ -146,7 +149,8 @@ def split_attention(w: Workload) -> Workload:
                     unknown_targets=dict(w.unknown_targets))
 
 
-def _attention_parts(op: Op) -> list[Op]:
+def attention_parts(op: Op) -> list[Op]:
+    """Q.K^T (``part`` "logits"), softmax and P.V (``part`` "attend") of attention ``op``."""
     a = op.attrs
     heads, q = int(a["heads"]), int(a["q_len"])
     d, dv = int(a["head_dim"]), int(a.get("value_dim", a["head_dim"]) or a["head_dim"])
@@ -370,7 +374,7 @@ class PIM(Template):
     def _unsplit_attention(self, op: Op) -> OpCost:
         """An attention op not split by :meth:`plan`: Q.K^T, softmax on the ASIC and P.V in
         sequence, holding the ASIC too."""
-        qk, sm, sv = _attention_parts(op)
+        qk, sm, sv = attention_parts(op)
         a = self.pim_cost(self.attention_stream(op, "logits"))
         s = self.asic_cost(sm)
         c = self.pim_cost(self.attention_stream(op, "attend"))

@@ -57,7 +57,7 @@ def run_decodes(rep, now: float, horizon: float, run, every: int) -> float:
     free0, blocks = kv.free, max(kv.blocks, 1)
     k = 0
     while k < k_max:
-        latency, e = cost.cost(n, kv_sum, [], kv_step)
+        latency, e = cost.cost(n, kv_sum, [], kv_step, kv0 + 1 + k if cost.per_request else None)
         stage_s = latency / stages + 0.0
         t = max(now, rep.stage_free[0]) + stage_s
         if t >= horizon:

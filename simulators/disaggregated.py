@@ -309,8 +309,9 @@ def simulate_disaggregated(prefill: PoolModel, decode: PoolModel, link: KVLink, 
                 yield from sleep(inst)
                 continue
             batch = np.array(inst.running, dtype=np.int64)
-            kv = int((ins[batch] + generated[batch]).sum())
-            latency, e = decode.cost.cost(len(batch), kv)
+            lens = ins[batch] + generated[batch]
+            latency, e = decode.cost.cost(len(batch), int(lens.sum()), kv_lens=(
+                lens if decode.cost.per_request else None))
             inst.energy_j += e
             inst.busy_s += latency
             inst.iterations += 1

@@ -154,7 +154,8 @@ def steady_state(cost, input_len: int, output_len: int, rate: float, max_batch: 
         return vals[0] + frac * (vals[-1] - vals[0])
 
     def d(b: float) -> float:
-        return interp("d", b, lambda k: cost.cost(k, k * ctx)[0])
+        return interp("d", b, lambda k: cost.cost(
+            k, k * ctx, kv_lens=[ctx] * k if cost.per_request else None)[0])
 
     def p(m: float) -> float:
         return interp("p", m, lambda k: cost.cost(0, 0, [(0, input_len)] * k)[0])
@@ -208,7 +209,9 @@ def profile(cost, bucket: Bucket, slo_tpot_s: float | None, slo_ttft_s: float | 
     if i + o > min(kv, cost.max_tokens):
         rate = 0.0
     else:
-        alone_s = cost.cost(0, 0, [(0, i)])[0] + (o - 1) * cost.cost(1, i + o // 2)[0]
+        mid = i + o // 2
+        alone_s = cost.cost(0, 0, [(0, i)])[0] + (o - 1) * cost.cost(
+            1, mid, kv_lens=[mid] if cost.per_request else None)[0]
         serial = 1.0 / alone_s
         rate = max_rate(ok, serial, low_limit=serial / 1000.0) if ok(serial / 1000.0) else 0.0
     _PROFILES[key] = rate

@@ -195,12 +195,6 @@ class IterationCostModel:
                  fitted: dict | None = None):
         self.base, self.target, self.max_tokens = base, target, int(max_tokens)
         rep = target.replica()
-        if not type(target.device).DECODE_COST_BY_MEAN:
-            raise BadInput("accelerator", target.device.name,
-                           "any template but npu_pim here: its decode time depends on each "
-                           "request's KV length (the busiest PIM channel), and the serving "
-                           "cost model passes a batch's count and mean length only (dse "
-                           "simulate --phase decode and dse generate cost its batches)")
         self.replica_target = rep
         self.stages, self.replicas = target.stages, target.replicas
         self.static_w = target.static_power_w()
@@ -216,7 +210,10 @@ class IterationCostModel:
         none = [None] * len(self._grid_list)
         self._lat_list = _floats(fitted.get("g_latency_s") or none)
         self._en_list = _floats(fitted.get("g_energy_j") or none)
-        self._decode_cost: dict[tuple[int, int], tuple[float, float]] = {}
+        self._decode_cost: dict[tuple, tuple[float, float]] = {}
+        #: the device's decode attention reads each request's KV length, not the mean
+        #: (``Template.DECODE_COST_BY_MEAN``): :meth:`cost` then needs ``kv_lens``
+        self.per_request = not type(target.device).DECODE_COST_BY_MEAN
         # the attention ops of a rank's share of every layer, grouped by what they compute
         share = rep.layer_share(base)
         groups: dict[str, list] = {}
@@ -368,32 +365,41 @@ class IterationCostModel:
         lat, en = self._lat_list, self._en_list
         return lat[i - 1] + f * (lat[i] - lat[i - 1]), en[i - 1] + f * (en[i] - en[i - 1])
 
-    def _decode_attention(self, decodes: int, mean: int) -> tuple[float, float]:
+    def _decode_attention(self, decodes: int, mean: int,
+                          kv_lens: tuple[int, ...] | None = None) -> tuple[float, float]:
         """(latency s, dynamic energy J) of every attention layer's decode attention for
         ``decodes`` requests of ``mean`` KV tokens each, kept per pair: the templates cost a
         decode batch by its count and mean length (their latency is exact for any lengths of
         that mean; the KV bytes, and so the energy, are those of ``decodes x mean`` tokens,
-        within half a token per request of the batch's)."""
-        key = (decodes, mean)
+        within half a token per request of the batch's). With ``kv_lens`` (a template that
+        reads each request's length) the requests' own lengths, in the order they run (a
+        round-robin channel assignment follows it), the last few mixes kept (consecutive
+        iterations differ)."""
+        key = (decodes, mean) if kv_lens is None else kv_lens
         hit = self._decode_cost.get(key)
         if hit is None:
-            if len(self._decode_cost) > 500_000:
+            if len(self._decode_cost) > (500_000 if kv_lens is None else 4096):
                 self._decode_cost.clear()
+            tokens = decodes * mean if kv_lens is None else sum(kv_lens)
             lat = energy = 0.0
             for (op, n), one in zip(self.attention, self._decode_one):
-                c = self.device.cost(_decode_op(one, decodes, decodes * mean, mean))
+                c = self.device.cost(_decode_op(one, decodes, tokens, mean, kv_lens))
                 lat += n * c.latency_s
                 energy += n * c.total_energy_j * self._per_layer_devices
             hit = self._decode_cost[key] = (lat, energy)
         return hit
 
     def cost(self, decodes: int, decode_kv_tokens: int,
-             chunks: Sequence[tuple[int, int]] = (), kv_step: int = 1) -> tuple[float, float]:
+             chunks: Sequence[tuple[int, int]] = (), kv_step: int = 1,
+             kv_lens: Sequence[int] | None = None) -> tuple[float, float]:
         """(latency s, dynamic energy J) of an iteration of ``decodes`` decode tokens whose KV
         lengths (the new token included) sum to ``decode_kv_tokens``, and prefill ``chunks``
         ``(cached, new)``. ``kv_step`` > 1: the decodes' mean KV length rounded up to a
         multiple of it (a screening estimate: consecutive decode steps share one costing, and
-        it is never below the exact one, as more KV read and attended is never cheaper)."""
+        it is never below the exact one, as more KV read and attended is never cheaper).
+        ``kv_lens``: each decode's KV length (summing to ``decode_kv_tokens``), which a
+        device whose decode cost is not the mean's (:attr:`per_request`) needs; each is
+        then rounded up to a multiple of ``kv_step``."""
         tokens = decodes + sum(c for _, c in chunks)
         lat, energy = self._g(tokens)
         dev = self.device
@@ -406,9 +412,17 @@ class IterationCostModel:
                 sum(c.total_energy_j for c in costs) * self._per_layer_devices)
         lat += hit[0]
         energy += hit[1]
-        if decodes:
+        if decodes and self.per_request:
+            if kv_lens is None or len(kv_lens) != decodes:
+                raise BadInput("kv_lens", kv_lens, f"each of the {decodes} decodes' KV length: "
+                               f"{self.device.name}'s decode time depends on every one")
+            lens = tuple(-(-int(x) // kv_step) * kv_step for x in kv_lens)
+            a_lat, a_energy = self._decode_attention(
+                decodes, max(1, round(sum(lens) / decodes)), lens)
+        elif decodes:
             mean = max(1, round(decode_kv_tokens / decodes))
             a_lat, a_energy = self._decode_attention(decodes, -(-mean // kv_step) * kv_step)
+        if decodes:
             lat += a_lat
             energy += a_energy
         if chunks:
@@ -465,10 +479,12 @@ def _kv_bytes_per_token(w: ir.Workload) -> float:
                      for op in attention_ops(w)))
 
 
-def _decode_op(one: ir.Op, decodes: int, kv_tokens: int, mean: int) -> ir.Op:
+def _decode_op(one: ir.Op, decodes: int, kv_tokens: int, mean: int,
+               kv_lens: tuple[int, ...] | None = None) -> ir.Op:
     """:func:`decode_attention` for ``decodes`` requests of ``kv_tokens`` KV tokens in all,
-    without the per-request tuple (every template but npu_pim reads the mean), from ``one``:
-    the op's :func:`decode_attention` for one request of one KV token."""
+    from ``one`` (the op's :func:`decode_attention` for one request of one KV token); with
+    ``kv_lens`` the per-request lengths too (npu_pim reads them; every other template the
+    mean)."""
     a = one.attrs
     (_, h, _, d), (_, kvh, _, _), (_, _, _, dv) = one.input_shapes
     return replace(one, flops=one.flops * kv_tokens, kv_bytes_read=one.kv_bytes_read * kv_tokens,
@@ -478,4 +494,5 @@ def _decode_op(one: ir.Op, decodes: int, kv_tokens: int, mean: int) -> ir.Op:
                                  (decodes, kvh, mean, dv)),
                    output_shapes=((decodes, h, 1, dv),),
                    attrs={**{k: v for k, v in a.items() if k != KV_LENS}, "batch": decodes,
-                          "kv_len": mean, "causal_flops": one.flops * kv_tokens})
+                          "kv_len": mean, "causal_flops": one.flops * kv_tokens,
+                          **({KV_LENS: kv_lens} if kv_lens is not None else {})})

@@ -61,7 +61,7 @@ PREEMPTION = ("recompute", "swap")
 class Batch:
     """One iteration: ``chunks`` of prefill ``(request, cached tokens, new tokens)``,
     ``decodes`` (request ids, one token each), and ``padding`` slots of a static batch that
-    still compute (their KV tokens in ``padding_kv``); ``swap_out`` / ``swap_in``: KV tokens
+    still compute (their KV tokens in ``padding_kv``, each slot's in ``padding_lens``); ``swap_out`` / ``swap_in``: KV tokens
     copied to / from host memory before it runs (filled in by the serving loop from
     :meth:`State.take_swaps`)."""
 
@@ -69,6 +69,7 @@ class Batch:
     decodes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     padding: int = 0
     padding_kv: int = 0
+    padding_lens: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     swap_out: int = 0
     swap_in: int = 0
 
@@ -329,8 +330,9 @@ class StaticBatching(Scheduler):
         if len(m) and not done.all():
             self.steps += 1
             pad = m[done]   # padding slots compute on, their KV growing in reserved blocks
-            return Batch(decodes=m[~done], padding=len(pad),
-                         padding_kv=int((s.input_len[pad] + self.steps).sum()))
+            lens = s.input_len[pad] + self.steps
+            return Batch(decodes=m[~done], padding=len(pad), padding_kv=int(lens.sum()),
+                         padding_lens=lens)
         members = []
         while s.waiting and len(members) < self.max_batch:
             r = s.waiting[0]

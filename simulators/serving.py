@@ -329,7 +329,9 @@ class _Replica:
         d = len(decodes) + batch.padding
         kv_sum = int(s.kv_tokens[decodes].sum()) + len(decodes) + batch.padding_kv + batch.padding
         chunks = [(c0, c1) for _, c0, c1 in batch.chunks]
-        latency, e = cost.cost(d, kv_sum, chunks, self.kv_step)
+        lens = (np.concatenate([s.kv_tokens[decodes], batch.padding_lens]) + 1
+                if cost.per_request and d else None)
+        latency, e = cost.cost(d, kv_sum, chunks, self.kv_step, lens)
         swapped = batch.swap_out + batch.swap_in
         swap_s, swap_j = cost.swap_cost(swapped) if swapped else (0.0, 0.0)
         self.swapped_tokens += swapped

@@ -130,7 +130,10 @@ class Drafter:
         """Drafting time of one round for sequences at contexts ``ctx`` (tokens), s."""
         b = len(ctx)
         if self.cost is not None:
-            return sum(self.cost.cost(b, int(ctx.sum()) + b * (j + 1))[0] for j in range(k))
+            lens = self.cost.per_request
+            return sum(self.cost.cost(b, int(ctx.sum()) + b * (j + 1),
+                                      kv_lens=ctx + j + 1 if lens else None)[0]
+                       for j in range(k))
         target = self.heads_on
         lm = target.lm_head[0]
         d, v = int(lm.attrs["k"]), int(lm.attrs["n"])
@@ -169,7 +172,8 @@ def speculative_generate(target, drafter: Drafter, input_len: int, output_len: i
     ctx = input_len + 1
     base = 0.0
     for _ in range(output_len - 1):
-        base += target.cost(batch, batch * ctx)[0]
+        base += target.cost(batch, batch * ctx,
+                            kv_lens=[ctx] * batch if target.per_request else None)[0]
         ctx += 1
     # speculation: sequences in lock step, each emitting its own accepted prefix + 1
     left = np.full(batch, output_len - 1, dtype=np.int64)

@@ -344,3 +344,6 @@ def test_context_idle_power_floors_the_static_power_not_the_busy_power():
     low = make_accelerator("gpu:t4", {"context_idle_w": 1.0})
     assert low.static_power_w() == bare.static_power_w()
     assert low._energy["active_w"] == bare._energy["active_w"]
+    # an idle board above its own TDP is bad input (the floors benchmark drew 3,726 W)
+    with pytest.raises(BadInput, match="hw.context_idle_w"):
+        make_accelerator("gpu:t4", {"context_idle_w": 3725.0})

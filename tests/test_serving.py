@@ -27,7 +27,8 @@ def _csv(path, rows):
 
 
 @pytest.mark.parametrize("model, arch, accelerator", [
-    ("llama2-7b", None, "gpu:h200"), ("llama2-7b", ARCH, "npu")])
+    ("llama2-7b", None, "gpu:h200"), ("llama2-7b", ARCH, "npu"),
+    ("llama2-7b", ARCH, "npu_pim:npu+pim"), ("llama2-7b", ARCH, "npu_pim:neupims")])
 def test_cost_model_matches_direct_simulation_of_iterations(model, arch, accelerator):
     """Random iterations of the shapes serving makes (decodes with spread KV lengths, prompt
     chunks with and without cached tokens), simulated whole (SimPy) vs the fitted model:
@@ -46,13 +47,33 @@ def test_cost_model_matches_direct_simulation_of_iterations(model, arch, acceler
             chunks = [(0, 77)]
         w = iteration_workload(base, kv, chunks)
         latency, energy = target.run(w)
-        lat, dyn = m.cost(len(kv), sum(kv), chunks)
+        lat, dyn = m.cost(len(kv), sum(kv), chunks, kv_lens=kv)
         assert lat == pytest.approx(latency, rel=0.02)
         assert dyn + m.static_w * lat == pytest.approx(energy, rel=0.02)
-        lat_fast, _ = mf.cost(len(kv), sum(kv), chunks)
+        lat_fast, _ = mf.cost(len(kv), sum(kv), chunks, kv_lens=kv)
         # (the model interpolates g(T) between grid points: up to ~0.3 % either way)
         assert fast.run(w)[0] * 0.99 <= lat_fast <= lat * 1.01
     assert token_grid(2048)[:4] == [1, 2, 3, 4] and 1025 in token_grid(2048)
+
+
+def test_npu_pim_decodes_cost_by_each_requests_length_and_bound_interleaving():
+    """NeuPIMs' decode time is its busiest channel's: the serving model takes every request's
+    KV length (refusing a mean alone), and where the step would interleave two sub-batches
+    (>= 256 requests) the model's chain of GEMMs and attention is a bound from above."""
+    base = api.workload("llama2-7b", phase="decode", batch=1, context=1, arch=ARCH)
+    target = Target(api.accelerator("npu_pim:neupims"), fidelity="event")
+    m = IterationCostModel(base, target, 2048)
+    assert m.per_request
+    with pytest.raises(BadInput, match="kv_lens"):
+        m.cost(3, 300)
+    even = m.cost(4, 400, kv_lens=[100] * 4)[0]
+    spread = m.cost(4, 400, kv_lens=[10, 10, 10, 370])[0]
+    assert spread > even                            # the longest request sets the time
+    rng = random.Random(2)
+    kv = [rng.randint(2, 1500) for _ in range(300)]
+    latency, _ = target.run(iteration_workload(base, kv, []))
+    lat, _ = m.cost(len(kv), sum(kv), kv_lens=kv)
+    assert latency <= lat < 1.5 * latency
 
 
 def test_low_load_ttft_is_one_prefill_and_tpot_one_decode_step(tmp_path):

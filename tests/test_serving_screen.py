@@ -101,17 +101,22 @@ def test_decode_kv_step_is_checked():
                   decode_kv_step=0)
 
 
-@pytest.mark.parametrize("scheduler, rate, preemption, tight", [
-    ("continuous", 20, "recompute", False), ("chunked", 5, "recompute", False),
-    ("continuous", 1000, "recompute", True), ("chunked", 1000, "swap", True),
-    ("static", 10, "recompute", False)])
+@pytest.mark.parametrize("scheduler, rate, preemption, tight, accelerator", [
+    ("continuous", 20, "recompute", False, "gpu:h200"),
+    ("chunked", 5, "recompute", False, "gpu:h200"),
+    ("continuous", 1000, "recompute", True, "gpu:h200"),
+    ("chunked", 1000, "swap", True, "gpu:h200"),
+    ("static", 10, "recompute", False, "gpu:h200"),
+    # every request's KV length costed (npu_pim's busiest channel), padding slots included
+    ("continuous", 20, "recompute", False, "npu_pim:neupims"),
+    ("static", 10, "recompute", False, "npu_pim:npu+pim")])
 def test_decode_stretches_give_the_loops_numbers(monkeypatch, scheduler, rate, preemption,
-                                                 tight):
+                                                 tight, accelerator):
     """simulators.decode_stretch against the loop alone: every field, every request, every
     logged iteration the same (preemptions and swaps included where the cache is tight)."""
     from simulators import serving
     kw = dict(trace="sharegpt", rate=rate, requests=300, scheduler=scheduler, seed=1,
-              preemption=preemption, log_iterations=True, accelerator="gpu:h200", arch=ARCH,
+              preemption=preemption, log_iterations=True, accelerator=accelerator, arch=ARCH,
               hw={"memory_capacity_bytes": 1e8} if tight else None)
     runs = []
     for on in (False, True):
