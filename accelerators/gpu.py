@@ -573,10 +573,12 @@ class GPU(Template):
                 knobs[name] = max(0.0, knobs[name] + shift)
         self.knobs = knobs
         self.model = KernelModel(chip, knobs, memory_ops)
-        if hw.context_idle_w > self.physical().tdp_w:   # the TDP is the model's (needs .model)
+        phys = self.physical()   # (the floorplan needs .model)
+        if hw.context_idle_w > phys.static_w + phys.active_w:
             raise BadInput("hw.context_idle_w", hw.context_idle_w, "expected at most the "
-                           f"design's TDP, {self.physical().tdp_w:,.0f} W (an idle board draws "
-                           "less than its limit)")
+                           f"design's leakage, memory background and clocked logic, "
+                           f"{phys.static_w + phys.active_w:,.0f} W (what an idle board with "
+                           "its clocks running can draw; the T4's 26 W against 55 W)")
         self._energy = self._energy_model()
         self._cache: dict[tuple, OpCost] = {}
 
