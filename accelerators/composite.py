@@ -23,6 +23,14 @@ def cost_composite(op: Op, cost: Callable[[Op], OpCost], fixed_s: float = 0.0) -
     one grouped kernel, pays once rather than once per part."""
     costed = [(count, cost(part)) for count, part in parts(op)] or [
         (1.0, cost(make_part(op, "empty", ELEMENTWISE)))]   # no work: the template's floor
+    return chain_costs(costed, fixed_s)
+
+
+def chain_costs(costed: list[tuple[float, OpCost]], fixed_s: float = 0.0) -> OpCost:
+    """One op's cost from parts run one after another on one device, each ``(count, cost)``:
+    latency, compute time, traffic, bytes per level and energy add, scaled by the counts; the
+    unit is the slowest part's, which also holds every other part's unit. ``fixed_s`` as in
+    :func:`cost_composite`."""
     main = max(costed, key=lambda cc: cc[0] * cc[1].latency_s)[1]
 
     def add(field: str) -> dict[str, float]:

@@ -4,10 +4,10 @@
   appends) run on the NPU (an :class:`accelerators.npu.NPU`; units ``array`` and ``vector``),
   whose DRAM traffic crosses the PIM's own channels (channel ``dram``: channels x the HBM2
   channel bandwidth).
-* Decode attention (one query per request) runs on the PIM: every request's KV cache lives in one channel (32 banks; keys one
-  token per bank, values one head dimension per bank, NeuPIMs' layout), and each channel runs
-  its requests' Q.K^T and P.V GEMVs one after another (:mod:`accelerators.dram_timing`); a
-  PIM attention op lasts as long as its busiest channel. Softmax in between runs on the NPU's
+* Decode attention (one query per request) runs on the PIM: every request's KV cache lives in
+  one channel (32 banks; keys one token per bank, values one head dimension per bank, NeuPIMs'
+  layout), and each channel runs its requests' Q.K^T and P.V GEMVs one after another
+  (:mod:`accelerators.dram_timing`); a PIM attention op lasts as long as its busiest channel. Softmax in between runs on the NPU's
   vector unit (:meth:`NeuPIMs.plan` splits each attention op in three). Attention with more
   than one query per request (a prompt's, GEMM-shaped) runs on the NPU, as NeuPIMs'
   simulator runs the "initiation phase" [R casys-kaist/NeuPIMs
@@ -35,7 +35,8 @@ Options the paper compares:
   estimated PIM load (NeuPIMs' algorithm); ``round_robin`` assigns request i to channel i mod C.
 
 Two more options: ``attention_on`` "npu" gives the paper's NPU-only baseline (the same NPU and
-channels of plain HBM2: no PIM lanes or second row buffer to pay for, attention on the NPU); ``npu_weight_double_buffering`` (default on) costs
+channels of plain HBM2: no PIM lanes or second row buffer to pay for, attention on the NPU);
+``npu_weight_double_buffering`` (default on) costs
 weight-stationary GEMMs with the next fold's weights shifted in while the current fold streams,
 as NeuPIMs' own NPU model issues them, instead of the ``npu`` template's serial SCALE-Sim folds
 (:func:`double_buffered_cycles`).
@@ -56,7 +57,7 @@ import numpy as np
 from accelerators import dram_timing as dt, mac_formats
 from accelerators import technology as tech
 from accelerators.base import OpCost, Param, Peaks, Resources, Template
-from accelerators.composite import cost_composite
+from accelerators.composite import chain_costs, cost_composite
 from accelerators.npu import NPU, PRESETS as NPU_PRESETS, PARAMS as NPU_PARAMS
 from accelerators.npu import VECTOR_OPS_PER_ELEMENT
 from accelerators.physical import Floorplan
@@ -368,20 +369,7 @@ class NeuPIMs(Template):
         lens = attention_kv_lens(op)
         op = op.with_attrs(**{KV_CHANNELS: tuple(self.assign_channels(op, lens)),
                               KV_LENS: lens})
-        costs = [self.cost(part) for part in attention_parts(op)]
-
-        def add(field: str) -> dict[str, float]:
-            out: dict[str, float] = {}
-            for c in costs:
-                for k, v in getattr(c, field).items():
-                    out[k] = out.get(k, 0.0) + v
-            return out
-        main = max(costs, key=lambda c: c.latency_s)
-        return OpCost(unit=main.unit, latency_s=sum(c.latency_s for c in costs),
-                      compute_s=sum(c.compute_s for c in costs), clock_hz=main.clock_hz,
-                      traffic=add("traffic"), bytes_by_level=add("bytes_by_level"),
-                      energy_j=add("energy_j"), bound=main.bound,
-                      also_holds=tuple(sorted({c.unit for c in costs} - {main.unit})))
+        return chain_costs([(1.0, self.cost(part)) for part in attention_parts(op)])
 
     def channel_cycles(self, op: Op, part: str) -> tuple[list[float], dt.Stream]:
         """PIM cycles of each channel for ``op``'s ``part`` and the device-total stream

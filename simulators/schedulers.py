@@ -61,9 +61,9 @@ PREEMPTION = ("recompute", "swap")
 class Batch:
     """One iteration: ``chunks`` of prefill ``(request, cached tokens, new tokens)``,
     ``decodes`` (request ids, one token each), and ``padding`` slots of a static batch that
-    still compute (their KV tokens in ``padding_kv``, each slot's in ``padding_lens``); ``swap_out`` / ``swap_in``: KV tokens
-    copied to / from host memory before it runs (filled in by the serving loop from
-    :meth:`State.take_swaps`)."""
+    still compute (their KV tokens in ``padding_kv``, each slot's in ``padding_lens``);
+    ``swap_out`` / ``swap_in``: KV tokens copied to / from host memory before it runs (filled
+    in by the serving loop from :meth:`State.take_swaps`)."""
 
     chunks: list[tuple[int, int, int]] = field(default_factory=list)
     decodes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
