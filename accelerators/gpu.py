@@ -573,12 +573,6 @@ class GPU(Template):
                 knobs[name] = max(0.0, knobs[name] + shift)
         self.knobs = knobs
         self.model = KernelModel(chip, knobs, memory_ops)
-        phys = self.physical()   # (the floorplan needs .model)
-        if hw.context_idle_w > phys.static_w + phys.active_w:
-            raise BadInput("hw.context_idle_w", hw.context_idle_w, "expected at most the "
-                           f"design's leakage, memory background and clocked logic, "
-                           f"{phys.static_w + phys.active_w:,.0f} W (what an idle board with "
-                           "its clocks running can draw; the T4's 26 W against 55 W)")
         self._energy = self._energy_model()
         self._cache: dict[tuple, OpCost] = {}
 
@@ -604,6 +598,21 @@ class GPU(Template):
                     "dse.calibrate.host_profile` on the machine to model")
         if hw.host_profile:
             load_host_profile(hw.host_profile)
+        return None
+
+    def check(self, workload: Workload) -> str | None:
+        """:meth:`Template.check`, and a measured idle power (``context_idle_w``) the design
+        could not draw: above its leakage, memory background and clocked logic (the T4's 26 W
+        against 55 W), a busy board would pass its TDP."""
+        problem = super().check(workload)
+        if problem:
+            return problem
+        phys = self.physical()
+        most = phys.static_w + phys.active_w
+        if self.hw.context_idle_w > most:
+            return (f"hw.context_idle_w {self.hw.context_idle_w:,.0f} W is more than this "
+                    f"design's leakage, memory background and clocked logic ({most:,.0f} W): "
+                    "an idle board cannot draw it")
         return None
 
     # ------------------------------------------------------------------------ rates / energy

@@ -14,7 +14,7 @@ from accelerators.gpu import GPU, PRESETS, load_calibration, shipped_calibration
 from accelerators.npu import NPU
 from accelerators.gpu_efficiency import GEMM_TILES, KernelModel, alignment_bytes, gemm_waves
 from accelerators.registry import get_template, make_accelerator
-from dse.errors import BadInput
+from dse.errors import BadInput, InfeasibleDesign
 from simulators.engine import simulate
 from workloads import ir
 from workloads.ir import Op, Workload
@@ -344,8 +344,8 @@ def test_context_idle_power_floors_the_static_power_not_the_busy_power():
     low = make_accelerator("gpu:t4", {"context_idle_w": 1.0})
     assert low.static_power_w() == bare.static_power_w()
     assert low._energy["active_w"] == bare._energy["active_w"]
-    # an idle board drawing more than its leakage, background and clocked logic is bad input
+    # an idle board drawing more than its leakage, background and clocked logic is infeasible
     # (the floors benchmark drew 3,726 W on a 472 W design, then 1,332 W on a 1,340 W B200
     # whose busy power then passed its TDP)
-    with pytest.raises(BadInput, match="hw.context_idle_w"):
-        make_accelerator("gpu:t4", {"context_idle_w": 60.0})
+    with pytest.raises(InfeasibleDesign, match="context_idle_w"):
+        simulate(w, make_accelerator("gpu:t4", {"context_idle_w": 60.0}))
