@@ -7,11 +7,15 @@ on its requests:
 
     latency(T, decodes, chunks) = g(T) + sum over attention ops of cost(attention of the mix)
                                   + cost(LM head on one token per sequence)
+                                  + sum over MoE layers of cost(MoE layer on T tokens)
 
-* ``g(T)``: the iteration graph without its attention ops and LM head, simulated (fast path,
-  SimPy engine or system engine, collectives included) at a grid of token counts and
-  interpolated linearly in between (:func:`token_grid`: both sides of every ``GRID_STEP``-token tile boundary, so
-  GPU tile and wave steps are followed);
+* ``g(T)``: the iteration graph without its attention ops, LM head and MoE layers, simulated
+  (fast path, SimPy engine or system engine, collectives included) at a grid of token counts
+  and interpolated linearly in between (:func:`token_grid`: both sides of every
+  ``GRID_STEP``-token tile boundary, so GPU tile and wave steps are followed); MoE layers are
+  costed at ``T`` itself (the experts ``T`` tokens route to are a concave count: a straight
+  line between grid points under-counts them, which put a Mixtral serving run's energy 0.2 %
+  under its floor);
 * attention: each attention op of the iteration (one device's share under tensor
   parallelism), costed with the template's own ``cost()`` for the iteration's decodes (their
   count and mean KV length) and for its prefill chunks (their count, mean query and key
@@ -226,6 +230,14 @@ class IterationCostModel:
         heads = logit_ops(share)
         self.lm_head = [op for op in share.ops if op.name in heads]
         self._lm_cost: dict[int, tuple[float, float]] = {}
+        # MoE layers, costed at each iteration's token count: the experts its tokens route
+        # to are a concave count, which interpolating g would under-count
+        moe: dict[str, list] = {}
+        for op in share.ops:
+            if op.kind == ir.MOE:
+                moe.setdefault(repr(sorted(op.attrs.items())), [op, 0])[1] += 1
+        self.moe = [(op, n) for op, n in moe.values()]
+        self._moe_cost: dict[int, tuple[float, float]] = {}
         self.device = target.device
         # memory of a device of each stage: weights and one token's KV (its layers)
         self.stage_weights_bytes = [float(x) for x in fitted["stage_weights_bytes"]]
@@ -412,6 +424,15 @@ class IterationCostModel:
                 sum(c.total_energy_j for c in costs) * self._per_layer_devices)
         lat += hit[0]
         energy += hit[1]
+        if self.moe and tokens:
+            hit = self._moe_cost.get(tokens)
+            if hit is None:
+                costs = [(n, dev.cost(scale_op(op, tokens))) for op, n in self.moe]
+                hit = self._moe_cost[tokens] = (
+                    sum(n * c.latency_s for n, c in costs),
+                    sum(n * c.total_energy_j for n, c in costs) * self._per_layer_devices)
+            lat += hit[0]
+            energy += hit[1]
         if decodes and self.per_request:
             if kv_lens is None or len(kv_lens) != decodes:
                 raise BadInput("kv_lens", kv_lens, f"each of the {decodes} decodes' KV length: "

@@ -56,6 +56,23 @@ def test_cost_model_matches_direct_simulation_of_iterations(model, arch, acceler
     assert token_grid(2048)[:4] == [1, 2, 3, 4] and 1025 in token_grid(2048)
 
 
+def test_moe_layers_are_costed_at_the_iterations_token_count():
+    """The experts T tokens route to are a concave count: interpolating the token-wise body
+    between grid points (4 and 6 tokens for 5) under-counted them, a Mixtral serving run's
+    energy 0.2 % under its floor. The MoE layers are costed at T itself: exact against direct
+    simulation at off-grid token counts."""
+    base = api.workload("mixtral-8x7b", phase="decode", batch=1, context=1,
+                        arch={"n_layer": 1})
+    target = Target(api.accelerator("npu"), fidelity="event")
+    m = IterationCostModel(base, target, 2048)
+    assert m.moe and 5 not in token_grid(2048) and 7 not in token_grid(2048)
+    for kv in ([40] * 5, [300, 20, 20, 90, 7, 64, 500]):
+        latency, energy = target.run(iteration_workload(base, kv, []))
+        lat, dyn = m.cost(len(kv), sum(kv), kv_lens=kv)
+        assert lat == pytest.approx(latency, rel=1e-4)
+        assert dyn + m.static_w * lat == pytest.approx(energy, rel=1e-4)
+
+
 def test_npu_pim_decodes_cost_by_each_requests_length_and_bound_interleaving():
     """NeuPIMs' decode time is its busiest channel's: the serving model takes every request's
     KV length (refusing a mean alone), and where the step would interleave two sub-batches

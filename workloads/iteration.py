@@ -10,8 +10,10 @@ batch 1 (pure shape arithmetic, no hardware):
 * :func:`scale_tokens`: the token-wise ops of a batch-1 step on ``T`` tokens (FLOPs, activation
   and appended KV bytes, the token dimension of shapes, ``m`` / ``elements`` scaled; weights
   read once), the LM head on one token per sequence that samples (:func:`logit_ops`);
-* :func:`token_wise`: the same graph without its attention ops and LM head (their producers
-  wired to their consumers): what costs the same for every mix of requests of ``T`` tokens;
+* :func:`token_wise`: the same graph without its attention ops, LM head and MoE layers (their
+  producers wired to their consumers): what costs the same for every mix of requests of ``T``
+  tokens and is near-linear in ``T`` between tile steps (the experts ``T`` tokens route to are
+  not: a concave count, which a straight line between two token counts under-counts);
 * :func:`decode_attention` / :func:`prefill_attention`: one attention op of the step for a
   batch of decodes (per-request KV lengths, :mod:`workloads.requests`) or of prefill chunks;
 * :func:`iteration_workload`: the whole iteration (token-wise ops on ``T`` tokens, each
@@ -119,9 +121,11 @@ def without(w: ir.Workload, names: set[str]) -> ir.Workload:
 
 
 def token_wise(w: ir.Workload) -> ir.Workload:
-    """``w`` without its attention ops and its LM head: what costs the same for every mix of
-    requests with the same number of tokens."""
-    return without(w, {op.name for op in w.ops if op.kind == ir.ATTENTION} | logit_ops(w))
+    """``w`` without its attention ops, its LM head and its MoE layers: what costs the same
+    for every mix of requests with the same number of tokens, and is interpolated between
+    token counts (the MoE layers' routed experts are costed at each count instead)."""
+    return without(w, {op.name for op in w.ops if op.kind in (ir.ATTENTION, ir.MOE)}
+                   | logit_ops(w))
 
 
 def attention_ops(w: ir.Workload) -> list[ir.Op]:
