@@ -84,16 +84,21 @@ def code_version() -> str:
 
 
 def fingerprint(w: ir.Workload) -> dict[str, Any]:
-    """What identifies a decode step's graph without hashing all of it."""
+    """What identifies a decode step's graph without hashing all of it. Number formats are
+    named (fp8 formats on an int8 step move the same bytes as plain int8 but cost otherwise:
+    without them the two shared one fit)."""
     ops = w.ops
     return {"model": w.model, "phase": w.phase, "dtype": w.dtype, "arch": w.arch,
-            "kv_update": w.kv_update, "batch": w.batch, "ops": len(ops), "edges": w.graph.number_of_edges(),
+            "kv_update": w.kv_update, "batch": w.batch, "ops": len(ops),
+            "edges": w.graph.number_of_edges(),
             "flops": sum(op.flops for op in ops),
             "weights": sum(op.weight_bytes for op in ops),
             "activations": sum(op.activation_bytes_read + op.activation_bytes_written
                                for op in ops),
             "kv": sum(op.kv_bytes_read + op.kv_bytes_written for op in ops),
-            "kinds": sorted({op.kind for op in ops})}
+            "kinds": sorted({op.kind for op in ops}),
+            "formats": sorted({str(op.attrs["formats"]) for op in ops
+                               if op.attrs.get("formats")})}
 
 
 def key(base: ir.Workload, target: Any, max_tokens: int) -> str:
