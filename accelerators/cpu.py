@@ -185,11 +185,19 @@ class CPU(Template):
     def min_idle_power_w(self) -> float:
         """Least idle power, W: leakage of the die's logic (with the uncore) and caches at the
         node (``technology.leakage_w``) plus the memory's background."""
+        logic = self.die_cores * self.core_mm2() * (1 + CPU_CONTROL_OVERHEAD)
+        return tech.leakage_w(logic, self.cache_bytes, self.hw.node_nm) + self.memory.static_w
+
+    @property
+    def die_cores(self) -> int:
+        """Cores on the die (area and leakage), the enabled ones included."""
+        return self.hw.cores_on_die or self.hw.cores
+
+    @property
+    def cache_bytes(self) -> float:
+        """The die's caches: L1d and L2 of every core on it, and the L3, B."""
         hw = self.hw
-        cores = hw.cores_on_die or hw.cores
-        sram = cores * (hw.l1d_kb + hw.l2_kb) * 1024 + hw.l3_mb * 2**20
-        logic = cores * self.core_mm2() * (1 + CPU_CONTROL_OVERHEAD)
-        return tech.leakage_w(logic, sram, hw.node_nm) + self.memory.static_w
+        return self.die_cores * (hw.l1d_kb + hw.l2_kb) * 1024 + hw.l3_mb * 2**20
 
     def min_tdp_w(self) -> float:
         """Least TDP, W: idle power plus the sustained fp32 GEMM rate at
@@ -286,13 +294,11 @@ class CPU(Template):
         caches hold data; the cheapest FLOP is half a MAC or a vector op of ``dtype`` at the
         node (``technology``: far below what the package spends, as a floor must be)."""
         hw = self.hw
-        cores = hw.cores_on_die or hw.cores
-        caches = cores * (hw.l1d_kb + hw.l2_kb) * 1024 + hw.l3_mb * 2**20
         return Peaks(flops_per_s={"cpu": self.peak_flops(dtype)},
                      levels=(MemoryLevel("dram", self.memory.bandwidth_Bps,
                                          self.memory.capacity_bytes,
                                          self.memory.energy_j_per_byte, resident=True),
-                             MemoryLevel("cache", math.inf, caches, 0.0)),
+                             MemoryLevel("cache", math.inf, self.cache_bytes, 0.0)),
                      energy_per_flop_j=min(tech.mac_energy_j(dtype, hw.node_nm) / 2,
                                            tech.vector_op_energy_j(dtype, hw.node_nm)))
 
@@ -308,12 +314,10 @@ class CPU(Template):
         """Cores (logic and SIMD units) and caches on one die, DDR channels as its memory, the
         datasheet's TDP and idle power."""
         hw = self.hw
-        cores = hw.cores_on_die or hw.cores
-        sram = cores * (hw.l1d_kb + hw.l2_kb) * 1024 + hw.l3_mb * 2**20
         mem = self.memory
         mem_w = mem.bandwidth_Bps * mem.energy_j_per_byte
-        return Floorplan(node_nm=hw.node_nm, compute_mm2=cores * self.core_mm2(),
-                         sram_mm2=tech.sram_area_mm2(sram, hw.node_nm),
+        return Floorplan(node_nm=hw.node_nm, compute_mm2=self.die_cores * self.core_mm2(),
+                         sram_mm2=tech.sram_area_mm2(self.cache_bytes, hw.node_nm),
                          peak_dynamic_w=max(0.0, hw.tdp_w - hw.idle_power_w - mem_w),
                          leakage_w=max(0.0, hw.idle_power_w - mem.static_w), memory=mem,
                          host_interface="pcie4x16", control_overhead=CPU_CONTROL_OVERHEAD)
