@@ -372,8 +372,19 @@ class Template(ABC):
         return self.memory_capacity_bytes()
 
     def element_bytes(self, workload: Workload) -> int:
-        """Bytes per element this design stores the workload's data in."""
-        return DTYPE_BYTES.get(self.hw.get("dtype"), workload.bytes_per_element)
+        """Bytes per element this design stores the workload's data in: its datapath
+        format's whole bytes (:func:`accelerators.mac_formats.storage_bytes`, what the
+        templates rescale a workload to), else the workload's own."""
+        dtype = self.hw.get("dtype")
+        if dtype in DTYPE_BYTES:
+            return DTYPE_BYTES[dtype]
+        if isinstance(dtype, str):
+            from accelerators.mac_formats import storage_bytes
+            try:
+                return storage_bytes(dtype)
+            except (BadInput, KeyError, ValueError):
+                pass
+        return workload.bytes_per_element
 
     def check(self, workload: Workload) -> str | None:
         """Why ``workload`` cannot run on this design at all, or None: the design cannot be

@@ -24,7 +24,11 @@ Per op:
   activations that follow a matmul run in its drain (free); each working NFP loads the layer's
   weights from DRAM once per op (8 KiB for a 64 x 64 fp16 layer).
 * other element-wise ops (e.g. NeRF's spherical-harmonics direction encoding): the encoding
-  engine's ``vector_lanes`` lanes per NFP; concatenation is wiring into the MLP input buffer.
+  engine's ``vector_lanes`` lanes per NFP, one lane operation per FLOP; concatenation is
+  wiring into the MLP input buffer. A frame's points stream from engine to engine
+  (:func:`mark_streamed`); an op of a workload run as it is (a language model, a training
+  step's optimizer) reads its activations from DRAM and writes its outputs there, matmuls
+  included.
 * GPU-side ops (``attrs["device"] == "gpu"``) and ops the cluster has no engine for
   (attention, convolution, unknown): the ``gpu`` template's cost, on unit ``gpu``; remaining
   kernels at the calibrated irregular-kernel efficiency :data:`RAY_KERNEL_EFFICIENCY`, fused
@@ -160,6 +164,20 @@ def mark_epilogues(workload: Workload) -> Workload:
     return w
 
 
+def mark_streamed(workload: Workload) -> Workload:
+    """A planned frame (modified in place) with ``attrs["ngpc_streamed"] = True`` on every
+    cluster op: a ray batch's points stream from engine to engine through the NFPs' buffers,
+    so only the I/O :func:`mark_dram_io` marks crosses DRAM. A cluster op without the mark
+    (a workload run as it is: a language model, a training step) reads its activations from
+    DRAM and writes its outputs there."""
+    g = workload.graph
+    for name in list(g.nodes):
+        op = g.nodes[name]["op"]
+        if op.attrs.get("device") != "gpu" and not op.attrs.get("ngpc_streamed"):
+            g.nodes[name]["op"] = op.with_attrs(ngpc_streamed=True)
+    return workload
+
+
 def mark_dram_io(workload: Workload, render: nf.AppRender) -> Workload:
     """A planned frame (fresh from :func:`workloads.neural_frames.pipeline`, modified in place)
     with the cluster's DRAM I/O on its ops: ``attrs["ngpc_input_bytes"]`` on each grid encoding
@@ -248,16 +266,18 @@ class NGPC(Template):
     def plan(self, workload: Workload) -> Workload:
         """A neural-field workload becomes its frame's ray-batch pipeline (the frame attached
         with :func:`workloads.neural_frames.attach_frame`, else one "frame" of the captured
-        batch); other workloads run as they are. Activations after matmuls are marked to run
-        in the MLP engine's drain."""
-        if nf.is_frame(workload) or (workload.model not in nf.APPS
-                                     and nf.FRAME_KEY not in workload.graph.graph):
+        batch), its cluster ops streaming through the NFPs (:func:`mark_streamed`); other
+        workloads run as they are, their cluster ops reading and writing their tensors in
+        DRAM. Activations after matmuls are marked to run in the MLP engine's drain."""
+        if nf.is_frame(workload):
+            return mark_epilogues(mark_streamed(workload))
+        if workload.model not in nf.APPS and nf.FRAME_KEY not in workload.graph.graph:
             return mark_epilogues(workload)
         spec = nf.frame_of(workload)
         items = 1 if nf.FRAME_KEY in workload.graph.graph else workload.batch
-        return mark_epilogues(mark_dram_io(nf.pipeline(workload, spec,
-                                                       fused=self.hw.fuse_gpu_kernels,
-                                                       batch=items), nf.app_render(spec.app)))
+        return mark_epilogues(mark_streamed(mark_dram_io(
+            nf.pipeline(workload, spec, fused=self.hw.fuse_gpu_kernels, batch=items),
+            nf.app_render(spec.app))))
 
     def plan_key(self, workload: Workload) -> tuple:
         """:meth:`plan` reads ``fuse_gpu_kernels`` only."""
@@ -300,7 +320,7 @@ class NGPC(Template):
                op.activation_bytes_written, op.input_shapes, op.output_shapes,
                bool(op.attrs.get("ngpc_epilogue")), op.attrs.get("device"),
                op.attrs.get("formats"), op.attrs.get("ngpc_input_bytes"),
-               op.attrs.get("ngpc_output_bytes"))
+               op.attrs.get("ngpc_output_bytes"), bool(op.attrs.get("ngpc_streamed")))
         hit = self._cache.get(key)
         if hit is not None:
             return hit
@@ -400,7 +420,7 @@ class NGPC(Template):
         # Each working NFP loads the layer's weights once per op (a neural field's 64 x 64
         # layer is 8 KiB; a large model's weights stream and bound the op).
         active = min(hw.nfps, max(math.ceil(rows / hw.mlp_rows), 1))
-        dram = op.weight_bytes * self._scale(op) * active
+        dram = op.weight_bytes * self._scale(op) * active + self._offchip_io(op)
         mem_s = dram / self.dram_bandwidth_Bps
         reg = macs * (2 * ba + bw + 8)
         return OpCost(
@@ -412,6 +432,14 @@ class NGPC(Template):
                       "onchip_memory": buffer_bytes * self._buffer_j + reg * self._reg_j,
                       "offchip_memory": dram * self._dram_j},
             bound="memory" if mem_s > compute_s else "compute")
+
+    def _offchip_io(self, op: Op) -> float:
+        """Activation bytes an op not streamed through the NFPs (:func:`mark_streamed`) reads
+        from and writes to DRAM."""
+        if op.attrs.get("ngpc_streamed"):
+            return 0.0
+        return (op.activation_bytes_read + op.kv_bytes_read + op.activation_bytes_written
+                + op.kv_bytes_written) * self._scale(op)
 
     def _scale(self, op: Op) -> float:
         """Factor from ``op``'s bytes to what moves here: 1 for an op in number formats, else
@@ -448,23 +476,34 @@ class NGPC(Template):
 
     def _vector_cost(self, op: Op) -> OpCost:
         """Element-wise ops on the NFPs' vector lanes (on the encoding engine: the other input
-        encodings); concatenation and pure data movement are wiring into the MLP input buffer."""
+        encodings), one lane operation per FLOP (at least one per element); concatenation and
+        pure data movement in a frame are wiring into the MLP input buffer. Outside a frame
+        (:func:`mark_streamed`) the operands stream from DRAM and the results back."""
         hw = self.hw
         elements = self._elements(op)
+        dram = self._offchip_io(op)
+        mem_s = dram / self.dram_bandwidth_Bps
+        offchip = {"offchip_memory": dram * self._dram_j} if dram else {}
+        traffic = {"dram": dram} if dram else {}
         if op.kind == ir.DATA_MOVEMENT:
-            return OpCost(unit="encoder", latency_s=0.0, compute_s=0.0, clock_hz=hw.clock_hz,
-                          bytes_by_level={"mlp_buffer": elements * self._b},
-                          energy_j={"onchip_memory": elements * self._b * self._buffer_j},
-                          bound="compute")
-        cycles = math.ceil(self._share(elements) / hw.vector_lanes)
+            return OpCost(unit="encoder", latency_s=mem_s, compute_s=0.0, clock_hz=hw.clock_hz,
+                          traffic=traffic,
+                          bytes_by_level={"mlp_buffer": elements * self._b, "dram": dram},
+                          energy_j={"onchip_memory": elements * self._b * self._buffer_j,
+                                    **offchip},
+                          bound="memory" if dram else "compute")
+        lane_ops = max(elements, float(op.flops))
+        cycles = math.ceil(self._share(lane_ops) / hw.vector_lanes)
         compute_s = cycles / hw.clock_hz
-        return OpCost(unit="encoder", latency_s=compute_s, compute_s=compute_s,
-                      clock_hz=hw.clock_hz,
-                      bytes_by_level={"register": elements * 3 * self._b},
-                      energy_j={"compute": elements * self._vec_j
-                                + self._active_w["encoder"] * compute_s,
-                                "onchip_memory": elements * 3 * self._b * self._reg_j},
-                      bound="compute")
+        latency_s = max(compute_s, mem_s)
+        return OpCost(unit="encoder", latency_s=latency_s, compute_s=compute_s,
+                      clock_hz=hw.clock_hz, traffic=traffic,
+                      bytes_by_level={"register": elements * 3 * self._b, "dram": dram},
+                      energy_j={"compute": lane_ops * self._vec_j
+                                + self._active_w["encoder"] * latency_s,
+                                "onchip_memory": elements * 3 * self._b * self._reg_j,
+                                **offchip},
+                      bound="memory" if mem_s > compute_s else "compute")
 
     def _gpu_side_cost(self, op: Op) -> OpCost:
         return gpu_kernel_cost(self.gpu, op, self.hw.fusion_speedup, self.dram_bandwidth_Bps)

@@ -418,8 +418,9 @@ class Wafer(Template):
             return _Plan(c, act_elems_per_core=per_core)
         if kind in (ir.HASHGRID, ir.UNKNOWN):
             return self._scatter_plan(op, w, h)
-        c = _local(f, per_core)  # elementwise and local data movement
-        return _Plan(c, vector_elems=elems * h, act_elems_per_core=2 * per_core)
+        ops = _element_ops(op)   # elementwise and local data movement
+        c = _local(f, math.ceil(ops / w))
+        return _Plan(c, vector_elems=ops * h, act_elems_per_core=2 * per_core)
 
     def _decode_attention(self, op: Op, w: int, h: int) -> _Plan:
         """One-query attention over a KV cache of ``kv_len`` tokens (tokens along Y, kv features
@@ -479,8 +480,9 @@ class Wafer(Template):
             return _Plan(c, act_elems_per_core=per_core)
         if kind in (ir.HASHGRID, ir.UNKNOWN):
             return self._scatter_plan(op, w, h)
-        c = _local(f, per_core)
-        return _Plan(c, vector_elems=elems, act_elems_per_core=2 * per_core)
+        ops = _element_ops(op)
+        c = _local(f, math.ceil(ops / cores))
+        return _Plan(c, vector_elems=ops, act_elems_per_core=2 * per_core)
 
     def _prefill_attention(self, op: Op, w: int, h: int) -> _Plan:
         """Causal self-attention as two batched GEMMs (Q K^T, then P V) over batch x heads (the
@@ -867,6 +869,13 @@ def _elements(op: Op) -> int:
         return max(int(op.attrs["elements"]), 1)
     shapes = op.output_shapes or op.input_shapes
     return max(sum(math.prod(s) for s in shapes), 1) if shapes else 1
+
+
+def _element_ops(op: Op) -> float:
+    """Element operations of an element-wise or data-movement op: its FLOPs where they count
+    more than one per element (an optimizer's update: ~10 per parameter), else one per
+    output element."""
+    return max(float(_elements(op)), float(op.flops))
 
 
 def _last_dim(op: Op) -> int:

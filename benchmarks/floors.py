@@ -14,8 +14,10 @@ dtype. Paths: ``event`` (SimPy), ``fast`` (one design), ``population`` (many des
 ``evaluate_many``, the templates' vectorised ``cost_many`` where they have one), ``pairs``
 (npu designs on re-shaped architectures in one ``evaluate_pairs``, as a study's batched
 sampler scores a generation),
-``generation``, ``serving`` (a short trace, every iteration checked) and ``system`` (2-4
-devices, tensor or pipeline parallel). ``tests/test_floors.py`` runs a fixed-seed sample.
+``generation``, ``serving`` (a short trace, every iteration checked), ``system`` (2-4
+devices, tensor or pipeline parallel) and ``training`` (one step on a design or a system of
+2-4 devices, a random layout, precision and optimizer). ``tests/test_floors.py`` runs a
+fixed-seed sample.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ from dse.errors import DSEError  # noqa: E402
 from simulators import floors as fl  # noqa: E402
 
 TEMPLATES = ("npu", "gpu", "pim", "npu_pim", "neural_graphics", "wafer", "cpu")
-PATHS = ("event", "fast", "population", "pairs", "generation", "serving", "system")
+PATHS = ("event", "fast", "population", "pairs", "generation", "serving", "system",
+         "training")
 
 #: Workloads per template: (model, phases, architecture overrides); small so a pair costs
 #: milliseconds. Each template gets the kinds of model it is built for as well as others.
@@ -343,9 +346,54 @@ def _system(template, rng, tally):
     tally.add(_where(vs, case, d), m)
 
 
+#: Models a training step is drawn from: (model, architecture overrides), small to capture.
+TRAIN_MODELS = [("gpt2", {"n_layer": 2}), ("tinyllama-1.1b", {"n_layer": 2}),
+                ("bert-base", {"n_layer": 1})]
+
+
+def _training(template, rng, tally):
+    """A training step of a small model on one design or a system of 2-4 devices under a
+    random layout (data, tensor and pipeline parallelism, ZeRO 0-3, recompute, micro-batches,
+    offload), precision and optimizer (:func:`simulators.floors.check_training`)."""
+    from dse import api
+    from simulators.training import simulate_training
+    from workloads.train_build import zoo_train_workload
+    from workloads.train_step import precision_from
+    model, arch = rng.choice(TRAIN_MODELS)
+    prec = rng.choice(["mixed", "mixed", "bf16", "fp32", "amp"])
+    opt = rng.choice(["adamw", "adamw", "sgd", "momentum"])
+    impl = rng.choice(["fused", "foreach", "for-loop"])
+    mb = rng.choice([1, 2])
+    p = precision_from(prec)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        w = zoo_train_workload(model, batch=mb, seq=rng.choice([32, 128]), dtype=p.activations,
+                               arch=arch, weights=p.weights if p.weights != p.activations
+                               else None)
+    devices = rng.choice([1, 1, 2, 4])
+    lay = {"micro_batch": mb, "recompute": rng.choice(["none", "selective", "full"])}
+    if devices > 1:
+        lay.update(rng.choice([{"dp": devices}, {"tp": devices}, {"pp": 2, "dp": devices // 2},
+                               {"tp": 2, "dp": devices // 2}]))
+        if lay.get("dp", 1) > 1:
+            lay["zero"] = rng.choice([0, 1, 2, 3])
+    dp = lay.get("dp", 1)
+    lay["global_batch"] = dp * mb * rng.choice([1, 2, 4])
+    if rng.random() < 0.15:
+        lay["offload_optimizer"] = "host"
+    d = random_design(template, rng, changes=rng.randint(0, 2))
+    target = d if devices == 1 else api.system(
+        rng.choice(["pcie-4x", None] if template == "gpu" else ["npu-ring", None]),
+        devices=devices, accelerator=d)
+    r = simulate_training(w, target, lay, precision=prec, optimizer=opt, optimizer_impl=impl)
+    vs, m = fl.check_training(r, w, target, lay, prec, opt, impl)
+    tally.add(_where(vs, Case(model, dict(lay, precision=prec, optimizer=opt, impl=impl,
+                                          arch=arch)), d), m)
+
+
 RUNNERS: dict[str, Callable] = {"event": _event, "fast": _fast, "population": _population,
                                 "pairs": _pairs, "generation": _generation,
-                                "serving": _serving, "system": _system}
+                                "serving": _serving, "system": _system, "training": _training}
 #: Paths that exist for some templates only (:func:`simulators.population.evaluate_pairs`
 #: scores npu designs).
 ONLY = {"pairs": {"npu"}}

@@ -574,3 +574,161 @@ def check_system(r: Any, workload: Workload, system: Any, layout: Any,
     for d in sorted(set(pw.representative)):
         out += design_violations(system.device(d), _compute_only(pw.graphs[d]), path)
     return out, min(margins, default=math.inf)
+
+
+# ----------------------------------------------------------------------------- training
+def _op_bytes(op: Op, design: Template) -> tuple[float, float]:
+    """(bytes read, bytes written) of ``op`` at the element size ``design`` stores its
+    tensors in (an op in number formats moves its own; a design with no datapath format of
+    its own, the op's)."""
+    read = float(op.weight_bytes + op.kv_bytes_read + op.activation_bytes_read)
+    written = float(op.activation_bytes_written)
+    if "formats" in op.attrs or not op.bytes_per_element:
+        return read, written
+    scale = design.element_bytes(op) / op.bytes_per_element
+    return read * scale, written * scale
+
+
+def _flops_s(flops: dict[str, float], peaks: dict[str, Peaks | None]) -> float:
+    """The longest per-dtype time of ``flops`` at the sum of the units' peaks."""
+    out = 0.0
+    for d, f in flops.items():
+        p = peaks.get(d)
+        total = sum(p.flops_per_s.values()) if p is not None else 0.0
+        if f > 0 and total > 0:
+            out = max(out, f / total)
+    return out
+
+
+def optimizer_floor(plan: Any, layers: Sequence[int], design: Template, precision: Any,
+                    optimizer: str, shard: int) -> tuple[float, float]:
+    """(s, dynamic J) the optimizer ``optimizer`` of one device needs at least for its
+    ``1 / shard`` of the parameters of ``layers`` (a :class:`~workloads.train_parallel.
+    TrainPlan`'s blocks): the fused kernel's FLOPs over the peaks, and its states read and
+    written once each, beyond what the levels inside hold, over the resident level's
+    bandwidth (whatever implementation runs, it moves at least that)."""
+    from workloads.train_step import optimizer_from, optimizer_ops
+    ops = optimizer_ops(plan.joint, optimizer_from(optimizer, "fused"), precision,
+                        {layer: int(plan.params.get(layer, 0.0) / shard) for layer in layers})
+    peaks = {d: design.peaks(d) for d in {op.dtype for op in ops}}
+    flops: dict[str, float] = {}
+    for op in ops:
+        flops[op.dtype] = flops.get(op.dtype, 0.0) + float(op.flops)
+    seconds = _flops_s(flops, peaks)
+    joules = sum(f * peaks[d].energy_per_flop_j for d, f in flops.items()
+                 if peaks[d] is not None)
+    pk = next((p for p in peaks.values() if p is not None), None)
+    level = pk.resident if pk is not None else None
+    if level is not None and level.bandwidth_Bps:
+        inside = pk.inside(level)
+        moves = [_op_bytes(op, design) for op in ops]
+        read, written = sum(b[0] for b in moves), sum(b[1] for b in moves)
+        must = max(0.0, read - inside) + max(0.0, written - inside)
+        seconds = max(seconds, must / level.bandwidth_Bps)
+        joules += must * level.energy_j_per_byte
+    return seconds, joules
+
+
+def check_training(r: Any, joint: Workload, system: Any, layout: Any,
+                   precision: Any = "mixed", optimizer: Any = "adamw",
+                   optimizer_impl: str | None = None,
+                   path: str = "training") -> tuple[list[Violation], float]:
+    """Violations of a :class:`~simulators.training.TrainResult` of ``joint`` (the captured
+    step of one micro-batch) on ``system`` (a :class:`~accelerators.system.System` or one
+    design) under ``layout``, from the work alone. Per pipeline stage, one device of it:
+
+    * its compute stream runs its blocks' forward and backward (recompute included) for every
+      micro-batch one after another, then the optimizer on its share of the parameters (not
+      when offloaded): the forward and backward spans of its timeline take at least the sum
+      of those graphs' :func:`work_floors`, its optimizer span at least the optimizer's FLOPs
+      over the peaks and its states read and written once each (a fused kernel's traffic,
+      whatever the implementation; each beyond what the levels inside hold) over the
+      resident level's bandwidth, and the step at least both;
+    * its collectives move at least each micro-batch's tensor- and context-parallel
+      collectives and one data-parallel reduction of its gradients
+      (:func:`collective_device_bytes`) over its links;
+
+    the energy is at least those dynamic floors on every device plus static power over the
+    step, the average power at most the TDP (not checked when the host's power is added:
+    offload), HFU <= 1. Returns the violations and the worst margin."""
+    from workloads.train_parallel import plan_training, train_layout_from
+    from workloads.train_step import gemm_formatted, optimizer_from, precision_from
+    from workloads.training import BWD, FWD
+    lay = layout if not isinstance(layout, dict) else train_layout_from(
+        layout, micro_batch=joint.batch)
+    prec, opt = precision_from(precision), optimizer_from(optimizer, optimizer_impl)
+    plan = plan_training(gemm_formatted(joint, prec.gemm), lay)
+    single = isinstance(system, Template)
+    m = plan.microbatches
+    shard = lay.dp * lay.cp if lay.zero >= 1 else 1
+    out: list[Violation] = []
+    margins: list[float] = []
+    dyn_total = 0.0
+    seen: dict[tuple[int, int], Floors] = {}
+
+    def bound(quantity: str, name: str, value: float, b: float, ceiling: bool = False,
+              where: str = "") -> None:
+        if broken(value, b, ceiling):
+            out.append(Violation(path, quantity, name, value, b, ceiling, where))
+        if b > 0:
+            margins.append(margin(value, b, ceiling))
+
+    for s in range(lay.pp):
+        dev = lay.rank(pp=s)
+        design = system if single else system.device(dev)
+        where = f"stage {s} (device {dev})"
+        layers = [layer for c in range(len(plan.chunks)) if plan.stage_of_chunk(c) == s
+                  for layer in plan.chunks[c]]
+        compute_s = dyn = 0.0
+        moved = 0.0
+        for layer in layers:
+            for p in (FWD, BWD):
+                seg = plan.segment(layer, p)
+                if seg is None:
+                    continue
+                key = (id(seg.compute), id(design))
+                if key not in seen:
+                    seen[key] = work_floors(seg.compute, design)
+                f = seen[key]
+                compute_s += f.latency_floor_s * m
+                dyn += f.dynamic_energy_j * m
+                for kind, nbytes, group in seg.collectives:
+                    moved += collective_device_bytes(
+                        kind, nbytes, lay.tp if group == "tp" else lay.cp) * m
+        n_stage = sum(plan.params.get(layer, 0.0) for layer in layers)
+        blocks_s = compute_s
+        if lay.offload_optimizer == "none":
+            opt_s, opt_j = optimizer_floor(plan, layers, design, prec, opt.name, shard)
+            dyn += opt_j
+            spent = sum(e - b for d_, _, _, cat, b, e in r.spans
+                        if d_ == dev and cat == "optimizer")
+            bound("optimizer_s", "optimizer", spent, opt_s, where=where)
+            compute_s += opt_s
+        passes = sum(e - b for d_, _, _, cat, b, e in r.spans
+                     if d_ == dev and cat in ("forward", "backward"))
+        bound("forward_backward_s", "blocks", passes, blocks_s, where=where)
+        bound("step_time_s", "compute stream", r.step_time_s, compute_s, where=where)
+        group = lay.dp * lay.cp
+        if group > 1:
+            gbytes = n_stage * prec.bytes_of("gradients")
+            moved += collective_device_bytes("all_reduce" if lay.zero == 0 else
+                                             "reduce_scatter", gbytes, group)
+        if moved > 0 and not single:
+            bw = sum(link.effective_Bps for name, link in system.topology.links.items()
+                     if f"d{dev}" in name.split("->"))
+            if bw > 0:
+                bound("step_time_s", "links", r.step_time_s, moved / bw, where=where)
+        dyn_total += dyn * lay.tp * lay.cp * lay.dp
+    static_w = float(system.static_power_w())
+    bound("energy_per_step_j", "energy", r.energy_per_step_j,
+          dyn_total + static_w * r.step_time_s)
+    phys = system.physical()
+    offloaded = lay.offload_optimizer != "none" or lay.offload_params != "none"
+    if phys is not None and not offloaded and r.step_time_s > 0:
+        bound("avg_power_w", "tdp_w", r.avg_power_w, float(phys.tdp_w), ceiling=True)
+    bound("hfu", "1", r.hfu, 1.0, ceiling=True)
+    designs = [system] if single else [system.device(lay.rank(pp=s)) for s in range(lay.pp)]
+    for d in designs:
+        out += design_violations(d, None, path)
+    return out, min(margins, default=math.inf)
+

@@ -169,10 +169,12 @@ class TrainResult:
 
 # ------------------------------------------------------------------------------ helpers
 def peak_flops(design: Template, dtype: str, gemm: str | None = None) -> float:
-    """The design's dense peak FLOP/s for ``dtype``: a GPU's datasheet peak, else the rate
-    its own cost model gives an 8192-cubed GEMM (the best any op can run at). With ``gemm``
-    (a precision's GEMM format) the higher of that and the GEMM format's peak, so MFU and
-    HFU stay fractions of what the step's fastest datapath could do."""
+    """The design's dense peak FLOP/s for ``dtype``: a GPU's datasheet peak, else the sum of
+    its units' peaks (:meth:`Template.peaks`: every unit busy every cycle; the rate its cost
+    model gives an 8192-cubed GEMM was used before, and a PIM's GEMVs beat it: HFU 1.43),
+    at least that GEMM's rate. With ``gemm`` (a precision's GEMM
+    format) the higher of that and the GEMM format's peak, so MFU and HFU stay fractions of
+    what the step's fastest datapath could do."""
     model = getattr(design, "model", None)
     if model is not None and hasattr(model, "peak"):
         peak = float(model.peak(dtype))
@@ -182,7 +184,9 @@ def peak_flops(design: Template, dtype: str, gemm: str | None = None) -> float:
             path = DATAPATH_OF.get(get_format(gemm).element_format.name, "")
             peak = max(peak, float(peaks(design.hw).get(path, 0.0)))
         return peak
-    peak = _gemm_rate(design, _peak_gemm(dtype))
+    units = design.peaks(dtype)
+    peak = max(_gemm_rate(design, _peak_gemm(dtype)),
+               sum(units.flops_per_s.values()) if units is not None else 0.0)
     if gemm is not None:
         from workloads.formats import format_op, parse_formats
         fm = parse_formats({"weights": gemm, "activations": gemm}, dtype)
@@ -346,6 +350,10 @@ def _run(plan: TrainPlan, sysm, design: Template, prec: Precision, opt: Optimize
          node: Host, accumulate: str, train_tokens: float) -> TrainResult:
     lay = plan.layout
     m = plan.microbatches
+    block = next((seg.compute for seg in plan.segments.values() if len(seg.compute)), None)
+    problem = design.check(block) if block is not None else None
+    if problem:           # what the engine refuses (a design that cannot be built, ...)
+        raise InfeasibleDesign(problem)
     costs = _Costs(design)
     seg_t, energy = _block_times(plan, sysm, costs)
     terms = overheads_in(sysm, lay.group("dpcp", pp=0))

@@ -25,7 +25,7 @@ from simulators.fast import evaluate_many  # noqa: E402
 
 #: Pairs per (template, path) in the default run (the whole file stays under ~40 s).
 PAIRS = {"event": 2, "fast": 2, "population": 1, "pairs": 1, "generation": 1, "serving": 1,
-         "system": 1}
+         "system": 1, "training": 1}
 
 
 def _workload(model, **kw):
@@ -282,3 +282,71 @@ def test_a_wafer_region_holds_what_its_phase_stores():
     assert not fl.check_fast(evaluate_many(w, [d]), w, [d], "fast")
     mx = make_accelerator("wafer:wse-1k", {"dtype": "mxfp8_e4m3"})
     assert mx.element_bytes(api.workload("bert-base", arch={"n_layer": 1})) == 1
+
+
+# ----------------------------------------------------------------------------- training
+@pytest.fixture(scope="module")
+def gpt2_train():
+    from workloads.train_build import zoo_train_workload
+    return zoo_train_workload("gpt2", batch=1, seq=128, dtype="bf16", arch={"n_layer": 2})
+
+
+@pytest.mark.parametrize("template", bench.TEMPLATES)
+def test_a_training_step_respects_its_floors(template, gpt2_train):
+    """Found when training joined the floors benchmark: the optimizer's element-wise kernels
+    (AdamW: ~10 FLOPs per parameter over ~16 B of states read and written) ran at one
+    operation per element on the wafer (22 ns for 750 MFLOP, below its FLOP floor) and on
+    the NGPC's vector lanes without touching DRAM (7.7 us for 1.5 GB of states); a PIM's MFU
+    peak was an 8192-cubed GEMM's rate, which its GEMVs beat (HFU 1.43). Every template's
+    default design now meets every training floor, the optimizer's alone included."""
+    from simulators.training import simulate_training
+    d = api.accelerator(template)
+    lay = {"micro_batch": 1, "global_batch": 2}
+    r = simulate_training(gpt2_train, d, lay, precision="mixed")
+    vs, m = fl.check_training(r, gpt2_train, d, lay, "mixed")
+    assert not vs, "\n".join(map(str, vs))
+    assert 0 < r.mfu <= r.hfu <= 1 and m >= 0
+
+
+def test_training_floors_catch_a_step_below_them(gpt2_train):
+    """The training check is not vacuous: the same step with its spans, step time and
+    energy cut to a thousandth breaks the blocks', optimizer's, compute stream's and energy
+    floors."""
+    from dataclasses import replace
+    from simulators.training import simulate_training
+    d = api.accelerator("gpu:h100")
+    lay = {"micro_batch": 1}
+    r = simulate_training(gpt2_train, d, lay)
+    spans = [(dev, st, n, cat, b, b + (e - b) / 1e3) for dev, st, n, cat, b, e in r.spans]
+    cut = replace(r, spans=spans, step_time_s=r.step_time_s / 1e3,
+                  energy_per_step_j=r.energy_per_step_j / 1e3)
+    names = {v.name for v in fl.check_training(cut, gpt2_train, d, lay)[0]}
+    assert {"optimizer", "blocks", "compute stream", "energy"} <= names
+
+
+def test_element_wise_work_outside_a_frame_reads_and_writes_dram():
+    """NGPC streams a frame's points through its NFPs, but an element-wise op of a workload
+    run as it is (an optimizer step, a language model) reads its operands from DRAM and
+    writes its results back; a frame's own ops are unchanged (dse reproduce ngpc)."""
+    from workloads import ir
+    from workloads.ir import Op
+    d = api.accelerator("neural_graphics")
+    n = 50_000_000
+    op = Op(name="adam", kind=ir.ELEMENTWISE, target="adamw", input_shapes=((n,),),
+            output_shapes=((n,),), dtype="fp16", bytes_per_element=2, flops=10 * n,
+            activation_bytes_read=8 * n, activation_bytes_written=6 * n,
+            attrs={"elements": n})
+    c = d.cost(op)
+    assert c.traffic["dram"] == 14 * n
+    assert c.latency_s >= 14 * n / d.dram_bandwidth_Bps
+    streamed = d.cost(op.with_attrs(ngpc_streamed=True))
+    assert "dram" not in streamed.traffic and streamed.latency_s < c.latency_s
+
+
+def test_a_design_stores_tensors_in_its_datapath_format():
+    """A template's element size is its datapath format's whole bytes, as its cost model
+    rescales a workload (an mxfp6 NGPC keeps a bf16 tensor in one byte), not the workload's."""
+    from accelerators.registry import make_accelerator
+    w = _workload("bert-base", arch={"n_layer": 1})
+    assert make_accelerator("neural_graphics", {"dtype": "mxfp6_e2m3"}).element_bytes(w) == 1
+    assert make_accelerator("npu", {"dtype": "fp32"}).element_bytes(w) == 4

@@ -287,6 +287,25 @@ def test_memory_that_does_not_fit_is_infeasible_with_the_numbers(gpt2_mb8):
         simulate_training(gpt2_mb8, small, {"micro_batch": 4})
 
 
+def test_a_design_the_engine_refuses_does_not_train(gpt2_mb8):
+    """The training path costed its blocks without the design's own check, so a GPU of 400
+    SMs on one 1,786 mm² die (twice the reticle) trained a step, and so did a board idling
+    at 5 kW (9 of 837 random gpu training steps drew above their TDP, up to 28x:
+    benchmarks/floors.py --paths training --pairs 500, seeds 0 and 1). Now the step is
+    infeasible with the engine's reason, on one device and on a system."""
+    from accelerators.registry import make_accelerator
+    from accelerators.system import System
+    from dse.errors import InfeasibleDesign
+    from simulators.training import simulate_training
+    big = make_accelerator("gpu", {"sms": 400, "sms_on_die": 400})
+    with pytest.raises(InfeasibleDesign, match="reticle"):
+        simulate_training(gpt2_mb8, big, {"micro_batch": 4})
+    idle = make_accelerator("gpu:h100", {"context_idle_w": 5000})
+    with pytest.raises(InfeasibleDesign, match="context_idle_w"):
+        simulate_training(gpt2_mb8, System(idle, "dgx-h100", devices=2),
+                          {"micro_batch": 4, "dp": 2})
+
+
 def test_a_deep_model_captured_with_two_blocks_gives_the_full_captures_results():
     """blocks=2 captures the first two identical blocks; the planner expands them: step time,
     memory, FLOPs and their conservation equal the full capture's."""
