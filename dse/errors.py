@@ -61,9 +61,14 @@ class BadInput(DSEError):
 class InfeasibleDesign(DSEError):
     """The design cannot run the workload (a tile that does not fit, a model over capacity)."""
 
+    PREFIX = "infeasible design: "
+
     def __init__(self, reason: str):
-        self.reason = reason
-        super().__init__(f"infeasible design: {reason}")
+        # rebuilt from its own message (SimPy re-raises a process's exception so) it keeps
+        # one prefix
+        reason = str(reason)
+        self.reason = reason[len(self.PREFIX):] if reason.startswith(self.PREFIX) else reason
+        super().__init__(self.PREFIX + self.reason)
 
 
 class CaptureError(DSEError):

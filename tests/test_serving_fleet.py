@@ -11,7 +11,7 @@ import pytest
 
 from cli_runner import run_cli
 from dse import api
-from dse.errors import BadInput
+from dse.errors import BadInput, InfeasibleDesign
 from simulators import fleet as fl
 from simulators.rate_search import max_rate
 from simulators.speculative import acceptance_for, expected_tokens
@@ -194,6 +194,13 @@ def test_disaggregated_bad_input():
                                 {"accelerator": "gpu:a100"}, link="carrier-pigeon", **kw)
     with pytest.raises(BadInput, match=r"decode\.colour"):
         api.serve_disaggregated("gpt2", {"accelerator": "gpu:a100"}, {"colour": "red"}, **kw)
+    # an unbuildable pool's reason comes out once (SimPy re-raised it as "infeasible design:
+    # infeasible design: ...")
+    with pytest.raises(InfeasibleDesign, match=r"^infeasible design: 1 dies of") as exc:
+        api.serve_disaggregated("gpt2", {"accelerator": "gpu", "hw": {"sms": 400,
+                                                                      "sms_on_die": 400}},
+                                {"accelerator": "gpu:a100"}, **kw)
+    assert str(exc.value).count("infeasible design") == 1
 
 
 # -------------------------------------------------------------------------- speculative
