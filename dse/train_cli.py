@@ -112,7 +112,7 @@ def train_command(
                                    for k, v in r.breakdown_s.items() if k.endswith("_s") and v))
     for i, m in enumerate(r.memory):
         out.print(f"memory stage {i}: {_si(sum(m.values()), 'B')} of "
-                  f"{_si(r.memory_capacity_bytes, 'B')} — " + "  ".join(
+                  f"{_si(r.capacity_of(i), 'B')} — " + "  ".join(
                       f"{k.replace('_', ' ')} {_si(v, 'B')}" for k, v in m.items() if v))
     if r.host_memory_bytes:
         out.print("offloaded per node: " + "  ".join(f"{k} {_si(v, 'B')}"

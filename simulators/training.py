@@ -46,6 +46,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from accelerators.base import Template
+from accelerators.heterogeneous import sub_workload
 from accelerators.host import Host, host_from
 from dse.errors import BadInput, InfeasibleDesign
 from simulators.engine import simulate as _simulate
@@ -90,7 +91,7 @@ class TrainResult:
     hfu: float
     breakdown_s: dict[str, float]
     memory: list[dict[str, float]]
-    memory_capacity_bytes: float
+    memory_capacity_bytes: float                # stage 0's device
     host_memory_bytes: dict[str, float]
     energy_per_step_j: float
     avg_power_w: float
@@ -101,14 +102,21 @@ class TrainResult:
     train_tokens: float = 0.0
     lifetime_years: float = LIFETIME_YEARS
     usd_per_kwh: float = USD_PER_KWH
+    stage_capacity_bytes: list[float] = field(default_factory=list)   # each stage's device
 
     @property
     def peak_memory_bytes(self) -> float:
         return max(sum(m.get(c, 0.0) for c in CATEGORIES) for m in self.memory)
 
+    def capacity_of(self, stage: int) -> float:
+        """Memory of a device of pipeline stage ``stage``, B (0: not modelled)."""
+        caps = self.stage_capacity_bytes
+        return caps[stage] if stage < len(caps) else self.memory_capacity_bytes
+
     @property
     def fits(self) -> bool:
-        return not (self.memory_capacity_bytes and self.peak_memory_bytes > self.memory_capacity_bytes)
+        return all(not self.capacity_of(s) or sum(m.get(c, 0.0) for c in CATEGORIES)
+                   <= self.capacity_of(s) for s, m in enumerate(self.memory))
 
     def to_train(self, tokens: float | None = None) -> dict[str, float]:
         """Time, energy and cost to train ``tokens`` (default ``train_tokens``): steps x step,
@@ -333,6 +341,29 @@ def simulate_training(joint: Workload, system, layout: TrainLayout | dict | None
     return r
 
 
+def stage_designs(lay: TrainLayout, sysm, design: Template) -> list[Template]:
+    """The design of each pipeline stage's devices (``design`` on one device). A stage's
+    data-, tensor- and context-parallel ranks run in lockstep, so a system whose devices of
+    one stage differ is a :class:`BadInput`; stages may differ (a heterogeneous pipeline)."""
+    if sysm is None:
+        return [design]
+    out = []
+    for s in range(lay.pp):
+        ranks = [lay.rank(dp=d, pp=s, cp=c, tp=t) for d in range(lay.dp)
+                 for c in range(lay.cp) for t in range(lay.tp)]
+        first = sysm.device(ranks[0])
+        for r in ranks[1:]:
+            other = sysm.device(r)
+            if other is not first and (type(other) is not type(first)
+                                       or dict(other.hw) != dict(first.hw)):
+                raise BadInput("system", f"device {ranks[0]} {first.name}:{first.preset} and "
+                               f"device {r} {other.name}:{other.preset}",
+                               f"alike devices within pipeline stage {s} (its data-, tensor- "
+                               "and context-parallel ranks run in lockstep); stages may differ")
+        out.append(first)
+    return out
+
+
 def _coll(sysm, kind: str, nbytes: float, group: list[int]) -> tuple[float, float]:
     """(time s, energy J) of one collective on ``sysm`` (memoised per system)."""
     if sysm is None or len(group) < 2 or nbytes <= 0:
@@ -350,14 +381,23 @@ def _run(plan: TrainPlan, sysm, design: Template, prec: Precision, opt: Optimize
          node: Host, accumulate: str, train_tokens: float) -> TrainResult:
     lay = plan.layout
     m = plan.microbatches
-    block = next((seg.compute for seg in plan.segments.values() if len(seg.compute)), None)
-    problem = design.check(block) if block is not None else None
-    if problem:           # what the engine refuses (a design that cannot be built, ...)
-        raise InfeasibleDesign(problem)
-    costs = _Costs(design)
+    designs = stage_designs(lay, sysm, design)
+    # one block alone, weights its own (a segment's graph carries the whole model's
+    # parameter count; the step's memory is check_memory's)
+    block = next((sub_workload(seg.compute, [op.name for op in seg.compute.ops])
+                  for seg in plan.segments.values() if len(seg.compute)), None)
+    by_design: dict[int, _Costs] = {}
+    for d in designs:
+        if id(d) in by_design:
+            continue
+        problem = d.check(block) if block is not None else None
+        if problem:       # what the engine refuses (a design that cannot be built, ...)
+            raise InfeasibleDesign(problem)
+        by_design[id(d)] = _Costs(d)
+    costs = [by_design[id(d)] for d in designs]
     seg_t, energy = _block_times(plan, sysm, costs)
     terms = overheads_in(sysm, lay.group("dpcp", pp=0))
-    chunk_f, chunk_b = _chunk_times(plan, sysm, seg_t, prec, energy, design, terms)
+    chunk_f, chunk_b = _chunk_times(plan, sysm, seg_t, prec, energy, designs, terms)
     p2p_t = _coll(sysm, "send_recv", plan.p2p_bytes, [lay.rank(pp=0), lay.rank(pp=1)])[0] \
         if lay.pp > 1 else 0.0
     kind = lay.schedule if lay.pp > 1 or lay.chunks > 1 else "1f1b"
@@ -369,7 +409,7 @@ def _run(plan: TrainPlan, sysm, design: Template, prec: Precision, opt: Optimize
     spans = _compute_spans(plan, run)
     finish, exposed = _reduce_gradients(plan, sysm, run, seg_t, prec.bytes_of("gradients"),
                                         spans, energy, terms)
-    opt_t, ag_t = _optimizer_step(plan, sysm, design, costs, prec, opt, node, accumulate,
+    opt_t, ag_t = _optimizer_step(plan, sysm, designs, costs, prec, opt, node, accumulate,
                                   finish, energy)
     step_ends = [finish[s] + opt_t[s] + ag_t[s] for s in range(lay.pp)]
     step = max(step_ends)
@@ -392,7 +432,9 @@ def _run(plan: TrainPlan, sysm, design: Template, prec: Precision, opt: Optimize
         node.cost_usd() * nodes if offloaded else 0.0)
     model_flops = float(plan.model_flops * m * lay.dp)
     hw_flops = float(plan.device_flops() * lay.tp * lay.cp * lay.dp)
-    peak = peak_flops(design, prec.activations, prec.gemm)
+    per_stage = lay.tp * lay.cp * lay.dp
+    peak = sum(peak_flops(d, prec.activations, prec.gemm) for d in designs) * per_stage \
+        / devices
     tokens = lay.batch * max(plan.joint.seq, 1)
     busy = max(run.busy_s) if run.busy_s else 0.0
     breakdown = {"compute_s": busy, "bubble_s": max(run.end_s - busy, 0.0),
@@ -406,17 +448,19 @@ def _run(plan: TrainPlan, sysm, design: Template, prec: Precision, opt: Optimize
         peak_flops_per_device=peak, mfu=model_flops / step / (devices * peak),
         hfu=hw_flops / step / (devices * peak), breakdown_s=breakdown, memory=memory,
         memory_capacity_bytes=float(design.memory_capacity_bytes() or 0.0),
+        stage_capacity_bytes=[float(d.memory_capacity_bytes() or 0.0) for d in designs],
         host_memory_bytes=_host_bytes(plan, prec, opt, shard, node), energy_per_step_j=total,
         avg_power_w=total / step, system_cost_usd=cost, microbatches=m,
         bubble_fraction=(run.end_s - busy) / run.end_s if run.end_s else 0.0, spans=spans,
         train_tokens=train_tokens)
 
 
-def _block_times(plan: TrainPlan, sysm, costs: _Costs
+def _block_times(plan: TrainPlan, sysm, costs: list[_Costs]
                  ) -> tuple[dict[tuple[int, str, int], float], list[float]]:
     """Each block's forward and backward time on one device of its stage (compute by the
-    engine, then its tensor / context-parallel collectives in series), and the dynamic
-    energy of one micro-batch per device of each stage, J."""
+    engine on the stage's design, ``costs[stage]``, then its tensor / context-parallel
+    collectives in series), and the dynamic energy of one micro-batch per device of each
+    stage, J."""
     lay = plan.layout
     seg_t: dict[tuple[int, str, int], float] = {}
     energy = [0.0] * lay.pp
@@ -429,7 +473,7 @@ def _block_times(plan: TrainPlan, sysm, costs: _Costs
                 continue
             key = (id(seg), stage)
             if key not in seen:
-                lat, dyn = costs(seg.compute)
+                lat, dyn = costs[stage](seg.compute)
                 for kind, nbytes, group in seg.collectives:
                     ranks = lay.group("tp" if group == "tp" else "cp", pp=stage)
                     t, e = _coll(sysm, kind, nbytes, ranks)
@@ -442,7 +486,8 @@ def _block_times(plan: TrainPlan, sysm, costs: _Costs
 
 
 def _chunk_times(plan: TrainPlan, sysm, seg_t, prec: Precision, energy: list[float],
-                 design: Template, terms: Overheads = OFF) -> tuple[list[float], list[float]]:
+                 designs: list[Template], terms: Overheads = OFF
+                 ) -> tuple[list[float], list[float]]:
     """Forward and backward time of each model chunk for one micro-batch: its blocks in
     order, with ZeRO-3's weight gathers and ZeRO-2/3's gradient reduce-scatters on the
     communication stream, one block ahead (:func:`_overlapped`). FSDP2's copies
@@ -472,12 +517,12 @@ def _chunk_times(plan: TrainPlan, sysm, seg_t, prec: Precision, energy: list[flo
             tg, eg = _coll(sysm, "all_gather", wbytes, group) if zero3 else (0.0, 0.0)
             tr, er = _coll(sysm, "reduce_scatter", gbytes, group)
             if zero3 and tg:
-                tg += copy_s(design, wbytes / len(group), prec.weights)
-                out_t.append(copy_s(design, wbytes, prec.weights))
+                tg += copy_s(designs[s], wbytes / len(group), prec.weights)
+                out_t.append(copy_s(designs[s], wbytes, prec.weights))
             else:
                 out_t.append(0.0)
             if tr:
-                tr += copy_s(design, gbytes, prec.gradients)
+                tr += copy_s(designs[s], gbytes, prec.gradients)
             gat.append(tg * terms.comm("all_gather"))
             rs.append(tr * terms.comm("reduce_scatter"))
             host.append(terms.unit_host_s(tensors.get(layer, 0.0), layer != plan.layers)
@@ -598,10 +643,11 @@ def _play_buckets(plan: TrainPlan, run, seg_t, grad_bytes: float, s: int, chunks
     return comm_free, busy, sizes
 
 
-def _optimizer_step(plan: TrainPlan, sysm, design: Template, costs: _Costs, prec: Precision,
-                    opt: Optimizer, node: Host, accumulate: str, finish: list[float],
-                    energy: list[float]) -> tuple[list[float], list[float]]:
-    """Per stage: the optimizer's time (its kernels on the device's ``1 / shard`` of the
+def _optimizer_step(plan: TrainPlan, sysm, designs: list[Template], costs: list[_Costs],
+                    prec: Precision, opt: Optimizer, node: Host, accumulate: str,
+                    finish: list[float], energy: list[float]) -> tuple[list[float], list[float]]:
+    """Per stage (on its design, ``designs[s]`` / ``costs[s]``): the optimizer's time (its
+    kernels on the device's ``1 / shard`` of the
     parameters, or the host's step when offloaded) and ZeRO 1-2's all-gather of the
     updated weights; ``.grad`` accumulation adds (``accumulate: add``) extend ``finish``."""
     lay = plan.layout
@@ -617,7 +663,7 @@ def _optimizer_step(plan: TrainPlan, sysm, design: Template, costs: _Costs, prec
         if lay.offload_optimizer == "none":
             ops = optimizer_ops(plan.joint, opt, prec, {k: int(v) for k, v in per_block.items()})
             if ops:
-                t, e = costs(_rebuild(plan.joint, ops, []))
+                t, e = costs[s](_rebuild(plan.joint, ops, []))
                 opt_t[s] = t
                 energy[s] += e
         else:
@@ -634,7 +680,7 @@ def _optimizer_step(plan: TrainPlan, sysm, design: Template, costs: _Costs, prec
                      bytes_per_element=int(gbytes), flops=n,
                      activation_bytes_read=int(2 * gbytes * n),
                      activation_bytes_written=int(gbytes * n), attrs={"elements": n})
-            finish[s] += design.cost(add).latency_s * (m - 1)
+            finish[s] += designs[s].cost(add).latency_s * (m - 1)
     return opt_t, ag_t
 
 
@@ -723,10 +769,12 @@ def check_memory(r: TrainResult, host: Host | None = None) -> None:
     """Raise :class:`InfeasibleDesign` naming the numbers when a device's (or the host's)
     memory does not hold the step."""
     if not r.fits:
-        worst = max(r.memory, key=lambda m: sum(m.values()))
+        stage = max(range(len(r.memory)), key=lambda s: sum(r.memory[s].values())
+                    - (r.capacity_of(s) or math.inf))
+        worst = r.memory[stage]
         parts = ", ".join(f"{k} {v / 1e9:.3g} GB" for k, v in worst.items() if v)
-        raise InfeasibleDesign(f"a device needs {r.peak_memory_bytes / 1e9:.3g} GB ({parts}) "
-                               f"but holds {r.memory_capacity_bytes / 1e9:.3g} GB")
+        raise InfeasibleDesign(f"a device needs {sum(worst.values()) / 1e9:.3g} GB ({parts}) "
+                               f"but holds {r.capacity_of(stage) / 1e9:.3g} GB")
     if host is not None:
         for where, need in r.host_memory_bytes.items():
             have = host.dram_bytes if where == "host" else host.nvme_bytes * host.nvme_drives

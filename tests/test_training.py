@@ -306,6 +306,32 @@ def test_a_design_the_engine_refuses_does_not_train(gpt2_mb8):
                           {"micro_batch": 4, "dp": 2})
 
 
+def test_a_heterogeneous_pipeline_costs_each_stage_on_its_own_devices(gpt2_mb8):
+    """Every stage was costed on device 0's design: an H100 + T4 pipeline trained as fast as
+    two H100s (13.1 ms a step) and its T4 stage broke its optimizer floor by 88 %, while T4 +
+    H100 took as long as two T4s. Now each stage runs on its devices; devices that differ
+    within a stage (ranks in lockstep) are a BadInput."""
+    from accelerators.registry import make_accelerator
+    from accelerators.system import System
+    from dse.errors import BadInput
+    from simulators import floors as fl
+    from simulators.training import simulate_training
+    h100, t4 = make_accelerator("gpu:h100"), make_accelerator("gpu:t4")
+    lay = {"micro_batch": 4, "pp": 2, "global_batch": 16}
+    step = {}
+    for pair in ((h100, h100), (h100, t4), (t4, h100), (t4, t4)):
+        s = System(list(pair), "dgx-h100", devices=2)
+        r = simulate_training(gpt2_mb8, s, lay)
+        assert not fl.check_training(r, gpt2_mb8, s, lay)[0]
+        assert r.stage_capacity_bytes == [d.memory_capacity_bytes() for d in pair]
+        step[tuple(d.preset for d in pair)] = r.step_time_s
+    assert step["h100", "h100"] < step["h100", "t4"] < step["t4", "t4"]
+    assert step["h100", "h100"] < step["t4", "h100"] < step["t4", "t4"]
+    mixed = System([h100, h100, t4, t4], "dgx-h100", devices=4)
+    with pytest.raises(BadInput, match="alike devices within pipeline stage 0"):
+        simulate_training(gpt2_mb8, mixed, {"micro_batch": 4, "pp": 2, "dp": 2})
+
+
 def test_a_deep_model_captured_with_two_blocks_gives_the_full_captures_results():
     """blocks=2 captures the first two identical blocks; the planner expands them: step time,
     memory, FLOPs and their conservation equal the full capture's."""
