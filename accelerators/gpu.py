@@ -729,8 +729,11 @@ class GPU(Template):
             width, rows = _rows(op)
             lat, mem = self.model.memory(nbytes, memory_target(op), op.kind, rows=rows,
                                          width=width, bytes_per_element=b)
-            comp = 0.0
-            bound = "memory"
+            # its FLOPs at the SMs' peak for the dtype: never binding on a datasheet part, but
+            # a drawn fp32 peak far below its SMs' (42.8 GFLOP/s) made AdamW free of compute
+            comp = flops / self.sm_peak(dtype) if flops else 0.0
+            lat = max(lat, comp)
+            bound = "compute" if comp > mem else "memory"
         lat = max(lat, nbytes / self.hw.memory_bandwidth_Bps)
         e = self._energy
         tensor = op.kind in (ir.MATMUL, ir.CONV, ir.ATTENTION, ir.SPARSE_ATTENTION)
@@ -776,6 +779,14 @@ class GPU(Template):
         units = {"sm": 1} if self.hw.runtime == "kernels" else {"sm": 1, "host": 1}
         return Resources(units=units, channels={"hbm": self.hw.memory_bandwidth_Bps})
 
+    def sm_peak(self, dtype: str) -> float:
+        """FLOP/s of the SMs for ``dtype``: the datasheet's dense peak of its datapath (its
+        fallback where it has none; fp32 GEMMs may run as TF32 at half the fp16 peak), never
+        less than the fp32 CUDA-core peak."""
+        hw = self.hw
+        return max(self.model.peak(dtype), hw.peak_fp32_flops,
+                   0.5 * hw.peak_fp16_flops if dtype == "fp32" else 0.0)
+
     def peaks(self, dtype: str) -> Peaks:
         """The SMs at the datasheet's dense peak of the datapath that runs ``dtype`` (its
         fallback where it has none; fp32 GEMMs and convolutions may run as TF32 at half the
@@ -783,8 +794,7 @@ class GPU(Template):
         ``memory_bandwidth_Bps``, inside which the L2 and the SMs' L1 hold data; the cheapest
         FLOP is half a MAC or a vector op of ``dtype`` at ``node_nm``."""
         hw = self.hw
-        sm = max(self.model.peak(dtype), hw.peak_fp32_flops,
-                 0.5 * hw.peak_fp16_flops if dtype == "fp32" else 0.0)
+        sm = self.sm_peak(dtype)
         units = {"sm": sm} if hw.runtime == "kernels" else {"sm": sm, "host": 0.0}
         onchip = hw.l2_bytes + hw.sms * hw.l1_kb_per_sm * 1024
         return Peaks(

@@ -350,3 +350,22 @@ def test_a_design_stores_tensors_in_its_datapath_format():
     w = _workload("bert-base", arch={"n_layer": 1})
     assert make_accelerator("neural_graphics", {"dtype": "mxfp6_e2m3"}).element_bytes(w) == 1
     assert make_accelerator("npu", {"dtype": "fp32"}).element_bytes(w) == 4
+
+
+def test_a_gpu_element_wise_op_takes_its_flops_at_the_sms_peak():
+    """The gpu costed element-wise ops by their bytes alone: with a drawn fp32 peak of 42.8
+    GFLOP/s (a T4 has no bf16 datapath, so its bf16 work runs there) AdamW's update took 17 ms
+    against a 36 ms FLOP floor (benchmarks/floors.py --paths training --seed 1). Datasheet
+    parts stay bandwidth-bound."""
+    from accelerators.registry import make_accelerator
+    from workloads import ir
+    from workloads.ir import Op
+    n = 10_000_000
+    op = Op(name="adam", kind=ir.ELEMENTWISE, target="adamw", input_shapes=((n,),),
+            output_shapes=((n,),), dtype="bf16", bytes_per_element=2, flops=14 * n,
+            activation_bytes_read=8 * n, activation_bytes_written=6 * n, attrs={"elements": n})
+    slow = make_accelerator("gpu:t4", {"peak_fp32_flops": 4.28e10})
+    c = slow.cost(op)
+    assert c.latency_s >= 14 * n / slow.sm_peak("bf16") and c.bound == "compute"
+    t4 = make_accelerator("gpu:t4")
+    assert t4.cost(op).bound == "memory"
