@@ -178,11 +178,11 @@ class TrainResult:
 # ------------------------------------------------------------------------------ helpers
 def peak_flops(design: Template, dtype: str, gemm: str | None = None) -> float:
     """The design's dense peak FLOP/s for ``dtype``: a GPU's datasheet peak, else the sum of
-    its units' peaks (:meth:`Template.peaks`: every unit busy every cycle; the rate its cost
-    model gives an 8192-cubed GEMM was used before, and a PIM's GEMVs beat it: HFU 1.43),
-    at least that GEMM's rate. With ``gemm`` (a precision's GEMM
-    format) the higher of that and the GEMM format's peak, so MFU and HFU stay fractions of
-    what the step's fastest datapath could do."""
+    its units' peaks (:meth:`Template.peaks`: every unit busy every cycle), at least the rate
+    its cost model gives an 8192-cubed GEMM (that rate alone was the peak before, and a PIM's
+    GEMVs beat it: HFU 1.43). With ``gemm`` (a precision's GEMM format) the higher of that
+    and the GEMM format's peak, so MFU and HFU stay fractions of what the step's fastest
+    datapath could do."""
     model = getattr(design, "model", None)
     if model is not None and hasattr(model, "peak"):
         peak = float(model.peak(dtype))
@@ -382,10 +382,11 @@ def _run(plan: TrainPlan, sysm, design: Template, prec: Precision, opt: Optimize
     lay = plan.layout
     m = plan.microbatches
     designs = stage_designs(lay, sysm, design)
-    # one block alone, weights its own (a segment's graph carries the whole model's
-    # parameter count; the step's memory is check_memory's)
-    block = next((sub_workload(seg.compute, [op.name for op in seg.compute.ops])
-                  for seg in plan.segments.values() if len(seg.compute)), None)
+    # the largest block's graph alone, weights its own (a segment's graph carries the whole
+    # model's parameter count; the step's memory is check_memory's)
+    largest = max(plan.segments.values(), key=lambda seg: len(seg.compute), default=None)
+    block = sub_workload(largest.compute, [op.name for op in largest.compute.ops]) \
+        if largest is not None and len(largest.compute) else None
     by_design: dict[int, _Costs] = {}
     for d in designs:
         if id(d) in by_design:
