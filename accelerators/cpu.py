@@ -10,9 +10,10 @@ per-op overhead, each tagged with its source. Every op is one parallel kernel ov
   operations per element, :data:`accelerators.npu.VECTOR_OPS_PER_ELEMENT`). fp16 / bf16 run
   at the fp32 rate (converted in registers, no half-precision FMA: Skylake-SP class) unless
   ``bf16_dot`` (AVX512-BF16 / AMX: twice); int8 at four times with ``int8_dot`` (VNNI);
-* **memory**: weights and the KV cache stream from DRAM (an LLM's weights are many times the
-  last-level cache: a bound from the slow side for a model that would fit), activations stay in
-  the caches while an op's activations fit the L3, else they cross DRAM too; DRAM at
+* **memory**: weights, the KV cache and an optimizer's states stream from DRAM (an LLM's
+  weights are many times the last-level cache: a bound from the slow side for a model that
+  would fit), activations stay in the caches while an op's activations fit the L3, else they
+  cross DRAM too; DRAM at
   ``stream_efficiency`` of the channels' peak, the L3 at ``L3_BYTES_PER_CYCLE_PER_CORE``;
 * **latency** = ``op_overhead_s`` (framework dispatch and the parallel region's fork/join) +
   max(compute, DRAM, L3): a roofline per op.
@@ -47,6 +48,9 @@ from accelerators.npu import VECTOR_OPS_PER_ELEMENT
 from accelerators.physical import Floorplan
 from workloads import ir
 from workloads.ir import DTYPE_BYTES, Op
+
+#: The optimizer pass's label on an op (``workloads.training.OPT``; that module imports torch).
+OPT_PASS = "opt"
 
 #: L3 bandwidth per core, bytes per cycle [E: Skylake-SP's L2 <-> L3 path moves a 64-B line
 #: every ~4 cycles per core under load (measured aggregate L3 read bandwidth of an 18-28 core
@@ -264,7 +268,9 @@ class CPU(Template):
         activations = (op.activation_bytes_read + op.activation_bytes_written) * scale
         dram = (op.weight_bytes + op.kv_bytes_read + op.kv_bytes_written) * scale
         on_chip = activations
-        if activations > hw.l3_mb * 2**20:    # the op's activations do not fit the L3
+        # the op's activations do not fit the L3, or they are an optimizer's states (every
+        # parameter's, read and written once a step: they stream like the weights)
+        if activations > hw.l3_mb * 2**20 or op.attrs.get("pass") == OPT_PASS:
             dram += activations
             on_chip = 0.0
         dram_s = dram / self.dram_Bps
