@@ -387,19 +387,16 @@ def _training(template, rng, tally):
         devices=devices, accelerator=d)
     if lay.get("pp", 1) > 1 and rng.random() < 0.5:   # a heterogeneous pipeline
         from accelerators.system import System
+        from workloads.train_parallel import train_layout_from
         other = random_design(template, rng, changes=rng.randint(0, 2))
-        target = System([d if lay_rank_stage(i, lay) == 0 else other for i in range(devices)],
-                        None, **dict(target.hw))
+        tl = train_layout_from(lay)
+        first = {tl.rank(dp=i, pp=0, tp=t) for i in range(tl.dp) for t in range(tl.tp)}
+        target = System([d if i in first else other for i in range(devices)], None,
+                        **dict(target.hw))
     r = simulate_training(w, target, lay, precision=prec, optimizer=opt, optimizer_impl=impl)
     vs, m = fl.check_training(r, w, target, lay, prec, opt, impl)
     tally.add(_where(vs, Case(model, dict(lay, precision=prec, optimizer=opt, impl=impl,
                                           arch=arch)), d), m)
-
-
-def lay_rank_stage(rank: int, lay: dict[str, Any]) -> int:
-    """The pipeline stage of device ``rank`` under ``lay`` (ranks are dp-major, then pp, cp,
-    tp: :meth:`workloads.train_parallel.TrainLayout.rank`)."""
-    return rank // (lay.get("tp", 1) * lay.get("cp", 1)) % lay.get("pp", 1)
 
 
 RUNNERS: dict[str, Callable] = {"event": _event, "fast": _fast, "population": _population,
