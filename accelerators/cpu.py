@@ -44,7 +44,7 @@ from accelerators import technology as tech
 from accelerators.base import MemoryLevel, OpCost, Param, Peaks, Resources, Template
 from accelerators.composite import cost_composite
 from accelerators.memory_standards import MemorySystem, get_standard, memory_system
-from accelerators.npu import VECTOR_OPS_PER_ELEMENT
+from accelerators.npu import VECTOR_OPS_PER_ELEMENT, element_ops
 from accelerators.physical import Floorplan
 from workloads import ir
 from workloads.ir import DTYPE_BYTES, Op
@@ -339,5 +339,4 @@ def _lane_ops(op: Op) -> float:
     if not isinstance(elements, (int, float)) or elements <= 0:
         outs = [math.prod(s) for s in op.output_shapes if s is not None]
         elements = sum(outs) if outs else 0
-    per = VECTOR_OPS_PER_ELEMENT.get(op.kind, 1)
-    return max(float(elements) * per, float(op.flops))
+    return element_ops(op, float(elements) * VECTOR_OPS_PER_ELEMENT.get(op.kind, 1))

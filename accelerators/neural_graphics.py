@@ -53,6 +53,7 @@ from accelerators import physical, technology as tech
 from accelerators.base import MemoryLevel, OpCost, Param, Peaks, Resources, Template
 from accelerators.capacity import capacity_problem
 from accelerators.composite import cost_composite
+from accelerators.npu import element_ops
 from accelerators.physical import Floorplan
 from dse.errors import BadInput
 from workloads import ir
@@ -492,7 +493,7 @@ class NGPC(Template):
                           energy_j={"onchip_memory": elements * self._b * self._buffer_j,
                                     **offchip},
                           bound="memory" if dram else "compute")
-        lane_ops = max(elements, float(op.flops))
+        lane_ops = element_ops(op, elements)
         cycles = math.ceil(self._share(lane_ops) / hw.vector_lanes)
         compute_s = cycles / hw.clock_hz
         latency_s = max(compute_s, mem_s)

@@ -60,6 +60,12 @@ VECTOR_OPS_PER_ELEMENT = {
     ir.DATA_MOVEMENT: 1, ir.UNKNOWN: 1,
 }
 
+
+def element_ops(op: Op, per_elements: float) -> float:
+    """Lane operations of a non-GEMM op that a template counts ``per_elements`` of: its FLOPs
+    where they count more (an optimizer's update: ~10 per parameter)."""
+    return max(float(per_elements), float(op.flops))
+
 #: Area of one vector lane relative to one MAC of the same dtype [E]: a lane is a MAC plus a
 #: share of a special-function unit (exp, reciprocal, rsqrt) and its operand registers.
 VECTOR_LANE_AREA_PER_MAC = 1.5

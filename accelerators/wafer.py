@@ -48,6 +48,7 @@ from accelerators import mac_formats, mesh_algorithms as mesh
 from accelerators import physical, technology as tech
 from accelerators.base import MemoryLevel, OpCost, Param, Peaks, Resources, Template
 from accelerators.composite import cost_composite
+from accelerators.npu import element_ops
 from accelerators.physical import Floorplan
 from dse.errors import InfeasibleDesign
 from workloads import ir, structure
@@ -418,7 +419,7 @@ class Wafer(Template):
             return _Plan(c, act_elems_per_core=per_core)
         if kind in (ir.HASHGRID, ir.UNKNOWN):
             return self._scatter_plan(op, w, h)
-        ops = _element_ops(op)   # elementwise and local data movement
+        ops = element_ops(op, _elements(op))   # elementwise and local data movement
         c = _local(f, math.ceil(ops / w))
         return _Plan(c, vector_elems=ops * h, act_elems_per_core=2 * per_core)
 
@@ -480,7 +481,7 @@ class Wafer(Template):
             return _Plan(c, act_elems_per_core=per_core)
         if kind in (ir.HASHGRID, ir.UNKNOWN):
             return self._scatter_plan(op, w, h)
-        ops = _element_ops(op)
+        ops = element_ops(op, _elements(op))
         c = _local(f, math.ceil(ops / cores))
         return _Plan(c, vector_elems=ops, act_elems_per_core=2 * per_core)
 
@@ -869,13 +870,6 @@ def _elements(op: Op) -> int:
         return max(int(op.attrs["elements"]), 1)
     shapes = op.output_shapes or op.input_shapes
     return max(sum(math.prod(s) for s in shapes), 1) if shapes else 1
-
-
-def _element_ops(op: Op) -> float:
-    """Element operations of an element-wise or data-movement op: its FLOPs where they count
-    more than one per element (an optimizer's update: ~10 per parameter), else one per
-    output element."""
-    return max(float(_elements(op)), float(op.flops))
 
 
 def _last_dim(op: Op) -> int:

@@ -579,45 +579,29 @@ def check_system(r: Any, workload: Workload, system: Any, layout: Any,
 # ----------------------------------------------------------------------------- training
 def _op_bytes(op: Op, design: Template) -> tuple[float, float]:
     """(bytes read, bytes written) of ``op`` at the element size ``design`` stores its
-    tensors in (an op in number formats moves its own; a design with no datapath format of
-    its own, the op's)."""
+    tensors in (:func:`op_scale`: an op in number formats moves its own)."""
     read = float(op.weight_bytes + op.kv_bytes_read + op.activation_bytes_read)
     written = float(op.activation_bytes_written)
-    if "formats" in op.attrs or not op.bytes_per_element:
+    if not op.bytes_per_element:
         return read, written
-    scale = design.element_bytes(op) / op.bytes_per_element
+    scale = op_scale(op, design.element_bytes(op) / op.bytes_per_element)
     return read * scale, written * scale
-
-
-def _flops_s(flops: dict[str, float], peaks: dict[str, Peaks | None]) -> float:
-    """The longest per-dtype time of ``flops`` at the sum of the units' peaks."""
-    out = 0.0
-    for d, f in flops.items():
-        p = peaks.get(d)
-        total = sum(p.flops_per_s.values()) if p is not None else 0.0
-        if f > 0 and total > 0:
-            out = max(out, f / total)
-    return out
 
 
 def optimizer_floor(plan: Any, layers: Sequence[int], design: Template, precision: Any,
                     optimizer: str, shard: int) -> tuple[float, float]:
     """(s, dynamic J) the optimizer ``optimizer`` of one device needs at least for its
     ``1 / shard`` of the parameters of ``layers`` (a :class:`~workloads.train_parallel.
-    TrainPlan`'s blocks): the fused kernel's FLOPs over the peaks, and its states read and
-    written once each, beyond what the levels inside hold, over the resident level's
-    bandwidth (whatever implementation runs, it moves at least that)."""
-    from workloads.train_step import optimizer_from, optimizer_ops
+    TrainPlan`'s blocks): the fused kernel's FLOPs over the peaks (:func:`work_floors`), and
+    its states read and written once each, beyond what the levels inside hold, over the
+    resident level's bandwidth (whatever implementation runs, it moves at least that)."""
+    from workloads.train_step import _rebuild, optimizer_from, optimizer_ops
     ops = optimizer_ops(plan.joint, optimizer_from(optimizer, "fused"), precision,
                         {layer: int(plan.params.get(layer, 0.0) / shard) for layer in layers})
-    peaks = {d: design.peaks(d) for d in {op.dtype for op in ops}}
-    flops: dict[str, float] = {}
-    for op in ops:
-        flops[op.dtype] = flops.get(op.dtype, 0.0) + float(op.flops)
-    seconds = _flops_s(flops, peaks)
-    joules = sum(f * peaks[d].energy_per_flop_j for d, f in flops.items()
-                 if peaks[d] is not None)
-    pk = next((p for p in peaks.values() if p is not None), None)
+    w = _rebuild(plan.joint, ops, [])
+    f = work_floors(w, design)
+    seconds, joules = f.latency_s.get("flops", 0.0), f.dynamic_energy_j
+    pk = design.peaks(w.dtype)
     level = pk.resident if pk is not None else None
     if level is not None and level.bandwidth_Bps:
         inside = pk.inside(level)
@@ -673,9 +657,11 @@ def check_training(r: Any, joint: Workload, system: Any, layout: Any,
         if b > 0:
             margins.append(margin(value, b, ceiling))
 
+    designs: list[Template] = []
     for s in range(lay.pp):
         dev = lay.rank(pp=s)
         design = system if single else system.device(dev)
+        designs.append(design)
         where = f"stage {s} (device {dev})"
         layers = [layer for c in range(len(plan.chunks)) if plan.stage_of_chunk(c) == s
                   for layer in plan.chunks[c]]
@@ -727,7 +713,6 @@ def check_training(r: Any, joint: Workload, system: Any, layout: Any,
     if phys is not None and not offloaded and r.step_time_s > 0:
         bound("avg_power_w", "tdp_w", r.avg_power_w, float(phys.tdp_w), ceiling=True)
     bound("hfu", "1", r.hfu, 1.0, ceiling=True)
-    designs = [system] if single else [system.device(lay.rank(pp=s)) for s in range(lay.pp)]
     for d in designs:
         out += design_violations(d, None, path)
     return out, min(margins, default=math.inf)
